@@ -1,0 +1,71 @@
+# Required: spdlog, nlohmann-json, CLI11, OpenBLAS, OpenMP (all from Debian).
+find_package(Threads REQUIRED)
+find_package(OpenMP REQUIRED COMPONENTS CXX)
+find_package(spdlog REQUIRED)
+find_package(nlohmann_json 3.9 REQUIRED)
+find_package(CLI11 QUIET CONFIG)
+if(NOT CLI11_FOUND)
+  find_path(CLI11_INCLUDE_DIR CLI/CLI.hpp REQUIRED)
+endif()
+
+# OpenBLAS: prefer the OpenMP build so BLAS threads and ztrain's OpenMP loops share one
+# thread pool instead of fighting over cores (libopenblas-openmp-dev); fall back to the
+# default (pthreads) build with a warning.
+find_path(ZTRAIN_CBLAS_INCLUDE_DIR cblas.h
+          PATHS /usr/include/x86_64-linux-gnu/openblas-openmp /usr/include/openblas
+          PATH_SUFFIXES openblas)
+find_library(ZTRAIN_OPENBLAS_LIBRARY NAMES openblas
+             PATHS /usr/lib/x86_64-linux-gnu/openblas-openmp NO_DEFAULT_PATH)
+set(ZTRAIN_OPENBLAS_VARIANT "openmp")
+if(NOT ZTRAIN_OPENBLAS_LIBRARY)
+  find_library(ZTRAIN_OPENBLAS_LIBRARY NAMES openblas REQUIRED)
+  set(ZTRAIN_OPENBLAS_VARIANT "default (install libopenblas-openmp-dev for the OpenMP build)")
+  message(WARNING "OpenBLAS OpenMP build not found; BLAS and OpenMP threads may contend")
+endif()
+if(NOT ZTRAIN_CBLAS_INCLUDE_DIR)
+  message(FATAL_ERROR "cblas.h not found: apt-get install libopenblas-openmp-dev")
+endif()
+add_library(ztrain_openblas INTERFACE)
+target_include_directories(ztrain_openblas INTERFACE $<BUILD_INTERFACE:${ZTRAIN_CBLAS_INCLUDE_DIR}>)
+target_link_libraries(ztrain_openblas INTERFACE $<BUILD_INTERFACE:${ZTRAIN_OPENBLAS_LIBRARY}>)
+install(TARGETS ztrain_openblas EXPORT ztrainTargets)
+
+# Optional backends: found now, used by later parts (communicators, offload, CUDA kernels).
+string(TOUPPER "${ZTRAIN_WITH_MPI}" _mpi)
+if(NOT _mpi STREQUAL "OFF")
+  find_package(MPI QUIET COMPONENTS CXX)
+endif()
+ztrain_resolve(ZTRAIN_WITH_MPI "${MPI_CXX_FOUND}" ZTRAIN_HAVE_MPI)
+
+string(TOUPPER "${ZTRAIN_WITH_IO_URING}" _uring)
+if(NOT _uring STREQUAL "OFF")
+  find_path(LIBURING_INCLUDE_DIR liburing.h)
+  find_library(LIBURING_LIBRARY uring)
+endif()
+if(LIBURING_INCLUDE_DIR AND LIBURING_LIBRARY)
+  set(_uring_found TRUE)
+else()
+  set(_uring_found FALSE)
+endif()
+ztrain_resolve(ZTRAIN_WITH_IO_URING "${_uring_found}" ZTRAIN_HAVE_IO_URING)
+
+string(TOUPPER "${ZTRAIN_WITH_CUDA}" _cuda)
+if(NOT _cuda STREQUAL "OFF")
+  if(NOT CUDAToolkit_ROOT AND EXISTS /usr/local/cuda)
+    set(CUDAToolkit_ROOT /usr/local/cuda)
+  endif()
+  find_package(CUDAToolkit QUIET)
+endif()
+ztrain_resolve(ZTRAIN_WITH_CUDA "${CUDAToolkit_FOUND}" ZTRAIN_HAVE_CUDA)
+
+string(TOUPPER "${ZTRAIN_WITH_NCCL}" _nccl)
+if(NOT _nccl STREQUAL "OFF" AND CUDAToolkit_FOUND)
+  find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
+  find_library(NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR})
+endif()
+if(NCCL_INCLUDE_DIR AND NCCL_LIBRARY)
+  set(_nccl_found TRUE)
+else()
+  set(_nccl_found FALSE)
+endif()
+ztrain_resolve(ZTRAIN_WITH_NCCL "${_nccl_found}" ZTRAIN_HAVE_NCCL)

@@ -1,0 +1,23 @@
+# Installs headers, libraries and a CMake package: find_package(ztrain) -> ztrain::ztrain.
+include(GNUInstallDirs)
+include(CMakePackageConfigHelpers)
+
+install(TARGETS ztrain ztrain_core ztrain_kernels ztrain_nn ztrain_optim ztrain_data
+                ztrain_engine
+        EXPORT ztrainTargets
+        ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+        LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+        INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/ztrain)
+install(TARGETS ztrain_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+foreach(dir core kernels nn optim data engine)
+  install(DIRECTORY ${PROJECT_SOURCE_DIR}/${dir}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/ztrain/${dir}
+          FILES_MATCHING PATTERN "*.h")
+endforeach()
+install(EXPORT ztrainTargets NAMESPACE ztrain:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/ztrain)
+configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/ztrainConfig.cmake.in
+                              ${PROJECT_BINARY_DIR}/ztrainConfig.cmake
+                              INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/ztrain)
+write_basic_package_version_file(${PROJECT_BINARY_DIR}/ztrainConfigVersion.cmake
+                                 COMPATIBILITY SameMinorVersion)
+install(FILES ${PROJECT_BINARY_DIR}/ztrainConfig.cmake ${PROJECT_BINARY_DIR}/ztrainConfigVersion.cmake
+        DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/ztrain)

@@ -1,0 +1,2 @@
+#include "core/config.h"
+namespace ztrain {}

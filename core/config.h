@@ -1,0 +1,100 @@
+#pragma once
+// The resolved run configuration (DESIGN.md "Config").
+//
+// One JSON file with DeepSpeed's keys, names and defaults plus ztrain's own sections
+// (model, data, training, pipeline, tensor_parallel). Parsing is strict: an unknown key is a
+// ConfigError naming its JSON path and the nearest known key; a wrong type names the path and
+// the expected type; "auto" is resolved; the batch triple is validated as DeepSpeed does; a
+// DeepSpeed feature that ztrain does not run yet is refused naming its key. The whole
+// docs/config.md reference is generated from the same schema table (core/config_schema.cc).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace ztrain {
+
+struct ModelConfig {
+  std::string type = "gpt2";
+  std::string init_from;  // llm.c model file; empty = random init
+  int n_layer = 12;
+  int n_head = 12;
+  int n_embd = 768;
+  int64_t vocab_size = 50257;
+  int64_t padded_vocab_size = 50304;  // "auto": vocab_size rounded up to a multiple of 128
+  int64_t max_seq_len = 1024;
+};
+
+struct DataConfig {
+  std::string train;  // glob of llm.c token shards; empty = built-in synthetic corpus
+  std::string val;    // glob; empty = held-out part of the synthetic corpus / no eval
+  int64_t seq_len = 0;  // "auto" or absent: model.max_seq_len
+  bool shuffle = false;
+};
+
+struct TrainingConfig {
+  int64_t steps = 100;
+  uint64_t seed = 1337;
+  int64_t eval_interval = 0;  // 0 = no periodic eval
+  int64_t eval_batches = 8;
+  std::string save_final;     // llm.c model file written at the end; empty = none
+  std::string output_dir = "ztrain_out";  // reports (memory, comm) go here
+};
+
+struct OptimizerConfig {
+  std::string type = "AdamW";  // "Adam" or "AdamW" as DeepSpeed spells them
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  bool adam_w_mode = true;       // false only for "Adam" with adam_w_mode: false (L2 decay)
+  bool bias_correction = true;
+};
+
+struct SchedulerConfig {
+  std::string type;  // "" (constant lr), "WarmupLR", "WarmupDecayLR", "WarmupCosineLR"
+  double warmup_min_lr = 0.0;
+  double warmup_max_lr = 0.001;
+  int64_t warmup_num_steps = 1000;
+  std::string warmup_type = "log";  // "log" or "linear"
+  int64_t total_num_steps = 0;      // WarmupDecayLR, WarmupCosineLR
+  double warmup_min_ratio = 0.0;    // WarmupCosineLR
+  double cos_min_ratio = 0.0001;    // WarmupCosineLR
+};
+
+struct CsvMonitorConfig {
+  bool enabled = false;
+  std::string output_path;
+  std::string job_name = "DeepSpeedJobName";
+};
+
+struct Config {
+  int64_t train_batch_size = 0;
+  int64_t train_micro_batch_size_per_gpu = 0;
+  int64_t gradient_accumulation_steps = 0;
+  double gradient_clipping = 0.0;  // 0 = no clipping
+  int64_t steps_per_print = 10;
+  bool wall_clock_breakdown = false;
+  int zero_stage = 0;
+  ModelConfig model;
+  DataConfig data;
+  TrainingConfig training;
+  OptimizerConfig optimizer;
+  SchedulerConfig scheduler;
+  CsvMonitorConfig csv_monitor;
+  int world_size = 1;            // data-parallel size the batch triple was resolved for
+  nlohmann::json resolved;       // the full config with every default and "auto" filled in
+};
+
+// Parses and validates `j` for a data-parallel world of `world_size` ranks. Throws
+// ConfigError listing every problem found (one per line), not just the first.
+Config ParseConfig(const nlohmann::json& j, int world_size = 1);
+// Reads a JSON file (syntax errors name the line and column) and parses it.
+Config LoadConfigFile(const std::string& path, int world_size = 1);
+// The built-in default: a small GPT on the synthetic corpus (used by `ztrain` without
+// --config, and as the base of tests).
+nlohmann::json DefaultConfigJson();
+
+}  // namespace ztrain

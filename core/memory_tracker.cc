@@ -1,0 +1,77 @@
+#include "core/memory_tracker.h"
+
+#include <cstdio>
+
+namespace ztrain {
+
+std::string_view MemoryCategoryName(MemoryCategory c) {
+  switch (c) {
+    case MemoryCategory::kParameters: return "parameters";
+    case MemoryCategory::kGradients: return "gradients";
+    case MemoryCategory::kOptimizerState: return "optimizer_state";
+    case MemoryCategory::kActivations: return "activations";
+    case MemoryCategory::kCommunication: return "communication";
+    case MemoryCategory::kSwapBuffers: return "swap_buffers";
+    case MemoryCategory::kWorkspace: return "workspace";
+  }
+  return "?";
+}
+
+void MemoryTracker::RaiseTo(std::atomic<int64_t>& peak, int64_t value) {
+  int64_t seen = peak.load();
+  while (value > seen && !peak.compare_exchange_weak(seen, value)) {
+  }
+}
+
+void MemoryTracker::Allocated(MemoryCategory c, int64_t bytes) {
+  RaiseTo(peak_[Index(c)], current_[Index(c)].fetch_add(bytes) + bytes);
+  RaiseTo(total_peak_, total_.fetch_add(bytes) + bytes);
+}
+
+void MemoryTracker::Freed(MemoryCategory c, int64_t bytes) {
+  current_[Index(c)].fetch_sub(bytes);
+  total_.fetch_sub(bytes);
+}
+
+void MemoryTracker::ResetPeaks() {
+  for (int i = 0; i < kNumMemoryCategories; ++i) peak_[i].store(current_[i].load());
+  total_peak_.store(total_.load());
+}
+
+MemorySnapshot MemoryTracker::Snapshot() const {
+  MemorySnapshot s;
+  for (int i = 0; i < kNumMemoryCategories; ++i) {
+    s.current[i] = current_[i].load();
+    s.peak[i] = peak_[i].load();
+  }
+  s.total_current = total_.load();
+  s.total_peak = total_peak_.load();
+  return s;
+}
+
+std::string MemorySnapshot::ToJson() const {
+  std::string out = "{";
+  for (int i = 0; i < kNumMemoryCategories; ++i) {
+    out += "\"" + std::string(MemoryCategoryName(static_cast<MemoryCategory>(i))) +
+           "\": {\"current\": " + std::to_string(current[i]) +
+           ", \"peak\": " + std::to_string(peak[i]) + "}, ";
+  }
+  out += "\"total\": {\"current\": " + std::to_string(total_current) +
+         ", \"peak\": " + std::to_string(total_peak) + "}}";
+  return out;
+}
+
+std::string FormatBytes(int64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while ((v >= 1024.0 || v <= -1024.0) && u < 4) {
+    v /= 1024.0;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", v, units[u]);
+  return buf;
+}
+
+}  // namespace ztrain

@@ -1,0 +1,100 @@
+#pragma once
+// The op set: every computation a GPT-style model needs, forward and backward, behind one
+// interface so that a CUDA implementation can sit beside the CPU one (DESIGN.md "kernels").
+//
+// Conventions, shared by every implementation:
+// - Tensors are contiguous row-major views on the Ops' device. Shapes are checked and a
+//   mismatch throws ztrain::Error naming the argument.
+// - B = batch, T = sequence, C = channels, NH = heads, N = B*T rows, V = real vocabulary,
+//   Vp = padded vocabulary (>= V). Linear weights are [OC, C] (out, in), as llm.c and PyTorch
+//   nn.Linear store them.
+// - Forward ops overwrite their outputs.
+// - Backward ops ACCUMULATE (+=) into parameter gradients (dweight, dbias, dwte, dwpe), so
+//   micro-batches and tied weights sum naturally, and OVERWRITE input gradients (dx, dqkv),
+//   unless the comment says otherwise.
+// - Ops may run multi-threaded internally; an Ops object is used by one thread at a time.
+#include <cstdint>
+#include <memory>
+
+#include "core/tensor.h"
+
+namespace ztrain::kernels {
+
+class Ops {
+ public:
+  virtual ~Ops() = default;
+  virtual Device device() const = 0;
+
+  // c[M,N] = alpha * op(a) @ op(b) + beta * c, op = transpose when the flag is set.
+  // a is [M,K] (or [K,M] when trans_a), b is [K,N] (or [N,K] when trans_b).
+  virtual void Gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b,
+                    float beta, const Tensor& c) = 0;
+
+  // y[N,OC] = x[N,C] @ weight[OC,C]^T + bias[OC] (bias may be an undefined Tensor).
+  virtual void LinearForward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                             const Tensor& y) = 0;
+  // dx[N,C] = dy @ weight (skipped when dx is undefined); dweight += dy^T @ x;
+  // dbias += sum over rows of dy (skipped when dbias is undefined).
+  virtual void LinearBackward(const Tensor& dy, const Tensor& x, const Tensor& weight,
+                              const Tensor& dx, const Tensor& dweight, const Tensor& dbias) = 0;
+
+  // out[B,T,C] = wte[tokens[b,t]] + wpe[t]. tokens int32 [B,T], wte [Vp,C], wpe [maxT,C].
+  // A token outside [0, Vp) throws naming the token and its position.
+  virtual void EmbeddingForward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
+                                const Tensor& out) = 0;
+  // dwte[tokens[b,t]] += dout[b,t]; dwpe[t] += dout[b,t]. Deterministic.
+  virtual void EmbeddingBackward(const Tensor& dout, const Tensor& tokens, const Tensor& dwte,
+                                 const Tensor& dwpe) = 0;
+
+  // y[N,C] = (x - mean) * rstd * weight + bias, eps = 1e-5; saves mean[N] and rstd[N] (fp32).
+  virtual void LayerNormForward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                const Tensor& y, const Tensor& mean, const Tensor& rstd) = 0;
+  // dx (overwritten), dweight and dbias (accumulated).
+  virtual void LayerNormBackward(const Tensor& dy, const Tensor& x, const Tensor& weight,
+                                 const Tensor& mean, const Tensor& rstd, const Tensor& dx,
+                                 const Tensor& dweight, const Tensor& dbias) = 0;
+
+  // Causal multi-head self-attention. qkv [B,T,3C] holds q, k, v side by side (q in columns
+  // [0,C), k in [C,2C), v in [2C,3C); head h uses columns [h*HS, (h+1)*HS) of each, HS = C/NH).
+  // out [B,T,C] (heads side by side), lse [B,NH,T] = log-sum-exp of each query's scaled
+  // scores, saved for backward. Never materialises a [B,NH,T,T] tensor: tiles over keys with
+  // an online softmax (FlashAttention).
+  virtual void AttentionForward(const Tensor& qkv, int num_heads, const Tensor& out,
+                                const Tensor& lse) = 0;
+  // dqkv [B,T,3C] overwritten from dout [B,T,C], recomputing probabilities from qkv and lse.
+  virtual void AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                                 const Tensor& lse, int num_heads, const Tensor& dqkv) = 0;
+
+  // y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), elementwise, any shape.
+  virtual void GeluForward(const Tensor& x, const Tensor& y) = 0;
+  // dx = dy * gelu'(x) (overwritten).
+  virtual void GeluBackward(const Tensor& dy, const Tensor& x, const Tensor& dx) = 0;
+
+  // y = a + b, elementwise (y may alias a or b).
+  virtual void Add(const Tensor& a, const Tensor& b, const Tensor& y) = 0;
+  // y += x, elementwise.
+  virtual void AddInPlace(const Tensor& y, const Tensor& x) = 0;
+  // t = 0.
+  virtual void Zero(const Tensor& t) = 0;
+  // dst = src (same shape and dtype).
+  virtual void Copy(const Tensor& src, const Tensor& dst) = 0;
+
+  // Fused softmax + cross-entropy over a padded vocabulary. logits [N,Vp] fp32, targets int32
+  // [N]; only columns [0,V) take part. losses[N] = -log softmax(logits)[target].
+  // When dlosses is defined ([N], the gradient of the objective w.r.t. each loss), logits are
+  // overwritten IN PLACE with dlogits = (softmax - onehot(target)) * dlosses[n], and the
+  // padded columns [V,Vp) with 0, so no second [N,Vp] buffer is needed. A target outside
+  // [0,V) throws naming it.
+  virtual void SoftmaxCrossEntropy(const Tensor& logits, const Tensor& targets, int64_t vocab,
+                                   const Tensor& losses, const Tensor& dlosses) = 0;
+
+  // Sum of squares of every element of each tensor (fp32 in, double accumulation).
+  virtual double SumSquares(const Tensor& t) = 0;
+  // t *= alpha.
+  virtual void Scale(const Tensor& t, float alpha) = 0;
+};
+
+// The CPU implementation (OpenBLAS + OpenMP), always available.
+std::unique_ptr<Ops> MakeCpuOps();
+
+}  // namespace ztrain::kernels

@@ -1,0 +1,42 @@
+#pragma once
+// LayerContext: what one layer saved during the forward of one micro-batch.
+//
+// Owns the saved activations (category kActivations) until Release(); Scratch() hands out
+// temporary workspace that lives until the next Release(). Memory comes from the allocator
+// the engine gives (a caching allocator, so steady-state steps reuse blocks instead of
+// paging). Not thread safe.
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/buffer.h"
+#include "kernels/ops.h"
+
+namespace ztrain::nn {
+
+class LayerContext {
+ public:
+  LayerContext(kernels::Ops& ops, Allocator& allocator) : ops_(&ops), allocator_(&allocator) {}
+  kernels::Ops& ops() const { return *ops_; }
+  Allocator& allocator() const { return *allocator_; }
+
+  // Allocates a tensor that stays until Release() and can be found again by `key`.
+  Tensor Save(const std::string& key, DType dtype, const Shape& shape);
+  // A tensor saved under `key` by Forward; throws InternalError if there is none.
+  Tensor Saved(const std::string& key) const;
+  bool Has(const std::string& key) const { return saved_.count(key) != 0; }
+  // Temporary workspace until Release().
+  Tensor Scratch(DType dtype, const Shape& shape);
+  // Frees everything saved and all scratch.
+  void Release();
+  // Bytes currently held (saved + scratch).
+  size_t bytes() const;
+
+ private:
+  kernels::Ops* ops_;
+  Allocator* allocator_;
+  std::map<std::string, std::pair<Buffer, Tensor>> saved_;
+  std::vector<Buffer> scratch_;
+};
+
+}  // namespace ztrain::nn
