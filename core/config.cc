@@ -1,2 +1,188 @@
+// ParseConfig: runs the passes of core/config_internal.h and copies the resolved tree into
+// the typed Config.
 #include "core/config.h"
-namespace ztrain {}
+
+#include <cctype>
+
+#include "core/config_internal.h"
+#include "core/error.h"
+
+namespace ztrain {
+namespace detail {
+
+using nlohmann::json;
+
+void ConfigErrors::Add(std::string_view path, std::string_view message) {
+  lines_.push_back(std::string(path) + ": " + std::string(message));
+}
+
+void ConfigErrors::ThrowIfAny() const {
+  if (lines_.empty()) return;
+  std::string msg =
+      StrCat("invalid config (", lines_.size(), lines_.size() == 1 ? " problem):" : " problems):");
+  for (const std::string& line : lines_) msg += "\n  " + line;
+  throw ConfigError(msg);
+}
+
+const json* Find(const json& tree, std::string_view path) {
+  const json* node = &tree;
+  while (!path.empty()) {
+    const size_t dot = path.find('.');
+    const std::string name(path.substr(0, dot));
+    if (!node->is_object() || !node->contains(name)) return nullptr;
+    node = &(*node)[name];
+    path = dot == std::string_view::npos ? std::string_view() : path.substr(dot + 1);
+  }
+  return node;
+}
+
+json* Find(json& tree, std::string_view path) {
+  return const_cast<json*>(Find(static_cast<const json&>(tree), path));
+}
+
+const json& At(const json& tree, std::string_view path) {
+  const json* v = Find(tree, path);
+  ZTRAIN_ASSERT(v != nullptr, "config key ", path, " missing from the resolved tree");
+  return *v;
+}
+
+json& At(json& tree, std::string_view path) {
+  return const_cast<json&>(At(static_cast<const json&>(tree), path));
+}
+
+std::string ValueText(const json& v, bool quote) {
+  return v.is_string() && !quote ? v.get<std::string>() : v.dump();
+}
+
+bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(a[i])) !=
+        std::tolower(static_cast<unsigned char>(b[i]))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace detail
+
+namespace {
+
+using detail::At;
+using nlohmann::json;
+
+std::string Str(const json& v) { return v.is_null() ? std::string() : v.get<std::string>(); }
+
+ModelConfig ModelFrom(const json& m) {
+  ModelConfig c;
+  c.type = m["type"].get<std::string>();
+  c.init_from = m["init_from"].get<std::string>();
+  c.n_layer = m["n_layer"];
+  c.n_head = m["n_head"];
+  c.n_embd = m["n_embd"];
+  c.vocab_size = m["vocab_size"];
+  c.padded_vocab_size = m["padded_vocab_size"];
+  c.max_seq_len = m["max_seq_len"];
+  return c;
+}
+
+OptimizerConfig OptimizerFrom(const json& o) {
+  OptimizerConfig c;
+  c.type = o["type"].get<std::string>();
+  const json& p = o["params"];
+  c.lr = p["lr"];
+  c.beta1 = p["betas"][0];
+  c.beta2 = p["betas"][1];
+  c.eps = p["eps"];
+  c.weight_decay = p["weight_decay"];
+  // DeepSpeed: type AdamW always decouples; Adam decouples unless adam_w_mode is false.
+  c.adam_w_mode = c.type == "AdamW" || p["adam_w_mode"].get<bool>();
+  c.bias_correction = p["bias_correction"];
+  return c;
+}
+
+SchedulerConfig SchedulerFrom(const json& s) {
+  SchedulerConfig c;
+  c.type = Str(s["type"]);
+  const json& p = s["params"];
+  c.warmup_min_lr = p.value("warmup_min_lr", c.warmup_min_lr);
+  c.warmup_max_lr = p.value("warmup_max_lr", c.warmup_max_lr);
+  c.warmup_num_steps = p.value("warmup_num_steps", c.warmup_num_steps);
+  c.warmup_type = p.value("warmup_type", c.warmup_type);
+  if (p.contains("total_num_steps")) c.total_num_steps = p["total_num_steps"];
+  c.warmup_min_ratio = p.value("warmup_min_ratio", c.warmup_min_ratio);
+  c.cos_min_ratio = p.value("cos_min_ratio", c.cos_min_ratio);
+  return c;
+}
+
+ZeroConfig ZeroFrom(const json& z) {
+  ZeroConfig c;
+  c.stage = z["stage"];
+  c.allgather_partitions = z["allgather_partitions"];
+  c.allgather_bucket_size = z["allgather_bucket_size"];
+  c.overlap_comm = z["overlap_comm"];
+  c.reduce_scatter = z["reduce_scatter"];
+  c.reduce_bucket_size = z["reduce_bucket_size"];
+  c.contiguous_gradients = z["contiguous_gradients"];
+  c.sub_group_size = z["sub_group_size"];
+  c.stage3_max_live_parameters = z["stage3_max_live_parameters"];
+  c.stage3_max_reuse_distance = z["stage3_max_reuse_distance"];
+  c.stage3_prefetch_bucket_size = z["stage3_prefetch_bucket_size"];
+  c.stage3_param_persistence_threshold = z["stage3_param_persistence_threshold"];
+  c.offload_param_device = z["offload_param"]["device"].get<std::string>();
+  c.offload_optimizer_device = z["offload_optimizer"]["device"].get<std::string>();
+  return c;
+}
+
+Config ConfigFrom(const json& t, int world_size) {
+  Config c;
+  c.train_batch_size = t["train_batch_size"];
+  c.train_micro_batch_size_per_gpu = t["train_micro_batch_size_per_gpu"];
+  c.gradient_accumulation_steps = t["gradient_accumulation_steps"];
+  c.gradient_clipping = t["gradient_clipping"];
+  c.steps_per_print = t["steps_per_print"];
+  c.wall_clock_breakdown = t["wall_clock_breakdown"];
+  c.model = ModelFrom(t["model"]);
+  const json& d = t["data"];
+  c.data = DataConfig{d["train"], d["val"], d["seq_len"], d["shuffle"]};
+  const json& tr = t["training"];
+  c.training = TrainingConfig{tr["steps"],        tr["seed"],       tr["eval_interval"],
+                              tr["eval_batches"], tr["save_final"], tr["output_dir"]};
+  c.optimizer = OptimizerFrom(t["optimizer"]);
+  c.scheduler = SchedulerFrom(t["scheduler"]);
+  const json& csv = t["csv_monitor"];
+  c.csv_monitor = CsvMonitorConfig{csv["enabled"], csv["output_path"], csv["job_name"]};
+  c.zero = ZeroFrom(t["zero_optimization"]);
+  c.zero_stage = c.zero.stage;
+  const json& aio = t["aio"];
+  c.aio = AioConfig{aio["block_size"], aio["queue_depth"], aio["intra_op_parallelism"],
+                    aio["single_submit"], aio["overlap_events"]};
+  const json& cl = t["comms_logger"];
+  c.comms_logger = CommsLoggerConfig{cl["enabled"], cl["verbose"], cl["prof_all"], cl["debug"],
+                                     cl["prof_ops"].get<std::vector<std::string>>()};
+  c.prescale_gradients = t["prescale_gradients"];
+  c.gradient_predivide_factor = t["gradient_predivide_factor"];
+  c.memory_breakdown = t["memory_breakdown"];
+  c.dump_state = t["dump_state"];
+  c.pipeline_stages = At(t, "pipeline.stages");
+  c.tensor_parallel_size = At(t, "tensor_parallel.size");
+  c.world_size = world_size;
+  c.resolved = t;
+  return c;
+}
+
+}  // namespace
+
+Config ParseConfig(const nlohmann::json& j, int world_size) {
+  detail::ConfigErrors errors;
+  json tree = detail::BuildResolvedTree(j, errors);
+  detail::ResolveDerived(tree);
+  detail::ResolveBatchSize(tree, world_size, errors);
+  detail::CheckRefusals(tree, errors);
+  detail::CheckRanges(tree, errors);
+  errors.ThrowIfAny();
+  return ConfigFrom(tree, world_size);
+}
+
+}  // namespace ztrain

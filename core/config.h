@@ -6,12 +6,12 @@
 // ConfigError naming its JSON path and the nearest known key; a wrong type names the path and
 // the expected type; "auto" is resolved; the batch triple is validated as DeepSpeed does; a
 // DeepSpeed feature that ztrain does not run yet is refused naming its key. The whole
-// docs/config.md reference is generated from the same schema table (core/config_schema.cc).
+// docs/config.md reference is generated from the same schema table (core/config_schema.h),
+// which also lists the refused features (ConfigRefusals) in one place.
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace ztrain {
 
@@ -27,8 +27,8 @@ struct ModelConfig {
 };
 
 struct DataConfig {
-  std::string train;  // glob of llm.c token shards; empty = built-in synthetic corpus
-  std::string val;    // glob; empty = held-out part of the synthetic corpus / no eval
+  std::string train;    // glob of llm.c token shards; empty = built-in synthetic corpus
+  std::string val;      // glob; empty = held-out part of the synthetic corpus / no eval
   int64_t seq_len = 0;  // "auto" or absent: model.max_seq_len
   bool shuffle = false;
 };
@@ -38,7 +38,7 @@ struct TrainingConfig {
   uint64_t seed = 1337;
   int64_t eval_interval = 0;  // 0 = no periodic eval
   int64_t eval_batches = 8;
-  std::string save_final;     // llm.c model file written at the end; empty = none
+  std::string save_final;                 // llm.c model file written at the end; empty = none
   std::string output_dir = "ztrain_out";  // reports (memory, comm) go here
 };
 
@@ -49,7 +49,7 @@ struct OptimizerConfig {
   double beta2 = 0.999;
   double eps = 1e-8;
   double weight_decay = 0.0;
-  bool adam_w_mode = true;       // false only for "Adam" with adam_w_mode: false (L2 decay)
+  bool adam_w_mode = true;  // false only for "Adam" with adam_w_mode: false (L2 decay)
   bool bias_correction = true;
 };
 
@@ -70,6 +70,39 @@ struct CsvMonitorConfig {
   std::string job_name = "DeepSpeedJobName";
 };
 
+struct ZeroConfig {
+  int stage = 0;  // mirrors Config::zero_stage
+  bool allgather_partitions = true;
+  int64_t allgather_bucket_size = 500000000;  // elements
+  bool overlap_comm = false;                  // DeepSpeed: null = (stage == 3)
+  bool reduce_scatter = true;
+  int64_t reduce_bucket_size = 500000000;  // elements
+  bool contiguous_gradients = true;
+  int64_t sub_group_size = 1000000000;
+  int64_t stage3_max_live_parameters = 1000000000;
+  int64_t stage3_max_reuse_distance = 1000000000;
+  int64_t stage3_prefetch_bucket_size = 50000000;
+  int64_t stage3_param_persistence_threshold = 100000;
+  std::string offload_param_device = "none";      // "none", "cpu", "nvme"
+  std::string offload_optimizer_device = "none";  // "none", "cpu", "nvme"
+};
+
+struct AioConfig {
+  int64_t block_size = 1048576;
+  int64_t queue_depth = 8;
+  int64_t intra_op_parallelism = 1;
+  bool single_submit = false;
+  bool overlap_events = true;
+};
+
+struct CommsLoggerConfig {
+  bool enabled = false;
+  bool verbose = false;
+  bool prof_all = true;
+  bool debug = false;
+  std::vector<std::string> prof_ops;
+};
+
 struct Config {
   int64_t train_batch_size = 0;
   int64_t train_micro_batch_size_per_gpu = 0;
@@ -84,8 +117,17 @@ struct Config {
   OptimizerConfig optimizer;
   SchedulerConfig scheduler;
   CsvMonitorConfig csv_monitor;
-  int world_size = 1;            // data-parallel size the batch triple was resolved for
-  nlohmann::json resolved;       // the full config with every default and "auto" filled in
+  ZeroConfig zero;
+  AioConfig aio;
+  CommsLoggerConfig comms_logger;
+  bool prescale_gradients = false;
+  double gradient_predivide_factor = 1.0;
+  bool memory_breakdown = false;
+  bool dump_state = false;
+  int pipeline_stages = 1;
+  int tensor_parallel_size = 1;
+  int world_size = 1;       // data-parallel size the batch triple was resolved for
+  nlohmann::json resolved;  // the full config with every default and "auto" filled in
 };
 
 // Parses and validates `j` for a data-parallel world of `world_size` ranks. Throws
@@ -93,6 +135,9 @@ struct Config {
 Config ParseConfig(const nlohmann::json& j, int world_size = 1);
 // Reads a JSON file (syntax errors name the line and column) and parses it.
 Config LoadConfigFile(const std::string& path, int world_size = 1);
+// Reads a JSON file without parsing it as a config: a ConfigError naming the file when it
+// cannot be read, is not JSON (with line:column) or repeats a key in one object.
+nlohmann::json ReadConfigJson(const std::string& path);
 // The built-in default: a small GPT on the synthetic corpus (used by `ztrain` without
 // --config, and as the base of tests).
 nlohmann::json DefaultConfigJson();

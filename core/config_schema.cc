@@ -1,1 +1,153 @@
-namespace ztrain {}
+// The schema table's lookup, and ztrain's own sections (model, data, training).
+#include "core/config_schema.h"
+
+#include <unordered_map>
+#include <utility>
+
+namespace ztrain {
+
+std::string_view ConfigTypeName(ConfigType type) {
+  switch (type) {
+    case ConfigType::kBool:
+      return "boolean";
+    case ConfigType::kInt:
+      return "integer";
+    case ConfigType::kNumber:
+      return "number";
+    case ConfigType::kString:
+      return "string";
+    case ConfigType::kStringList:
+      return "array of strings";
+    case ConfigType::kNumberPair:
+      return "array of 2 numbers";
+    case ConfigType::kSection:
+      return "object";
+    case ConfigType::kFreeObject:
+      return "object";
+  }
+  return "?";
+}
+
+ConfigKey ConfigKey::Nullable() const {
+  ConfigKey k = *this;
+  k.nullable = true;
+  return k;
+}
+ConfigKey ConfigKey::Auto() const {
+  ConfigKey k = *this;
+  k.auto_ok = true;
+  return k;
+}
+ConfigKey ConfigKey::Choices(std::vector<std::string> values) const {
+  ConfigKey k = *this;
+  k.choices = std::move(values);
+  return k;
+}
+ConfigKey ConfigKey::OnlyFor(std::vector<std::string> types) const {
+  ConfigKey k = *this;
+  k.only_for = std::move(types);
+  return k;
+}
+
+ConfigSchema::ConfigSchema(std::vector<ConfigKey> keys) : keys_(std::move(keys)) {}
+
+const ConfigSchema& ConfigSchema::Get() {
+  static const ConfigSchema schema = [] {
+    std::vector<ConfigKey> keys = detail::DeepSpeedCoreKeys();
+    for (auto part : {detail::DeepSpeedOtherKeys(), detail::ZtrainKeys()}) {
+      keys.insert(keys.end(), part.begin(), part.end());
+    }
+    return ConfigSchema(std::move(keys));
+  }();
+  return schema;
+}
+
+const ConfigKey* ConfigSchema::Find(std::string_view path) const {
+  // Linear scan: ~200 keys, looked up a few hundred times per parse.
+  for (const ConfigKey& k : keys_) {
+    if (k.path == path) return &k;
+  }
+  return nullptr;
+}
+
+std::vector<const ConfigKey*> ConfigSchema::Children(std::string_view path) const {
+  std::vector<const ConfigKey*> out;
+  const std::string prefix = path.empty() ? "" : std::string(path) + ".";
+  for (const ConfigKey& k : keys_) {
+    if (k.path.size() <= prefix.size() || k.path.compare(0, prefix.size(), prefix) != 0) continue;
+    if (k.path.find('.', prefix.size()) == std::string::npos) out.push_back(&k);
+  }
+  return out;
+}
+
+const std::vector<std::string>& SupportedOptimizerTypes() {
+  static const std::vector<std::string> types = {"Adam", "AdamW"};
+  return types;
+}
+
+const std::vector<std::string>& SupportedSchedulerTypes() {
+  static const std::vector<std::string> types = {"WarmupLR", "WarmupDecayLR", "WarmupCosineLR"};
+  return types;
+}
+
+namespace detail {
+
+ConfigKey Key(std::string path, ConfigType type, nlohmann::json def, std::string doc) {
+  ConfigKey k;
+  k.path = std::move(path);
+  k.type = type;
+  k.default_value = std::move(def);
+  k.doc = std::move(doc);
+  return k;
+}
+
+namespace {
+using T = ConfigType;
+}  // namespace
+
+std::vector<ConfigKey> ZtrainKeys() {
+  return {
+      Key("model", T::kSection, nullptr, "ztrain: the model to train."),
+      Key("model.type", T::kString, "gpt2", "Model family. Only `gpt2` (llm.c's GPT-2).")
+          .Choices({"gpt2"}),
+      Key("model.init_from", T::kString, "",
+          "llm.c model file (`gpt2_124M.bin`) to start from; empty = random init from "
+          "`training.seed`. Its header must match the shape keys below."),
+      Key("model.n_layer", T::kInt, 12, "Number of transformer blocks."),
+      Key("model.n_head", T::kInt, 12, "Attention heads per block; must divide `n_embd`."),
+      Key("model.n_embd", T::kInt, 768, "Hidden size."),
+      Key("model.vocab_size", T::kInt, 50257, "Number of real tokens (GPT-2: 50257)."),
+      Key("model.padded_vocab_size", T::kInt, "auto",
+          "Embedding rows, >= `vocab_size`; the extra rows are never predicted. `\"auto\"`: "
+          "`vocab_size` rounded up to a multiple of 128.")
+          .Auto(),
+      Key("model.max_seq_len", T::kInt, 1024, "Rows of the position embedding (context size)."),
+
+      Key("data", T::kSection, nullptr, "ztrain: where the tokens come from."),
+      Key("data.train", T::kString, "",
+          "Glob of llm.c token shards (`.bin`); empty = the built-in synthetic corpus."),
+      Key("data.val", T::kString, "",
+          "Glob of validation shards; empty = a held-out part of the synthetic corpus when "
+          "`data.train` is empty, else no evaluation."),
+      Key("data.seq_len", T::kInt, "auto",
+          "Tokens per sample, <= `model.max_seq_len`. `\"auto\"`: `model.max_seq_len`.")
+          .Auto(),
+      Key("data.shuffle", T::kBool, false,
+          "Shuffle samples (by `training.seed`, independent of the parallel layout)."),
+
+      Key("training", T::kSection, nullptr, "ztrain: the training run."),
+      Key("training.steps", T::kInt, 100, "Optimizer steps to run (0 = only evaluate)."),
+      Key("training.seed", T::kInt, 1337,
+          "Seed of the initial weights and the sample order; the same for every layout."),
+      Key("training.eval_interval", T::kInt, 0,
+          "Evaluate the validation loss every this many steps (0 = never)."),
+      Key("training.eval_batches", T::kInt, 8, "Micro-batches per evaluation."),
+      Key("training.save_final", T::kString, "",
+          "llm.c model file written at the end; empty = none."),
+      Key("training.output_dir", T::kString, "ztrain_out",
+          "Directory for reports (memory, communication, csv_monitor)."),
+  };
+}
+
+}  // namespace detail
+}  // namespace ztrain

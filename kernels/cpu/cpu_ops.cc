@@ -1,1 +1,9 @@
-namespace ztrain::kernels {}
+#include "kernels/cpu/cpu_ops.h"
+
+#include <memory>
+
+namespace ztrain::kernels {
+
+std::unique_ptr<Ops> MakeCpuOps() { return std::make_unique<CpuOps>(); }
+
+}  // namespace ztrain::kernels

@@ -1,0 +1,67 @@
+#pragma once
+// Timing and STREAM-style memory-bandwidth helpers shared by the benchmarks.
+//
+// Bandwidth follows STREAM's convention: bytes the kernel names (copy: 1 read + 1 write,
+// triad: 2 reads + 1 write per element), not the extra read a write-allocate cache makes.
+// Arrays are page-aligned and first touched by the OpenMP threads that use them (static
+// schedule), as the library's own loops are. Nothing here is thread safe across callers.
+#include <chrono>
+#include <cstddef>
+#include <limits>
+#include <memory>
+
+namespace ztrain::bench {
+
+class Timer {
+ public:
+  Timer() : start_(std::chrono::steady_clock::now()) {}
+  void Reset() { start_ = std::chrono::steady_clock::now(); }
+  double Seconds() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+
+ private:
+  std::chrono::steady_clock::time_point start_;
+};
+
+// Runs fn() once to warm up (page faults, caches, thread pool), then `reps` more times, and
+// returns the fastest of those in seconds: on a shared machine the minimum is the run least
+// disturbed by others.
+template <typename Fn>
+double BestOf(int reps, Fn&& fn) {
+  fn();
+  double best = std::numeric_limits<double>::infinity();
+  for (int r = 0; r < reps; ++r) {
+    Timer t;
+    fn();
+    const double s = t.Seconds();
+    if (s < best) best = s;
+  }
+  return best;
+}
+
+inline double GBs(double bytes, double seconds) { return bytes / seconds * 1e-9; }
+
+// A page-aligned float array, zero-filled in parallel with schedule(static) so that each
+// thread's part is first touched (and placed) by that thread.
+class FloatArray {
+ public:
+  explicit FloatArray(size_t n);
+  float* data() const { return data_.get(); }
+  size_t size() const { return n_; }
+  float& operator[](size_t i) const { return data_[i]; }
+
+ private:
+  struct Free {
+    void operator()(float* p) const;
+  };
+  std::unique_ptr<float[], Free> data_;
+  size_t n_;
+};
+
+// STREAM copy (a[i] = b[i]) and triad (a[i] = b[i] + s * c[i]) over arrays of `n_floats`
+// each, best of `reps` after a warm-up, in GB/s.
+double StreamCopyGBs(size_t n_floats, int reps = 5);
+double StreamTriadGBs(size_t n_floats, int reps = 5);
+
+}  // namespace ztrain::bench

@@ -1,0 +1,109 @@
+// GPT-2 124M train step on the CPU (B=4, T=64, fp32), against OpenBLAS SGEMM peak measured in
+// the same run.
+//
+//   build/bench/gpt2_bench [--steps N] [--batch B] [--seq T] [--layers L]
+//
+// Prints ms/step, the step's matmul FLOPs (6 x parameters in matmuls per token plus causal
+// attention, the convention of llm.c and PaLM's MFU), achieved GFLOP/s as a fraction of the
+// SGEMM peak, a forward/backward/optimizer breakdown, and the tracker's peak memory by
+// category.
+#include <cblas.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "nn/gpt2.h"
+
+namespace {
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Best-of-N GFLOP/s of a square SGEMM large enough to reach OpenBLAS's peak.
+double SgemmPeakGflops(int n, int reps) {
+  std::vector<float> a(size_t(n) * n, 0.5f), b(size_t(n) * n, 0.25f), c(size_t(n) * n);
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    const double t0 = Now();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(),
+                n, 0.0f, c.data(), n);
+    best = std::min(best, Now() - t0);
+  }
+  return 2.0 * n * n * n / best / 1e9;
+}
+
+int ArgInt(int argc, char** argv, const char* name, int fallback) {
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::strcmp(argv[i], name) == 0) return std::atoi(argv[i + 1]);
+  return fallback;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int steps = ArgInt(argc, argv, "--steps", 5);
+  const int b = ArgInt(argc, argv, "--batch", 4), t = ArgInt(argc, argv, "--seq", 64);
+  nlohmann::json j = ztrain::DefaultConfigJson();
+  j["model"] = {{"type", "gpt2"}, {"n_layer", ArgInt(argc, argv, "--layers", 12)},
+                {"n_head", 12}, {"n_embd", 768}, {"vocab_size", 50257},
+                {"padded_vocab_size", 50304}, {"max_seq_len", 1024}};
+  j["data"] = {{"seq_len", t}};
+  j["train_micro_batch_size_per_gpu"] = b;
+  j["gradient_accumulation_steps"] = 1;
+  j.erase("train_batch_size");
+  j["gradient_clipping"] = 1.0;
+  const ztrain::Config cfg = ztrain::ParseConfig(j);
+  ztrain::Engine engine(cfg, ztrain::nn::BuildGpt2(cfg.model));
+
+  std::vector<int32_t> tokens(size_t(b) * t), targets(size_t(b) * t);
+  std::mt19937 rng(1);
+  std::uniform_int_distribution<int> tok(0, 50256);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = tok(rng), targets[i] = tok(rng);
+  ztrain::nn::MicroBatch mb{ztrain::Tensor(tokens.data(), ztrain::DType::kI32, {b, t}),
+                            ztrain::Tensor(targets.data(), ztrain::DType::kI32, {b, t})};
+
+  const double peak = SgemmPeakGflops(2048, 5);
+  engine.TrainStep({&mb, 1});  // warm-up: first-touch of activations and caches
+  engine.memory().ResetPeaks();
+  double best = 1e30, fwd_bwd = 1e30, opt = 1e30;
+  for (int s = 0; s < steps; ++s) {
+    const ztrain::StepStats st = engine.TrainStep({&mb, 1});
+    best = std::min(best, st.seconds);
+    // The same step split into its phases (not counted in the step time above).
+    const double t0 = Now();
+    engine.ZeroGrad();
+    engine.ForwardBackward(mb, 1.0f);
+    const double t1 = Now();
+    ztrain::StepStats ignored;
+    engine.OptimizerStep(engine.GradNorm(), ignored);
+    fwd_bwd = std::min(fwd_bwd, t1 - t0);
+    opt = std::min(opt, Now() - t1);
+  }
+  const double flops = engine.TrainFlopsPerToken(t) * b * t;
+  const double achieved = flops / best / 1e9;
+  std::printf("GPT-2 %d layers, %lld parameters, B=%d T=%d fp32\n", cfg.model.n_layer,
+              static_cast<long long>(engine.NumParameters()), b, t);
+  std::printf("OpenBLAS SGEMM peak (2048^3, same run): %.1f GFLOP/s\n", peak);
+  std::printf("train step: %.1f ms (best of %d); %.1f GFLOP per step\n", best * 1e3, steps,
+              flops / 1e9);
+  std::printf("  forward+backward %.1f ms, grad norm + AdamW %.1f ms\n", fwd_bwd * 1e3, opt * 1e3);
+  std::printf("achieved: %.1f GFLOP/s = %.1f%% of SGEMM peak (target >= 60%%)\n", achieved,
+              100.0 * achieved / peak);
+  const ztrain::MemorySnapshot mem = engine.memory().Snapshot();
+  std::printf("peak memory (tracker): total %s\n", ztrain::FormatBytes(mem.total_peak).c_str());
+  for (int c = 0; c < ztrain::kNumMemoryCategories; ++c) {
+    if (mem.peak[c] == 0) continue;
+    std::printf("  %-16s %s\n",
+                std::string(ztrain::MemoryCategoryName(static_cast<ztrain::MemoryCategory>(c))).c_str(),
+                ztrain::FormatBytes(mem.peak[c]).c_str());
+  }
+  return 0;
+}

@@ -1,0 +1,60 @@
+#pragma once
+// Internals of config parsing shared by core/config*.cc; not part of the public API.
+//
+// ParseConfig runs these passes over one JSON tree, each adding to the same ConfigErrors so
+// that a user sees every problem at once:
+//   BuildResolvedTree  unknown keys, types; a complete tree with every default filled in
+//   ResolveDerived     "auto" and other values that depend on other keys
+//   ResolveBatchSize   the batch triple, as DeepSpeed's _set_batch_related_parameters
+//   CheckRefusals      DeepSpeed features ztrain does not run yet
+//   CheckRanges        values the trainer cannot use (lr < 0, n_embd % n_head != 0, ...)
+// A pass never sees a wrongly typed value: BuildResolvedTree replaces it by the default after
+// recording the error, so later passes only add errors of their own.
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ztrain::detail {
+
+// Problems found while parsing, each "json.path: what is wrong and how to fix it".
+class ConfigErrors {
+ public:
+  void Add(std::string_view path, std::string_view message);
+  bool empty() const { return lines_.empty(); }
+  const std::vector<std::string>& lines() const { return lines_; }
+  // Throws one ConfigError listing every problem, one per line; returns when there is none.
+  void ThrowIfAny() const;
+
+ private:
+  std::vector<std::string> lines_;
+};
+
+// config_validate.cc
+nlohmann::json BuildResolvedTree(const nlohmann::json& input, ConfigErrors& errors);
+// Levenshtein distance, used to suggest the nearest known key.
+size_t EditDistance(std::string_view a, std::string_view b);
+
+// config_resolve.cc
+void ResolveDerived(nlohmann::json& tree);
+void ResolveBatchSize(nlohmann::json& tree, int world_size, ConfigErrors& errors);
+
+// config_refusals.cc
+void CheckRefusals(const nlohmann::json& tree, ConfigErrors& errors);
+
+// config_ranges.cc
+void CheckRanges(const nlohmann::json& tree, ConfigErrors& errors);
+
+// Helpers (config.cc).
+// The value at dotted `path`; throws InternalError when it is missing (a schema bug).
+const nlohmann::json& At(const nlohmann::json& tree, std::string_view path);
+nlohmann::json& At(nlohmann::json& tree, std::string_view path);
+// Null when any part of `path` is missing.
+const nlohmann::json* Find(const nlohmann::json& tree, std::string_view path);
+nlohmann::json* Find(nlohmann::json& tree, std::string_view path);
+// A value as messages show it: strings unquoted when `quote` is false.
+std::string ValueText(const nlohmann::json& v, bool quote = true);
+bool EqualsIgnoreCase(std::string_view a, std::string_view b);
+
+}  // namespace ztrain::detail

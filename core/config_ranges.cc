@@ -1,0 +1,164 @@
+// Pass 5 of ParseConfig: values of the right type that the trainer still cannot use. Each
+// message says what the value must be and how to get there.
+#include <algorithm>
+#include <string>
+
+#include "core/config_internal.h"
+#include "core/config_schema.h"
+#include "core/error.h"
+
+namespace ztrain::detail {
+namespace {
+
+using nlohmann::json;
+
+int64_t Int(const json& t, const std::string& path) { return At(t, path).get<int64_t>(); }
+double Num(const json& t, const std::string& path) { return At(t, path).get<double>(); }
+
+void IntAtLeast(const json& t, const std::string& path, int64_t min, ConfigErrors& errors) {
+  const json& v = At(t, path);
+  if (v.is_number_unsigned()) return;  // >= 0, and may not fit int64_t (training.seed)
+  if (v.is_number() && v.get<int64_t>() < min) {
+    errors.Add(path, StrCat("must be >= ", min, ", got ", v.get<int64_t>()));
+  }
+}
+
+void NumInRange(const json& t, const std::string& path, double lo, double hi,
+                ConfigErrors& errors) {
+  const double v = Num(t, path);
+  if (!(v >= lo && v <= hi)) errors.Add(path, StrCat("must be in [", lo, ", ", hi, "], got ", v));
+}
+
+void NumAtLeast(const json& t, const std::string& path, double min, ConfigErrors& errors) {
+  const double v = Num(t, path);
+  if (!(v >= min)) errors.Add(path, StrCat("must be >= ", min, ", got ", v));
+}
+
+void CheckModel(const json& t, ConfigErrors& errors) {
+  for (const char* key :
+       {"model.n_layer", "model.n_head", "model.n_embd", "model.vocab_size", "model.max_seq_len"}) {
+    IntAtLeast(t, key, 1, errors);
+  }
+  const int64_t n_head = Int(t, "model.n_head"), n_embd = Int(t, "model.n_embd");
+  if (n_head >= 1 && n_embd >= 1 && n_embd % n_head != 0) {
+    const int64_t lower = n_embd - n_embd % n_head;
+    errors.Add("model.n_embd",
+               StrCat(n_embd, " is not divisible by model.n_head ", n_head,
+                      "; use a multiple of n_head (e.g. ", lower > 0 ? lower : n_head, " or ",
+                      lower + n_head, ") or a divisor of n_embd as n_head"));
+  }
+  const int64_t vocab = Int(t, "model.vocab_size"), padded = Int(t, "model.padded_vocab_size");
+  if (padded < vocab) {
+    errors.Add("model.padded_vocab_size",
+               StrCat(padded, " is smaller than model.vocab_size ", vocab, "; use >= ", vocab,
+                      " or \"auto\" (", (vocab + 127) / 128 * 128, ")"));
+  }
+  const int64_t seq = Int(t, "data.seq_len"), max_seq = Int(t, "model.max_seq_len");
+  if (seq < 1 || seq > max_seq) {
+    errors.Add("data.seq_len", StrCat(seq, " must be in [1, model.max_seq_len = ", max_seq,
+                                      "]; lower it, or raise model.max_seq_len"));
+  }
+}
+
+void CheckTraining(const json& t, ConfigErrors& errors) {
+  IntAtLeast(t, "training.steps", 0, errors);
+  IntAtLeast(t, "training.seed", 0, errors);
+  IntAtLeast(t, "training.eval_interval", 0, errors);
+  IntAtLeast(t, "training.eval_batches", Int(t, "training.eval_interval") > 0 ? 1 : 0, errors);
+  IntAtLeast(t, "steps_per_print", 1, errors);
+  NumAtLeast(t, "gradient_clipping", 0.0, errors);
+  if (!(Num(t, "gradient_predivide_factor") > 0)) {
+    errors.Add("gradient_predivide_factor", "must be > 0 (1.0 = divide after the all-reduce)");
+  }
+}
+
+void CheckOptimizer(const json& t, ConfigErrors& errors) {
+  const json& type = At(t, "optimizer.type");
+  if (type != "Adam" && type != "AdamW") return;  // refused; its params are DeepSpeed's business
+  NumAtLeast(t, "optimizer.params.lr", 0.0, errors);
+  NumAtLeast(t, "optimizer.params.weight_decay", 0.0, errors);
+  const json& betas = At(t, "optimizer.params.betas");
+  for (const json& b : betas) {
+    if (!(b.get<double>() >= 0.0 && b.get<double>() < 1.0)) {
+      errors.Add("optimizer.params.betas",
+                 "each beta must be in [0, 1), got " + betas.dump() + "; e.g. [0.9, 0.999]");
+      break;
+    }
+  }
+  if (!(Num(t, "optimizer.params.eps") > 0)) {
+    errors.Add("optimizer.params.eps", "must be > 0 (DeepSpeed's default is 1e-8)");
+  }
+  if (type == "AdamW" && At(t, "optimizer.params.adam_w_mode") == false) {
+    errors.Add("optimizer.params.adam_w_mode",
+               "false has no effect with type AdamW (DeepSpeed always decouples its weight "
+               "decay); for L2 decay use type \"Adam\" with adam_w_mode false");
+  }
+}
+
+void CheckScheduler(const json& t, ConfigErrors& errors) {
+  const json& type = At(t, "scheduler.type");
+  const auto& supported = SupportedSchedulerTypes();
+  if (!type.is_string() ||
+      std::find(supported.begin(), supported.end(), type.get<std::string>()) == supported.end()) {
+    return;  // no scheduler, or refused (its params are then DeepSpeed's business)
+  }
+  const std::string p = "scheduler.params.";
+  IntAtLeast(t, p + "warmup_num_steps", 0, errors);
+  IntAtLeast(t, p + "last_batch_iteration", -1, errors);
+  if (type == "WarmupLR" || type == "WarmupDecayLR") {
+    NumAtLeast(t, p + "warmup_min_lr", 0.0, errors);
+    NumAtLeast(t, p + "warmup_max_lr", 0.0, errors);
+  }
+  if (type == "WarmupCosineLR") {
+    NumInRange(t, p + "warmup_min_ratio", 0.0, 1.0, errors);
+    NumInRange(t, p + "cos_min_ratio", 0.0, 1.0, errors);
+  }
+  if (type == "WarmupDecayLR" || type == "WarmupCosineLR") {
+    if (At(t, p + "total_num_steps").is_null()) {
+      errors.Add(p + "total_num_steps",
+                 StrCat("required by ", type.get<std::string>(),
+                        "; set it to the step the decay ends (e.g. training.steps = ",
+                        Int(t, "training.steps"), ") or \"auto\""));
+    } else {
+      IntAtLeast(t, p + "total_num_steps", 1, errors);
+    }
+  }
+}
+
+void CheckParallelAndIo(const json& t, ConfigErrors& errors) {
+  const int64_t stage = Int(t, "zero_optimization.stage");
+  if (stage < 0 || stage > 3) {
+    errors.Add("zero_optimization.stage", StrCat("must be 0, 1, 2 or 3, got ", stage));
+  }
+  for (const ConfigKey& key : ConfigSchema::Get().keys()) {
+    // DeepSpeed's pydantic models declare every ZeRO and offload size with ge=0.
+    if (key.type == ConfigType::kInt && key.path.rfind("zero_optimization.", 0) == 0 &&
+        key.path != "zero_optimization.mics_shard_size") {
+      IntAtLeast(t, key.path, 0, errors);
+    }
+  }
+  NumInRange(t, "zero_optimization.offload_optimizer.ratio", 0.0, 1.0, errors);
+  for (const char* key : {"aio.block_size", "aio.queue_depth", "aio.intra_op_parallelism",
+                          "aio.thread_count", "pipeline.stages", "tensor_parallel.size",
+                          "tensor_parallel.tp.tp_size", "tensor_parallel.tp.tp_grain_size"}) {
+    IntAtLeast(t, key, 1, errors);
+  }
+  IntAtLeast(t, "tensor_parallel.autotp_size", 0, errors);
+  IntAtLeast(t, "pipeline.activation_checkpoint_interval", 0, errors);
+  const json& checkpoints = At(t, "activation_checkpointing.number_checkpoints");
+  if (checkpoints.is_number() && checkpoints.get<int64_t>() < 1) {
+    errors.Add("activation_checkpointing.number_checkpoints", "must be >= 1 or null");
+  }
+}
+
+}  // namespace
+
+void CheckRanges(const json& tree, ConfigErrors& errors) {
+  CheckModel(tree, errors);
+  CheckTraining(tree, errors);
+  CheckOptimizer(tree, errors);
+  CheckScheduler(tree, errors);
+  CheckParallelAndIo(tree, errors);
+}
+
+}  // namespace ztrain::detail

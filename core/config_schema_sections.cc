@@ -1,0 +1,164 @@
+// Schema table, part 2: DeepSpeed's activation checkpointing, monitoring, logging,
+// checkpoint, pipeline and tensor-parallel sections, and the free-form feature sections.
+#include "core/config_schema.h"
+
+namespace ztrain::detail {
+namespace {
+
+using T = ConfigType;
+using nlohmann::json;
+
+std::vector<ConfigKey> ActivationCheckpointingKeys() {
+  const std::string a = "activation_checkpointing.";
+  return {
+      Key("activation_checkpointing", T::kSection, nullptr,
+          "Recompute activations in backward instead of storing them."),
+      Key(a + "partition_activations", T::kBool, false,
+          "Shard checkpointed activations across model-parallel ranks."),
+      Key(a + "cpu_checkpointing", T::kBool, false, "Keep checkpointed activations on the CPU."),
+      Key(a + "contiguous_memory_optimization", T::kBool, false,
+          "Copy checkpoints into one contiguous buffer."),
+      Key(a + "number_checkpoints", T::kInt, nullptr, "Checkpoints kept (contiguous buffer).")
+          .Nullable(),
+      Key(a + "synchronize_checkpoint_boundary", T::kBool, false,
+          "Synchronise the device at each checkpoint boundary."),
+      Key(a + "profile", T::kBool, false, "Time the checkpointed forward and recompute."),
+  };
+}
+
+// tensorboard and csv_monitor share DeepSpeed's monitor fields.
+std::vector<ConfigKey> MonitorKeys(const std::string& name, const std::string& what) {
+  return {
+      Key(name, T::kSection, nullptr, what),
+      Key(name + ".enabled", T::kBool, false, "Turn the monitor on."),
+      Key(name + ".output_path", T::kString, "",
+          "Directory of the logs; empty = `training.output_dir`."),
+      Key(name + ".job_name", T::kString, "DeepSpeedJobName", "Subdirectory / run name."),
+  };
+}
+
+std::vector<ConfigKey> MonitoringKeys() {
+  std::vector<ConfigKey> keys = {
+      Key("flops_profiler", T::kSection, nullptr, "DeepSpeed's per-module FLOPs profiler."),
+      Key("flops_profiler.enabled", T::kBool, false, "Profile one step."),
+      Key("flops_profiler.recompute_fwd_factor", T::kNumber, 0.0,
+          "Extra forward fraction recomputed by activation checkpointing."),
+      Key("flops_profiler.profile_step", T::kInt, 1, "Step to profile."),
+      Key("flops_profiler.module_depth", T::kInt, -1, "Depth of modules shown (-1 = all)."),
+      Key("flops_profiler.top_modules", T::kInt, 1, "Top modules shown per depth."),
+      Key("flops_profiler.detailed", T::kBool, true, "Show the per-module profile."),
+      Key("flops_profiler.output_file", T::kString, nullptr, "File of the report; null = log.")
+          .Nullable(),
+      Key("wandb", T::kSection, nullptr, "Weights & Biases monitor."),
+      Key("wandb.enabled", T::kBool, false, "Turn the monitor on."),
+      Key("wandb.group", T::kString, nullptr, "Run group.").Nullable(),
+      Key("wandb.team", T::kString, nullptr, "Team (entity).").Nullable(),
+      Key("wandb.project", T::kString, "deepspeed", "Project."),
+      Key("comet", T::kSection, nullptr, "Comet ML monitor."),
+      Key("comet.enabled", T::kBool, false, "Turn the monitor on."),
+      Key("comet.samples_log_interval", T::kInt, 100, "Log every this many samples."),
+      Key("comet.project", T::kString, nullptr, "Project.").Nullable(),
+      Key("comet.workspace", T::kString, nullptr, "Workspace.").Nullable(),
+      Key("comet.api_key", T::kString, nullptr, "API key.").Nullable(),
+      Key("comet.experiment_name", T::kString, nullptr, "Experiment name.").Nullable(),
+      Key("comet.experiment_key", T::kString, nullptr, "Experiment key.").Nullable(),
+      Key("comet.online", T::kBool, nullptr, "Log online.").Nullable(),
+      Key("comet.mode", T::kString, nullptr, "Comet start mode.").Nullable(),
+      Key("comms_logger", T::kSection, nullptr,
+          "Log every collective with its size and time (ztrain counts bytes per op)."),
+      Key("comms_logger.enabled", T::kBool, false, "Turn the logger on."),
+      Key("comms_logger.verbose", T::kBool, false, "Log each op as it runs."),
+      Key("comms_logger.prof_all", T::kBool, true, "Profile every op type."),
+      Key("comms_logger.debug", T::kBool, false, "Name the caller of each op."),
+      Key("comms_logger.prof_ops", T::kStringList, json::array(),
+          "Op names profiled when `prof_all` is false."),
+      Key("timers", T::kSection, nullptr, "Engine timers."),
+      Key("timers.throughput", T::kSection, nullptr, "Samples/s timer."),
+      Key("timers.throughput.enabled", T::kBool, true, "Measure throughput."),
+      Key("timers.throughput.synchronized", T::kBool, true, "Synchronise the device first."),
+  };
+  for (auto part : {MonitorKeys("tensorboard", "TensorBoard monitor."),
+                    MonitorKeys("csv_monitor", "CSV monitor: one file per metric.")}) {
+    keys.insert(keys.end(), part.begin(), part.end());
+  }
+  return keys;
+}
+
+std::vector<ConfigKey> CheckpointAndParallelKeys() {
+  return {
+      Key("data_types", T::kSection, nullptr, "Data types of internal buffers."),
+      Key("data_types.grad_accum_dtype", T::kString, nullptr,
+          "Gradient accumulation dtype; null = the training dtype (fp32).")
+          .Nullable()
+          .Choices({"fp32", "fp16", "bf16"}),
+      Key("checkpoint", T::kSection, nullptr, "Checkpoint options."),
+      Key("checkpoint.tag_validation", T::kString, "Warn",
+          "Check that all ranks save the same tag: `Ignore`, `Warn` or `Fail`.")
+          .Choices({"Ignore", "Warn", "Fail"}),
+      Key("checkpoint.load_universal", T::kBool, false, "Load a DeepSpeed universal checkpoint."),
+      Key("checkpoint.use_node_local_storage", T::kBool, false,
+          "Each node writes to its own storage."),
+      Key("checkpoint.parallel_write", T::kSection, nullptr, "Parallel checkpoint writes."),
+      Key("checkpoint.parallel_write.pipeline_stage", T::kBool, false,
+          "Pipeline stages write in parallel."),
+      Key("pipeline", T::kSection, nullptr, "Pipeline parallelism."),
+      Key("pipeline.stages", T::kInt, "auto", "Pipeline stages (`\"auto\"`: 1).").Auto(),
+      Key("pipeline.partition", T::kString, "best",
+          "How layers are split: `parameters`, `uniform`, `best` or `type:REGEX`."),
+      Key("pipeline.schedule", T::kString, "1F1B", "ztrain: `1F1B` or `GPipe`.")
+          .Choices({"1F1B", "GPipe"}),
+      Key("pipeline.seed_layers", T::kBool, false, "Seed each layer by its index."),
+      Key("pipeline.activation_checkpoint_interval", T::kInt, 0,
+          "Checkpoint every this many layers (0 = off)."),
+      Key("pipeline.pipe_partitioned", T::kBool, true, "Shard activations sent between stages."),
+      Key("pipeline.grad_partitioned", T::kBool, true, "Shard gradients sent between stages."),
+      Key("tensor_parallel", T::kSection, nullptr, "Tensor (Megatron) parallelism."),
+      Key("tensor_parallel.size", T::kInt, 1, "ztrain: tensor-parallel group size."),
+      Key("tensor_parallel.autotp_size", T::kInt, 0, "DeepSpeed AutoTP training size (0 = off)."),
+      Key("tensor_parallel.tp", T::kSection, nullptr, "DeepSpeed TP settings."),
+      Key("tensor_parallel.tp.tp_size", T::kInt, 1, "Tensor-parallel size."),
+      Key("tensor_parallel.tp.tp_grain_size", T::kInt, 1, "Split granularity."),
+      Key("tensor_parallel.keep_module_on_host", T::kBool, false,
+          "Keep checkpoint weights on the host while loading."),
+  };
+}
+
+// Sections whose content DeepSpeed defines freely (or that only switch a feature on). They
+// are accepted as objects without key checks and refused when they enable anything.
+std::vector<ConfigKey> FreeFormKeys() {
+  const json off = {{"enabled", false}};
+  return {
+      Key("elasticity", T::kFreeObject, off, "Elastic training over changing GPU counts."),
+      Key("autotuning", T::kFreeObject, off, "DeepSpeed's autotuner."),
+      Key("compression_training", T::kFreeObject, json::object(),
+          "Quantisation, pruning and layer reduction during training."),
+      Key("data_efficiency", T::kFreeObject, off, "Curriculum sampling and random-LTD."),
+      Key("curriculum_learning", T::kFreeObject, off, "Legacy curriculum learning."),
+      Key("progressive_layer_drop", T::kFreeObject, off, "Progressive layer dropping."),
+      Key("eigenvalue", T::kFreeObject, off, "Hessian eigenvalue estimation (MoQ)."),
+      Key("quantize_training", T::kFreeObject, off, "MoQ quantised training."),
+      Key("hybrid_engine", T::kFreeObject, off, "RLHF hybrid train/inference engine."),
+      Key("nebula", T::kFreeObject, off, "Azure Nebula checkpointing."),
+      Key("compile", T::kFreeObject, off, "torch.compile / DeepCompile."),
+      Key("torch_autocast", T::kFreeObject, off, "torch.autocast mixed precision."),
+      Key("sparse_attention", T::kFreeObject, nullptr,
+          "Block-sparse attention layouts (on when present).")
+          .Nullable(),
+      Key("weight_quantization", T::kFreeObject, nullptr,
+          "Weight quantisation at load (on when present).")
+          .Nullable(),
+  };
+}
+
+}  // namespace
+
+std::vector<ConfigKey> DeepSpeedOtherKeys() {
+  std::vector<ConfigKey> keys;
+  for (auto part : {ActivationCheckpointingKeys(), MonitoringKeys(), CheckpointAndParallelKeys(),
+                    FreeFormKeys()}) {
+    keys.insert(keys.end(), part.begin(), part.end());
+  }
+  return keys;
+}
+
+}  // namespace ztrain::detail

@@ -1,0 +1,262 @@
+// Pass 1 of ParseConfig: checks every key and type of the user's JSON against the schema
+// and builds the complete tree with every default filled in (core/config_internal.h).
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <optional>
+
+#include "core/config_internal.h"
+#include "core/config_schema.h"
+#include "core/error.h"
+
+namespace ztrain::detail {
+namespace {
+
+using nlohmann::json;
+
+// What the walk needs to know before it reaches optimizer.params / scheduler.params.
+struct WalkContext {
+  bool optimizer_supported = true;
+  bool scheduler_given = false;
+  bool scheduler_supported = false;
+  std::string scheduler_type;
+};
+
+WalkContext ContextOf(const json& input) {
+  WalkContext ctx;
+  const json* opt = Find(input, "optimizer.type");
+  if (opt && opt->is_string()) {
+    const auto& types = SupportedOptimizerTypes();
+    ctx.optimizer_supported = std::any_of(types.begin(), types.end(), [&](const auto& t) {
+      return EqualsIgnoreCase(t, opt->get<std::string>());
+    });
+  }
+  const json* sched = Find(input, "scheduler.type");
+  if (sched && sched->is_string()) {
+    ctx.scheduler_given = true;
+    ctx.scheduler_type = sched->get<std::string>();
+    const auto& types = SupportedSchedulerTypes();
+    ctx.scheduler_supported =
+        std::find(types.begin(), types.end(), ctx.scheduler_type) != types.end();
+  }
+  return ctx;
+}
+
+std::string_view Leaf(std::string_view path) {
+  const size_t dot = path.rfind('.');
+  return dot == std::string_view::npos ? path : path.substr(dot + 1);
+}
+
+std::string Join(std::string_view section, std::string_view key) {
+  return section.empty() ? std::string(key) : std::string(section) + "." + std::string(key);
+}
+
+bool Applies(const ConfigKey& key, const WalkContext& ctx) {
+  if (key.only_for.empty()) return true;
+  return std::find(key.only_for.begin(), key.only_for.end(), ctx.scheduler_type) !=
+         key.only_for.end();
+}
+
+std::string Describe(const json& v) {
+  switch (v.type()) {
+    case json::value_t::null:
+      return "null";
+    case json::value_t::boolean:
+      return "boolean " + v.dump();
+    case json::value_t::string:
+      return "string " + v.dump();
+    case json::value_t::array:
+      return "array " + v.dump();
+    case json::value_t::object:
+      return "object";
+    default:
+      return "number " + v.dump();
+  }
+}
+
+std::string Expected(const ConfigKey& key) {
+  std::string s(ConfigTypeName(key.type));
+  if (key.nullable) s += " or null";
+  if (key.auto_ok) s += " or \"auto\"";
+  return s;
+}
+
+// The value normalised to the key's type, or nullopt after recording why it is wrong.
+std::optional<json> Normalise(const ConfigKey& key, const json& v, ConfigErrors& errors) {
+  if (v.is_null() && key.nullable) return v;
+  if (v == "auto" && key.auto_ok) return v;
+  switch (key.type) {
+    case ConfigType::kBool:
+      if (v.is_boolean()) return v;
+      break;
+    case ConfigType::kInt:
+      if (v.is_number_integer()) return v;
+      if (v.is_number_float()) {
+        const double d = v.get<double>();
+        if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.2e18) {
+          return json(static_cast<int64_t>(d));
+        }
+      }
+      break;
+    case ConfigType::kNumber:
+      if (v.is_number()) return v;
+      break;
+    case ConfigType::kString:
+      if (!v.is_string()) break;
+      if (key.choices.empty()) return v;
+      for (const std::string& c : key.choices) {
+        if (EqualsIgnoreCase(c, v.get<std::string>())) return json(c);
+      }
+      {
+        std::string list;
+        for (const std::string& c : key.choices) list += (list.empty() ? "\"" : ", \"") + c + "\"";
+        errors.Add(key.path, "expected one of " + list + ", got " + v.dump());
+      }
+      return std::nullopt;
+    case ConfigType::kStringList:
+      if (v.is_array() &&
+          std::all_of(v.begin(), v.end(), [](const json& e) { return e.is_string(); })) {
+        return v;
+      }
+      break;
+    case ConfigType::kNumberPair:
+      if (v.is_array() && v.size() == 2 && v[0].is_number() && v[1].is_number()) return v;
+      break;
+    case ConfigType::kSection:
+    case ConfigType::kFreeObject:
+      if (v.is_object()) return v;
+      break;
+  }
+  std::string msg = "expected " + Expected(key) + ", got " + Describe(v);
+  if (v == "auto") msg = "expected " + Expected(key) + "; \"auto\" is not accepted here";
+  errors.Add(key.path, msg);
+  return std::nullopt;
+}
+
+// DeepSpeed's deprecated spellings, answered with the current key.
+const std::vector<std::pair<std::string, std::string>>& RenamedKeys() {
+  static const std::vector<std::pair<std::string, std::string>> renamed = {
+      {"bfloat16", "bf16"},
+      {"zero_optimization.cpu_offload", "zero_optimization.offload_optimizer"},
+      {"zero_optimization.cpu_offload_param", "zero_optimization.offload_param"},
+      {"zero_optimization.cpu_offload_use_pin_memory",
+       "zero_optimization.offload_optimizer.pin_memory"},
+      {"zero_optimization.stage3_gather_fp16_weights_on_model_save",
+       "zero_optimization.stage3_gather_16bit_weights_on_model_save"},
+  };
+  return renamed;
+}
+
+std::string Suggestion(const std::string& path, std::string_view name,
+                       const std::vector<const ConfigKey*>& siblings) {
+  for (const auto& [old_path, new_path] : RenamedKeys()) {
+    if (old_path == path) return "; DeepSpeed deprecated it, use \"" + new_path + "\"";
+  }
+  const ConfigKey* best = nullptr;
+  size_t best_distance = 0;
+  for (const ConfigKey* k : siblings) {
+    const size_t d = EditDistance(name, Leaf(k->path));
+    if (!best || d < best_distance) {
+      best = k;
+      best_distance = d;
+    }
+  }
+  if (best && best_distance <= std::max<size_t>(2, name.size() / 3)) {
+    return "; did you mean \"" + best->path + "\"?";
+  }
+  for (const ConfigKey& k : ConfigSchema::Get().keys()) {
+    if (Leaf(k.path) == name) return "; did you mean \"" + k.path + "\" (another section)?";
+  }
+  if (!siblings.empty() && siblings.size() <= 12) {
+    std::string list;
+    for (const ConfigKey* k : siblings)
+      list += (list.empty() ? "" : ", ") + std::string(Leaf(k->path));
+    return "; known keys here: " + list;
+  }
+  return "";
+}
+
+void ReportUnknown(const std::string& path, std::string_view name,
+                   const std::vector<const ConfigKey*>& siblings, const WalkContext& ctx,
+                   ConfigErrors& errors) {
+  const ConfigKey* elsewhere = ConfigSchema::Get().Find(path);
+  if (elsewhere && !Applies(*elsewhere, ctx)) {
+    std::string owners;
+    for (const std::string& t : elsewhere->only_for) owners += (owners.empty() ? "" : ", ") + t;
+    errors.Add(path, "not a parameter of scheduler type " + ctx.scheduler_type +
+                         "; it belongs to " + owners);
+    return;
+  }
+  errors.Add(path, "unknown key" + Suggestion(path, name, siblings));
+}
+
+json FillSection(const std::string& path, const json* given, const WalkContext& ctx,
+                 ConfigErrors& errors);
+
+json FillKey(const ConfigKey& key, const json* given, const WalkContext& ctx,
+             ConfigErrors& errors) {
+  std::optional<json> value;
+  if (given && !(key.type == ConfigType::kSection && given->is_null())) {
+    value = Normalise(key, *given, errors);
+  }
+  if (key.type != ConfigType::kSection) return value ? *value : key.default_value;
+  const json* section = value ? &*value : nullptr;
+  if (key.path == "optimizer.params" && !ctx.optimizer_supported) {
+    return section ? *section : json::object();  // refused with optimizer.type
+  }
+  if (key.path == "scheduler.params" && !ctx.scheduler_supported) {
+    if (!ctx.scheduler_given && section && !section->empty()) {
+      errors.Add(key.path,
+                 "parameters without scheduler.type; set scheduler.type to one of "
+                 "WarmupLR, WarmupDecayLR, WarmupCosineLR or drop them");
+    }
+    return ctx.scheduler_given && section ? *section : json::object();
+  }
+  return FillSection(key.path, section, ctx, errors);
+}
+
+json FillSection(const std::string& path, const json* given, const WalkContext& ctx,
+                 ConfigErrors& errors) {
+  json out = json::object();
+  std::vector<const ConfigKey*> known;
+  for (const ConfigKey* key : ConfigSchema::Get().Children(path)) {
+    if (!Applies(*key, ctx)) continue;
+    known.push_back(key);
+    const std::string name(Leaf(key->path));
+    const json* v = given && given->contains(name) ? &(*given)[name] : nullptr;
+    out[name] = FillKey(*key, v, ctx, errors);
+  }
+  if (!given) return out;
+  for (const auto& [name, v] : given->items()) {
+    if (!out.contains(name)) ReportUnknown(Join(path, name), name, known, ctx, errors);
+  }
+  return out;
+}
+
+}  // namespace
+
+size_t EditDistance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t substitute = diagonal + (std::tolower(static_cast<unsigned char>(a[i - 1])) !=
+                                            std::tolower(static_cast<unsigned char>(b[j - 1])));
+      diagonal = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, substitute});
+    }
+  }
+  return row[b.size()];
+}
+
+json BuildResolvedTree(const json& input, ConfigErrors& errors) {
+  if (!input.is_object()) {
+    errors.Add("(top level)", "a config is a JSON object { ... }, got " + Describe(input));
+    return FillSection("", nullptr, WalkContext{}, errors);
+  }
+  return FillSection("", &input, ContextOf(input), errors);
+}
+
+}  // namespace ztrain::detail

@@ -1,0 +1,98 @@
+#pragma once
+// Engine: trains a model given as a list of layers, configured by a Config.
+//
+// Owns everything the model state needs: one flat parameter buffer per layer (parameter
+// views point into it), a mirroring flat gradient buffer, the AdamW state (m, v), the
+// activations of the micro-batch in flight (through a caching allocator), and the
+// MemoryTracker that counts all of it by category. Parameters are initialised from
+// (training.seed, parameter name, element index) only (nn/init.h). A train step runs
+// forward and backward for each micro-batch (gradients accumulate), clips by global norm,
+// and takes one AdamW step with the scheduled learning rate.
+//
+// The engine knows nothing of the CLI, files or data sources: it is the piece research code
+// embeds (examples/custom_layer). Not thread safe; one step at a time. Errors throw.
+#include <memory>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/allocator.h"
+#include "core/buffer.h"
+#include "core/caching_allocator.h"
+#include "core/config.h"
+#include "core/memory_tracker.h"
+#include "kernels/ops.h"
+#include "nn/layer.h"
+#include "optim/lr_schedule.h"
+
+namespace ztrain {
+
+struct StepStats {
+  int64_t step = 0;          // 1-based number of the optimizer step just taken
+  double loss = 0.0;         // mean per-token loss over the global batch, before the update
+  double grad_norm = 0.0;    // global gradient norm before clipping
+  double lr = 0.0;           // learning rate used by this step
+  double clip_coef = 1.0;    // gradient scale applied by clipping (1 = not clipped)
+  int64_t tokens = 0;        // tokens processed by this step
+  double seconds = 0.0;      // wall time of the step
+};
+
+class Engine {
+ public:
+  Engine(Config config, std::vector<std::unique_ptr<nn::Layer>> layers);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // One optimizer step over `micro_batches` (normally gradient_accumulation_steps of them).
+  StepStats TrainStep(std::span<const nn::MicroBatch> micro_batches);
+  // Mean per-token loss of one micro-batch without touching gradients or parameters.
+  double EvalLoss(const nn::MicroBatch& mb);
+
+  // Building blocks of TrainStep, for tests and custom loops.
+  void ZeroGrad();
+  // Forward + backward of one micro-batch; gradients of the objective
+  // loss_weight * mean(per-token loss) accumulate. Returns the mean per-token loss.
+  double ForwardBackward(const nn::MicroBatch& mb, float loss_weight);
+  // Global gradient norm (before clipping).
+  double GradNorm() const;
+  // Clips, steps AdamW with the scheduled lr and advances the step counter.
+  void OptimizerStep(double grad_norm, StepStats& stats);
+
+  // Parameter / gradient views by name (tied names resolve to their owner).
+  Tensor Parameter(const std::string& name) const;
+  Tensor Gradient(const std::string& name) const;
+  std::vector<std::string> ParameterNames() const;  // owned parameters, model order
+  int64_t NumParameters() const;                    // owned elements, without padding
+  // Matmul FLOPs of forward + backward per token at sequence length T (3x forward).
+  double TrainFlopsPerToken(int64_t seq_len) const;
+
+  int64_t step() const { return step_; }
+  const Config& config() const { return config_; }
+  MemoryTracker& memory() { return tracker_; }
+  kernels::Ops& ops() { return *ops_; }
+  const std::vector<std::unique_ptr<nn::Layer>>& layers() const { return layers_; }
+
+ private:
+  struct Slot;
+  struct LayerState;
+  void BuildStorage();
+  void InitParameters();
+  const Slot& FindSlot(const std::string& name) const;
+
+  Config config_;
+  std::vector<std::unique_ptr<nn::Layer>> layers_;
+  MemoryTracker tracker_;
+  HostAllocator host_;        // model state: parameters, gradients, optimizer state
+  HostAllocator raw_host_;    // untracked upstream of the caching allocator
+  CachingAllocator activations_;
+  std::unique_ptr<kernels::Ops> ops_;
+  std::unique_ptr<optim::LrSchedule> schedule_;
+  std::vector<std::unique_ptr<LayerState>> states_;
+  std::vector<Slot> slots_;
+  std::unordered_map<std::string, size_t> slot_by_name_;
+  int64_t step_ = 0;
+};
+
+}  // namespace ztrain

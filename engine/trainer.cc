@@ -1,0 +1,182 @@
+#include "engine/trainer.h"
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "core/logging.h"
+#include "nn/gpt2.h"
+#include "nn/llmc_model_file.h"
+#include "optim/adam.h"
+
+namespace ztrain {
+namespace {
+
+std::unique_ptr<data::DataLoader> MakeLoader(const Config& c, data::Split split) {
+  auto source = data::OpenDataSource(c.data, split, c.model.vocab_size, c.training.seed);
+  if (!source) return nullptr;
+  data::LoaderOptions o;
+  o.batch_size = c.train_micro_batch_size_per_gpu;
+  o.seq_len = c.data.seq_len;
+  o.shuffle = split == data::Split::kTrain && c.data.shuffle;
+  o.seed = c.training.seed;
+  o.vocab_size = c.model.vocab_size;
+  return std::make_unique<data::DataLoader>(std::move(source), o);
+}
+
+nn::ParamLookup LookupIn(Engine& e) {
+  return [&e](const std::string& name) { return e.Parameter(name); };
+}
+
+}  // namespace
+
+Trainer::Trainer(Config config) : config_(std::move(config)) {
+  engine_ = std::make_unique<Engine>(config_, nn::BuildGpt2(config_.model));
+  if (!config_.model.init_from.empty()) {
+    nn::LoadLlmcModel(config_.model.init_from, config_.model, LookupIn(*engine_));
+    Log().info("loaded weights from {}", config_.model.init_from);
+  }
+  train_loader_ = MakeLoader(config_, data::Split::kTrain);
+  val_loader_ = MakeLoader(config_, data::Split::kVal);
+  if (config_.csv_monitor.enabled) csv_ = std::make_unique<CsvMonitor>(config_.csv_monitor);
+  const int64_t b = config_.train_micro_batch_size_per_gpu, t = config_.data.seq_len;
+  const int64_t gas = config_.gradient_accumulation_steps;
+  tokens_.resize(gas * b * t);
+  targets_.resize(gas * b * t);
+  for (int64_t i = 0; i < gas; ++i) {
+    nn::MicroBatch mb;
+    mb.tokens = Tensor(tokens_.data() + i * b * t, DType::kI32, {b, t});
+    mb.targets = Tensor(targets_.data() + i * b * t, DType::kI32, {b, t});
+    micro_batches_.push_back(mb);
+  }
+}
+
+double Trainer::Evaluate() {
+  ZTRAIN_ASSERT(val_loader_ != nullptr);
+  val_loader_->Reset();
+  std::vector<int32_t> tokens(tokens_.size() / micro_batches_.size());
+  std::vector<int32_t> targets(tokens.size());
+  nn::MicroBatch mb = micro_batches_[0];
+  mb.tokens = Tensor(tokens.data(), DType::kI32, mb.tokens.shape());
+  mb.targets = Tensor(targets.data(), DType::kI32, mb.targets.shape());
+  double sum = 0.0;
+  for (int64_t i = 0; i < config_.training.eval_batches; ++i) {
+    val_loader_->NextBatch(tokens.data(), targets.data());
+    sum += engine_->EvalLoss(mb);
+  }
+  return sum / static_cast<double>(config_.training.eval_batches);
+}
+
+void Trainer::LogStart() const {
+  const ModelConfig& m = config_.model;
+  Log().info("ztrain: {} layers, {} heads, {} wide, vocab {} (padded {}), {} parameters",
+             m.n_layer, m.n_head, m.n_embd, m.vocab_size, m.padded_vocab_size,
+             engine_->NumParameters());
+  Log().info("batch: {} x {} tokens per micro-batch, {} micro-batches per step, {} steps",
+             config_.train_micro_batch_size_per_gpu, config_.data.seq_len,
+             config_.gradient_accumulation_steps, config_.training.steps);
+  Log().info("data: {} ({} tokens, {} batches per epoch){}",
+             config_.data.train.empty() ? "built-in synthetic corpus" : config_.data.train,
+             train_loader_->source().num_tokens(), train_loader_->batches_per_epoch(),
+             config_.data.shuffle ? ", shuffled" : "");
+  Log().info("optimizer: {} (adam_w_mode {}), {} CPU kernel; scheduler: {}",
+             config_.optimizer.type, config_.optimizer.adam_w_mode,
+             optim::AdamImplName(optim::BestAdamImpl()),
+             config_.scheduler.type.empty() ? "constant lr" : config_.scheduler.type);
+  const MemorySnapshot mem = engine_->memory().Snapshot();
+  Log().info("model state: parameters {}, gradients {}, optimizer state {}",
+             FormatBytes(mem.Current(MemoryCategory::kParameters)),
+             FormatBytes(mem.Current(MemoryCategory::kGradients)),
+             FormatBytes(mem.Current(MemoryCategory::kOptimizerState)));
+}
+
+void Trainer::LogProgress(const StepStats& s, double window_seconds,
+                          int64_t window_tokens) const {
+  const double ms = s.seconds * 1e3;
+  Log().info(
+      "step {:>6}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.4f}{} | {:.0f} tok/s | "
+      "{:.1f} ms/step | peak mem {}",
+      s.step, config_.training.steps, s.loss, s.lr, s.grad_norm,
+      s.clip_coef < 1.0f ? " (clipped)" : "",
+      window_seconds > 0 ? static_cast<double>(window_tokens) / window_seconds : 0.0, ms,
+      FormatBytes(engine_->memory().TotalPeak()));
+}
+
+TrainSummary Trainer::Run(const std::atomic<bool>* stop) {
+  LogStart();
+  TrainSummary summary;
+  const auto start = std::chrono::steady_clock::now();
+  double window_seconds = 0.0;
+  int64_t window_tokens = 0, total_tokens = 0;
+  const int64_t steps = config_.training.steps, every = config_.steps_per_print;
+  const int64_t b = config_.train_micro_batch_size_per_gpu, t = config_.data.seq_len;
+  for (int64_t step = 1; step <= steps; ++step) {
+    for (size_t i = 0; i < micro_batches_.size(); ++i) {
+      train_loader_->NextBatch(tokens_.data() + i * b * t, targets_.data() + i * b * t);
+    }
+    const StepStats s = engine_->TrainStep(micro_batches_);
+    if (step == 1) summary.first_loss = s.loss;
+    summary.final_loss = s.loss;
+    summary.steps = step;
+    window_seconds += s.seconds;
+    window_tokens += s.tokens;
+    total_tokens += s.tokens;
+    if (csv_) csv_->Write(s);
+    const bool interrupted = stop && stop->load();
+    if (step == 1 || step % every == 0 || step == steps || interrupted) {
+      LogProgress(s, window_seconds, window_tokens);
+      window_seconds = 0.0;
+      window_tokens = 0;
+    }
+    const int64_t eval_every = config_.training.eval_interval;
+    if (val_loader_ && eval_every > 0 && (step % eval_every == 0 || step == steps)) {
+      summary.final_eval_loss = Evaluate();
+      Log().info("step {:>6}/{} | val loss {:.4f}", step, steps, summary.final_eval_loss);
+    }
+    if (interrupted) {
+      summary.interrupted = true;
+      Log().warn("stopped at step {} of {} on request", step, steps);
+      break;
+    }
+  }
+  summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  summary.tokens_per_s = summary.seconds > 0 ? static_cast<double>(total_tokens) / summary.seconds : 0;
+  Finish(summary);
+  return summary;
+}
+
+void Trainer::WriteMemoryReport() const {
+  const std::filesystem::path dir(config_.training.output_dir);
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  const std::string path = (dir / "memory_rank0.json").string();
+  std::ofstream out(path);
+  if (!ec && out) {
+    out << engine_->memory().Snapshot().ToJson() << "\n";
+  } else {
+    Log().warn("cannot write the memory report to {}; check training.output_dir", path);
+  }
+}
+
+void Trainer::Finish(const TrainSummary& s) {
+  if (!config_.training.save_final.empty()) {
+    nn::SaveLlmcModel(config_.training.save_final, config_.model, LookupIn(*engine_));
+    Log().info("saved the model to {} (llm.c format)", config_.training.save_final);
+  }
+  WriteMemoryReport();
+  const MemorySnapshot mem = engine_->memory().Snapshot();
+  Log().info("done: {} steps in {:.1f} s ({:.0f} tok/s); loss {:.4f} -> {:.4f}{}", s.steps,
+             s.seconds, s.tokens_per_s, s.first_loss, s.final_loss,
+             s.final_eval_loss >= 0 ? fmt::format(", val loss {:.4f}", s.final_eval_loss) : "");
+  std::string peaks;
+  for (int c = 0; c < kNumMemoryCategories; ++c) {
+    if (mem.peak[c] == 0) continue;
+    peaks += fmt::format("{}{} {}", peaks.empty() ? "" : ", ",
+                         MemoryCategoryName(static_cast<MemoryCategory>(c)),
+                         FormatBytes(mem.peak[c]));
+  }
+  Log().info("peak memory: {} total ({})", FormatBytes(mem.total_peak), peaks);
+}
+
+}  // namespace ztrain

@@ -1,0 +1,53 @@
+#pragma once
+// Trainer: the whole training run of `ztrain train` — model, data, engine, the step loop,
+// progress lines, periodic evaluation, csv_monitor, the end-of-run summary and reports,
+// and training.save_final. Embeddable: the launcher adds only the command line and signals.
+//
+// A stop request (the flag given to Run) ends the loop after the step in flight; the run
+// then saves and reports as at a normal end. Errors throw; files already written stay valid.
+#include <atomic>
+#include <memory>
+#include <vector>
+
+#include "core/config.h"
+#include "data/data_loader.h"
+#include "engine/csv_monitor.h"
+#include "engine/engine.h"
+
+namespace ztrain {
+
+struct TrainSummary {
+  int64_t steps = 0;             // optimizer steps taken
+  double first_loss = 0.0;       // loss of the first step
+  double final_loss = 0.0;       // loss of the last step
+  double final_eval_loss = -1;   // last validation loss; -1 when there was no evaluation
+  double seconds = 0.0;          // wall time of the step loop
+  double tokens_per_s = 0.0;
+  bool interrupted = false;
+};
+
+class Trainer {
+ public:
+  explicit Trainer(Config config);
+  // Runs training.steps steps (fewer if *stop becomes true).
+  TrainSummary Run(const std::atomic<bool>* stop = nullptr);
+  // Mean loss over training.eval_batches validation batches (from the start of the split).
+  double Evaluate();
+  Engine& engine() { return *engine_; }
+
+ private:
+  void LogStart() const;
+  void LogProgress(const StepStats& s, double window_seconds, int64_t window_tokens) const;
+  void Finish(const TrainSummary& summary);
+  void WriteMemoryReport() const;
+
+  Config config_;
+  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<data::DataLoader> train_loader_;
+  std::unique_ptr<data::DataLoader> val_loader_;  // null without a validation split
+  std::unique_ptr<CsvMonitor> csv_;
+  std::vector<int32_t> tokens_, targets_;  // [gradient_accumulation_steps][B*T]
+  std::vector<nn::MicroBatch> micro_batches_;
+};
+
+}  // namespace ztrain

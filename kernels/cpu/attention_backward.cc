@@ -1,0 +1,125 @@
+// Causal attention backward (FlashAttention-2): probabilities are recomputed per tile from
+// the saved log-sum-exp, so nothing of size T x T is stored (Note [Attention tiles]).
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "kernels/cpu/attention_tile.h"
+#include "kernels/cpu/check.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/vec_math.h"
+
+namespace ztrain::kernels {
+namespace {
+
+using cpu::kTile;
+
+struct BackwardScratch {
+  float* kt;     // [hs][kTile] keys, transposed
+  float* vt;     // [hs][kTile] values, transposed
+  float* p;      // [kTile][kTile] probabilities
+  float* ds;     // [kTile][kTile] dP, then dS (scaled)
+  float* delta;  // [T] D_i = dO_i . O_i
+
+  static int64_t Floats(int64_t hs, int64_t seq) { return 2 * hs * kTile + 2 * kTile * kTile + seq; }
+  BackwardScratch(float* base, int64_t hs)
+      : kt(base), vt(kt + hs * kTile), p(vt + hs * kTile), ds(p + kTile * kTile),
+        delta(ds + kTile * kTile) {}
+};
+
+// Pointers to row 0 of one (batch, head): inputs with their row strides, gradients in dqkv.
+struct HeadView {
+  const float *q, *k, *v, *dout, *out, *lse;
+  float *dq, *dk, *dv;
+};
+
+// P = exp(S - lse) under the causal mask and dS = P * (dP - D) * scale, in place, for the
+// tile of queries [i0, i0 + nq) and keys [j0, j0 + nk).
+void TileProbabilitiesAndGrad(const float* lse, const float* delta, int64_t i0, int nq,
+                              int64_t j0, int nk, float scale, float* p, float* ds) {
+  for (int i = 0; i < nq; ++i) {
+    const int n = static_cast<int>(std::min<int64_t>(nk, i0 + i - j0 + 1));  // causal
+    const float row_lse = lse[i0 + i], row_delta = delta[i0 + i];
+    float* pi = p + i * kTile;
+    float* dsi = ds + i * kTile;
+#pragma omp simd
+    for (int j = 0; j < kTile; ++j) {
+      const float pij = j < n ? cpu::FastExp(pi[j] - row_lse) : 0.0f;
+      pi[j] = pij;
+      dsi[j] = pij * (dsi[j] - row_delta) * scale;
+    }
+  }
+}
+
+void HeadBackward(const cpu::AttentionDims& d, const HeadView& h, BackwardScratch& w) {
+  const int64_t hs = d.head_size, stride = d.qkv_stride(), ch = d.channels;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  for (int64_t t = 0; t < d.seq; ++t) {
+    std::memset(h.dq + t * stride, 0, sizeof(float) * hs);
+    std::memset(h.dk + t * stride, 0, sizeof(float) * hs);
+    std::memset(h.dv + t * stride, 0, sizeof(float) * hs);
+    float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+    for (int64_t c = 0; c < hs; ++c) dot += h.dout[t * ch + c] * h.out[t * ch + c];
+    w.delta[t] = dot;
+  }
+  // Key blocks outer: each key/value tile is transposed once and its dk/dv rows stay hot.
+  for (int64_t j0 = 0; j0 < d.seq; j0 += kTile) {
+    const int nk = static_cast<int>(std::min<int64_t>(kTile, d.seq - j0));
+    cpu::LoadTransposed(h.k + j0 * stride, stride, nk, hs, w.kt);
+    cpu::LoadTransposed(h.v + j0 * stride, stride, nk, hs, w.vt);
+    for (int64_t i0 = j0; i0 < d.seq; i0 += kTile) {
+      const int nq = static_cast<int>(std::min<int64_t>(kTile, d.seq - i0));
+      cpu::TileScores(h.q + i0 * stride, stride, nq, w.kt, hs, scale, w.p);
+      cpu::TileScores(h.dout + i0 * ch, ch, nq, w.vt, hs, 1.0f, w.ds);
+      TileProbabilitiesAndGrad(h.lse, w.delta, i0, nq, j0, nk, scale, w.p, w.ds);
+      // dV_j += sum_i P_ij dO_i;  dK_j += sum_i dS_ij Q_i;  dQ_i += sum_j dS_ij K_j.
+      cpu::AccumulateWeightedRows(h.dv + j0 * stride, stride, nk, w.p, 1, kTile, nq,
+                                  h.dout + i0 * ch, ch, hs);
+      cpu::AccumulateWeightedRows(h.dk + j0 * stride, stride, nk, w.ds, 1, kTile, nq,
+                                  h.q + i0 * stride, stride, hs);
+      cpu::AccumulateWeightedRows(h.dq + i0 * stride, stride, nq, w.ds, kTile, 1, nk,
+                                  h.k + j0 * stride, stride, hs);
+    }
+  }
+}
+
+}  // namespace
+
+// Parallel over (batch, head): one thread owns all of a head's dq/dk/dv, so accumulation is
+// race-free and its order fixed.
+void CpuOps::AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                               const Tensor& lse, int num_heads, const Tensor& dqkv) {
+  constexpr const char* kOp = "AttentionBackward";
+  const cpu::AttentionDims d = cpu::CheckAttention(qkv, num_heads, out, lse, kOp);
+  cpu::CheckCpu(dout, out.shape(), kOp, "dout");
+  cpu::CheckCpu(dqkv, qkv.shape(), kOp, "dqkv");
+  const int64_t tasks = d.batch * d.heads;
+  if (tasks == 0 || d.seq == 0) return;
+  const int64_t per_thread = BackwardScratch::Floats(d.head_size, d.seq);
+  std::vector<float> scratch(per_thread * omp_get_max_threads());
+  const float* qkv_p = qkv.data<float>();
+  float* dqkv_p = dqkv.data<float>();
+#pragma omp parallel
+  {
+    BackwardScratch w(scratch.data() + per_thread * omp_get_thread_num(), d.head_size);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t bh = 0; bh < tasks; ++bh) {
+      const int64_t b = bh / d.heads, hd = bh % d.heads;
+      const int64_t qkv_off = b * d.seq * d.qkv_stride() + hd * d.head_size;
+      const int64_t out_off = b * d.seq * d.channels + hd * d.head_size;
+      float* dq = dqkv_p + qkv_off;
+      const HeadView h{qkv_p + qkv_off,          qkv_p + qkv_off + d.channels,
+                       qkv_p + qkv_off + 2 * d.channels,
+                       dout.data<float>() + out_off, out.data<float>() + out_off,
+                       lse.data<float>() + bh * d.seq, dq, dq + d.channels,
+                       dq + 2 * d.channels};
+      HeadBackward(d, h, w);
+    }
+  }
+}
+
+}  // namespace ztrain::kernels

@@ -1,0 +1,28 @@
+#pragma once
+// Argument checks shared by the CPU kernels. Each throws ztrain::Error whose message starts
+// with "<op>: <argument>" and says what was expected, so a caller can fix the call.
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace ztrain::kernels::cpu {
+
+// Elements below which an elementwise loop runs on one thread (threads cost more).
+inline constexpr int64_t kParallelGrain = int64_t{1} << 15;
+
+// t is defined, on the CPU and of `dtype` (fp32 by default: the only type the CPU kernels
+// implement so far, so the message names the unsupported dtype).
+void CheckCpu(const Tensor& t, const char* op, const char* what, DType dtype = DType::kF32);
+// CheckCpu plus an exact shape.
+void CheckCpu(const Tensor& t, const Shape& shape, const char* op, const char* what,
+              DType dtype = DType::kF32);
+// t is [..., cols] with at least one dimension; returns the number of rows (numel / cols).
+int64_t RowsOf(const Tensor& t, int64_t cols, const char* op, const char* what,
+               DType dtype = DType::kF32);
+// t's shape with its last dimension replaced by `cols`.
+Shape WithLastDim(const Shape& shape, int64_t cols);
+// t holds exactly `count` elements of `dtype` (any shape: [N] or [B, T] both pass).
+void CheckCount(const Tensor& t, int64_t count, const char* op, const char* what,
+                DType dtype = DType::kF32);
+
+}  // namespace ztrain::kernels::cpu

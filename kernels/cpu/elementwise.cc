@@ -1,0 +1,99 @@
+// Elementwise ops and reductions over whole tensors.
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "kernels/cpu/check.h"
+#include "kernels/cpu/cpu_ops.h"
+
+namespace ztrain::kernels {
+namespace {
+
+// SumSquares adds fixed-size chunks in index order, so its result does not depend on the
+// thread count (gradient clipping must agree across runs and layouts).
+constexpr int64_t kSumChunk = int64_t{1} << 16;
+
+// Runs fn(begin, end) over [0, n) in chunks, in parallel when n is large.
+template <typename Fn>
+void ParallelChunks(int64_t n, Fn fn) {
+  const int64_t chunks = (n + cpu::kParallelGrain - 1) / cpu::kParallelGrain;
+#pragma omp parallel for schedule(static) if (chunks > 1)
+  for (int64_t c = 0; c < chunks; ++c) {
+    fn(c * cpu::kParallelGrain, std::min(n, (c + 1) * cpu::kParallelGrain));
+  }
+}
+
+}  // namespace
+
+void CpuOps::Add(const Tensor& a, const Tensor& b, const Tensor& y) {
+  cpu::CheckCpu(a, "Add", "a");
+  cpu::CheckCpu(b, a.shape(), "Add", "b");
+  cpu::CheckCpu(y, a.shape(), "Add", "y");
+  const float* ap = a.data<float>();  // no restrict: y may alias a or b
+  const float* bp = b.data<float>();
+  float* yp = y.data<float>();
+  const int64_t n = a.numel();
+#pragma omp parallel for simd schedule(static) if (n >= cpu::kParallelGrain)
+  for (int64_t i = 0; i < n; ++i) yp[i] = ap[i] + bp[i];
+}
+
+void CpuOps::AddInPlace(const Tensor& y, const Tensor& x) {
+  cpu::CheckCpu(y, "AddInPlace", "y");
+  cpu::CheckCpu(x, y.shape(), "AddInPlace", "x");
+  const float* xp = x.data<float>();
+  float* yp = y.data<float>();
+  const int64_t n = y.numel();
+#pragma omp parallel for simd schedule(static) if (n >= cpu::kParallelGrain)
+  for (int64_t i = 0; i < n; ++i) yp[i] += xp[i];
+}
+
+// Zero and Copy move bytes, so they take every dtype.
+void CpuOps::Zero(const Tensor& t) {
+  cpu::CheckCpu(t, "Zero", "t", t.dtype());
+  char* p = static_cast<char*>(t.data());
+  const int64_t elem = static_cast<int64_t>(DTypeSize(t.dtype()));
+  ParallelChunks(t.numel(), [&](int64_t begin, int64_t end) {
+    std::memset(p + begin * elem, 0, static_cast<size_t>((end - begin) * elem));
+  });
+}
+
+void CpuOps::Copy(const Tensor& src, const Tensor& dst) {
+  cpu::CheckCpu(src, "Copy", "src", src.dtype());
+  cpu::CheckCpu(dst, src.shape(), "Copy", "dst", src.dtype());
+  const char* s = static_cast<const char*>(src.data());
+  char* d = static_cast<char*>(dst.data());
+  if (s == d) return;
+  const int64_t elem = static_cast<int64_t>(DTypeSize(src.dtype()));
+  ParallelChunks(src.numel(), [&](int64_t begin, int64_t end) {
+    std::memmove(d + begin * elem, s + begin * elem, static_cast<size_t>((end - begin) * elem));
+  });
+}
+
+double CpuOps::SumSquares(const Tensor& t) {
+  cpu::CheckCpu(t, "SumSquares", "t");
+  const float* p = t.data<float>();
+  const int64_t n = t.numel();
+  const int64_t chunks = (n + kSumChunk - 1) / kSumChunk;
+  std::vector<double> partial(chunks);
+#pragma omp parallel for schedule(static) if (chunks > 1)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t begin = c * kSumChunk, end = std::min(n, begin + kSumChunk);
+    double acc = 0.0;
+#pragma omp simd reduction(+ : acc)
+    for (int64_t i = begin; i < end; ++i) acc += static_cast<double>(p[i]) * p[i];
+    partial[c] = acc;
+  }
+  double total = 0.0;
+  for (double v : partial) total += v;
+  return total;
+}
+
+void CpuOps::Scale(const Tensor& t, float alpha) {
+  cpu::CheckCpu(t, "Scale", "t");
+  float* p = t.data<float>();
+  const int64_t n = t.numel();
+#pragma omp parallel for simd schedule(static) if (n >= cpu::kParallelGrain)
+  for (int64_t i = 0; i < n; ++i) p[i] *= alpha;
+}
+
+}  // namespace ztrain::kernels

@@ -1,0 +1,100 @@
+// Token + position embedding, forward and deterministic backward.
+#include <algorithm>
+
+#include "kernels/cpu/check.h"
+#include "kernels/cpu/cpu_ops.h"
+
+namespace ztrain::kernels {
+namespace {
+
+constexpr int64_t kChannelBlock = 32;  // channels one backward task owns (two cache lines)
+
+struct EmbeddingDims {
+  int64_t batch, seq, channels, vocab;
+};
+
+// Checks every token before any output is written, naming the first bad one.
+void CheckTokens(const int32_t* tokens, const EmbeddingDims& d, const char* op) {
+  for (int64_t i = 0; i < d.batch * d.seq; ++i) {
+    ZTRAIN_CHECK(tokens[i] >= 0 && tokens[i] < d.vocab, op, ": token ", tokens[i],
+                 " at position [b=", i / d.seq, ", t=", i % d.seq, "] is outside [0, ", d.vocab,
+                 "); the embedding table wte has ", d.vocab, " rows");
+  }
+}
+
+EmbeddingDims CheckEmbeddingArgs(const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
+                                 const Tensor& act, const char* op, const char* act_name) {
+  cpu::CheckCpu(tokens, op, "tokens", DType::kI32);
+  ZTRAIN_CHECK(tokens.dim() == 2, op, ": tokens must be [B, T], got ",
+               ShapeToString(tokens.shape()));
+  cpu::CheckCpu(wte, op, "wte");
+  ZTRAIN_CHECK(wte.dim() == 2, op, ": wte must be [Vp, C], got ", ShapeToString(wte.shape()));
+  const EmbeddingDims d{tokens.size(0), tokens.size(1), wte.size(1), wte.size(0)};
+  cpu::CheckCpu(wpe, op, "wpe");
+  ZTRAIN_CHECK(wpe.dim() == 2 && wpe.size(1) == d.channels && wpe.size(0) >= d.seq, op,
+               ": wpe has shape ", ShapeToString(wpe.shape()), ", expected [maxT >= ", d.seq,
+               ", ", d.channels, "]");
+  cpu::CheckCpu(act, {d.batch, d.seq, d.channels}, op, act_name);
+  CheckTokens(tokens.data<int32_t>(), d, op);
+  return d;
+}
+
+}  // namespace
+
+void CpuOps::EmbeddingForward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
+                              const Tensor& out) {
+  const EmbeddingDims d = CheckEmbeddingArgs(tokens, wte, wpe, out, "EmbeddingForward", "out");
+  const int32_t* tok = tokens.data<int32_t>();
+  const float* te = wte.data<float>();
+  const float* pe = wpe.data<float>();
+  float* o = out.data<float>();
+  const int64_t rows = d.batch * d.seq, ch = d.channels;
+#pragma omp parallel for schedule(static) if (rows * ch >= cpu::kParallelGrain)
+  for (int64_t i = 0; i < rows; ++i) {
+    const float* t_row = te + tok[i] * ch;
+    const float* p_row = pe + (i % d.seq) * ch;
+    float* o_row = o + i * ch;
+#pragma omp simd
+    for (int64_t c = 0; c < ch; ++c) o_row[c] = t_row[c] + p_row[c];
+  }
+}
+
+// Parallel over channel blocks; each task walks every token in order, so repeated tokens add
+// up in the same order for any thread count and no two threads touch the same dwte element.
+void CpuOps::EmbeddingBackward(const Tensor& dout, const Tensor& tokens, const Tensor& dwte,
+                               const Tensor& dwpe) {
+  const EmbeddingDims d =
+      CheckEmbeddingArgs(tokens, dwte, dwpe, dout, "EmbeddingBackward", "dout");
+  const int32_t* tok = tokens.data<int32_t>();
+  const float* g = dout.data<float>();
+  float* gte = dwte.data<float>();
+  float* gpe = dwpe.data<float>();
+  const int64_t rows = d.batch * d.seq, ch = d.channels;
+  const int64_t blocks = (ch + kChannelBlock - 1) / kChannelBlock;
+#pragma omp parallel if (rows * ch >= cpu::kParallelGrain)
+  {
+#pragma omp for schedule(static) nowait
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      const int64_t c0 = blk * kChannelBlock;
+      const int64_t width = std::min(kChannelBlock, ch - c0);
+      for (int64_t i = 0; i < rows; ++i) {
+        float* dst = gte + tok[i] * ch + c0;
+        const float* src = g + i * ch + c0;
+#pragma omp simd
+        for (int64_t c = 0; c < width; ++c) dst[c] += src[c];
+      }
+    }
+    // dwpe[t] += sum over b of dout[b, t]: positions are independent.
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < d.seq; ++t) {
+      float* dst = gpe + t * ch;
+      for (int64_t b = 0; b < d.batch; ++b) {
+        const float* src = g + (b * d.seq + t) * ch;
+#pragma omp simd
+        for (int64_t c = 0; c < ch; ++c) dst[c] += src[c];
+      }
+    }
+  }
+}
+
+}  // namespace ztrain::kernels

@@ -1,0 +1,128 @@
+// Gemm and the linear layer: the GEMMs go to OpenBLAS, the bias add and the bias gradient are
+// OpenMP loops run between the sgemm calls (Note [BLAS and OpenMP] in cpu_ops.h).
+#include <cblas.h>
+
+#include <algorithm>
+#include <climits>
+
+#include "kernels/cpu/check.h"
+#include "kernels/cpu/cpu_ops.h"
+
+namespace ztrain::kernels {
+namespace {
+
+constexpr int64_t kColumnBlock = 64;  // columns one task of a column reduction owns
+
+int BlasDim(int64_t d, const char* op, const char* what) {
+  ZTRAIN_CHECK(d <= INT_MAX, op, ": ", what, " = ", d, " exceeds the 32-bit BLAS interface");
+  return static_cast<int>(d);
+}
+
+// Row-major c[m,n] = alpha * op(a) op(b) + beta * c with explicit leading dimensions.
+void Sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+           const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+           int64_t ldc, const char* op) {
+  if (m == 0 || n == 0) return;
+  if (k == 0) {  // BLAS rejects lda = 0; the product is empty, only beta * c remains
+    for (int64_t i = 0; i < m * n; ++i) c[i] = beta == 0.0f ? 0.0f : beta * c[i];
+    return;
+  }
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+              trans_b ? CblasTrans : CblasNoTrans, BlasDim(m, op, "M"), BlasDim(n, op, "N"),
+              BlasDim(k, op, "K"), alpha, a, BlasDim(lda, op, "lda"), b,
+              BlasDim(ldb, op, "ldb"), beta, c, BlasDim(ldc, op, "ldc"));
+}
+
+// y[r, :] += bias for every row.
+void AddBiasRows(float* y, const float* bias, int64_t rows, int64_t cols) {
+#pragma omp parallel for schedule(static) if (rows * cols >= cpu::kParallelGrain)
+  for (int64_t r = 0; r < rows; ++r) {
+    float* yr = y + r * cols;
+#pragma omp simd
+    for (int64_t c = 0; c < cols; ++c) yr[c] += bias[c];
+  }
+}
+
+// dbias[c] += sum over rows of dy[r, c]. Each column block is summed by one task over the
+// rows in order, so the result does not depend on the thread count.
+void AccumulateColumnSums(const float* dy, int64_t rows, int64_t cols, float* dbias) {
+  const int64_t blocks = (cols + kColumnBlock - 1) / kColumnBlock;
+#pragma omp parallel for schedule(static) if (rows * cols >= cpu::kParallelGrain)
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    const int64_t c0 = blk * kColumnBlock;
+    const int64_t width = std::min(kColumnBlock, cols - c0);
+    float acc[kColumnBlock] = {};
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* row = dy + r * cols + c0;
+#pragma omp simd
+      for (int64_t c = 0; c < width; ++c) acc[c] += row[c];
+    }
+    for (int64_t c = 0; c < width; ++c) dbias[c0 + c] += acc[c];
+  }
+}
+
+}  // namespace
+
+void CpuOps::Gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b,
+                  float beta, const Tensor& c) {
+  constexpr const char* kOp = "Gemm";
+  cpu::CheckCpu(a, kOp, "a");
+  cpu::CheckCpu(b, kOp, "b");
+  cpu::CheckCpu(c, kOp, "c");
+  ZTRAIN_CHECK(a.dim() == 2 && b.dim() == 2 && c.dim() == 2, kOp,
+               ": a, b and c must be 2-D, got a ", ShapeToString(a.shape()), ", b ",
+               ShapeToString(b.shape()), ", c ", ShapeToString(c.shape()));
+  const int64_t m = trans_a ? a.size(1) : a.size(0);
+  const int64_t k = trans_a ? a.size(0) : a.size(1);
+  const int64_t n = trans_b ? b.size(0) : b.size(1);
+  const int64_t kb = trans_b ? b.size(1) : b.size(0);
+  ZTRAIN_CHECK(kb == k, kOp, ": b has shape ", ShapeToString(b.shape()), " but op(a) ",
+               ShapeToString(a.shape()), (trans_a ? " (transposed)" : ""), " has K = ", k,
+               (trans_b ? "; expected b [N, K]" : "; expected b [K, N]"));
+  ZTRAIN_CHECK(c.size(0) == m && c.size(1) == n, kOp, ": c has shape ",
+               ShapeToString(c.shape()), ", expected ", ShapeToString({m, n}));
+  Sgemm(trans_a, trans_b, m, n, k, alpha, a.data<float>(), a.size(1), b.data<float>(),
+        b.size(1), beta, c.data<float>(), n, kOp);
+}
+
+void CpuOps::LinearForward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                           const Tensor& y) {
+  constexpr const char* kOp = "LinearForward";
+  cpu::CheckCpu(weight, kOp, "weight");
+  ZTRAIN_CHECK(weight.dim() == 2, kOp, ": weight must be [OC, C], got ",
+               ShapeToString(weight.shape()));
+  const int64_t oc = weight.size(0), ch = weight.size(1);
+  const int64_t rows = cpu::RowsOf(x, ch, kOp, "x");
+  cpu::CheckCpu(y, cpu::WithLastDim(x.shape(), oc), kOp, "y");
+  if (bias.defined()) cpu::CheckCpu(bias, {oc}, kOp, "bias");
+
+  Sgemm(false, true, rows, oc, ch, 1.0f, x.data<float>(), ch, weight.data<float>(), ch, 0.0f,
+        y.data<float>(), oc, kOp);
+  if (bias.defined()) AddBiasRows(y.data<float>(), bias.data<float>(), rows, oc);
+}
+
+void CpuOps::LinearBackward(const Tensor& dy, const Tensor& x, const Tensor& weight,
+                            const Tensor& dx, const Tensor& dweight, const Tensor& dbias) {
+  constexpr const char* kOp = "LinearBackward";
+  cpu::CheckCpu(weight, kOp, "weight");
+  ZTRAIN_CHECK(weight.dim() == 2, kOp, ": weight must be [OC, C], got ",
+               ShapeToString(weight.shape()));
+  const int64_t oc = weight.size(0), ch = weight.size(1);
+  const int64_t rows = cpu::RowsOf(x, ch, kOp, "x");
+  cpu::CheckCpu(dy, cpu::WithLastDim(x.shape(), oc), kOp, "dy");
+  cpu::CheckCpu(dweight, weight.shape(), kOp, "dweight");
+  if (dx.defined()) cpu::CheckCpu(dx, x.shape(), kOp, "dx");
+  if (dbias.defined()) cpu::CheckCpu(dbias, {oc}, kOp, "dbias");
+
+  const float* g = dy.data<float>();
+  if (dx.defined()) {  // dx[N,C] = dy[N,OC] @ W[OC,C]
+    Sgemm(false, false, rows, ch, oc, 1.0f, g, oc, weight.data<float>(), ch, 0.0f,
+          dx.data<float>(), ch, kOp);
+  }
+  // dW[OC,C] += dy^T[OC,N] @ x[N,C]
+  Sgemm(true, false, oc, ch, rows, 1.0f, g, oc, x.data<float>(), ch, 1.0f,
+        dweight.data<float>(), ch, kOp);
+  if (dbias.defined()) AccumulateColumnSums(g, rows, oc, dbias.data<float>());
+}
+
+}  // namespace ztrain::kernels

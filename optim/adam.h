@@ -1,0 +1,68 @@
+#pragma once
+// AdamW step on flat fp32 arrays, with DeepSpeed's semantics (see Note [DeepSpeed Adam formula]).
+//
+// AdamStep updates `param`, `m` (exp_avg) and `v` (exp_avg_sq) in place from `grad`, for n
+// elements, OpenMP-parallel over n. The arrays must not overlap. Every kernel (scalar
+// reference, AVX2+FMA, AVX-512) is compiled into the same binary and picked at run time from
+// what the CPU supports (kAuto), or named explicitly (tests, benchmarks). The result of an
+// element does not depend on the thread count. Thread safe: no state beyond the arguments.
+// Fails with ztrain::Error for step < 1, n < 0 or an impl the CPU cannot run.
+#include <cstdint>
+
+#include "core/config.h"
+
+namespace ztrain::optim {
+
+// Note [DeepSpeed Adam formula]
+// We match DeepSpeed's FusedAdam kernel (csrc/adam/multi_tensor_adam.cu, AdamFunctor) and
+// add a gradient multiplier in front, used for clipping and loss-scale removal:
+//   g  = grad * grad_scale
+//   g += weight_decay * p                    (L2 mode only: adam_w_mode == false)
+//   m  = beta1 * m + (1 - beta1) * g
+//   v  = beta2 * v + (1 - beta2) * g * g
+//   bc1 = 1 - beta1^step, bc2 = 1 - beta2^step   (both 1 without bias_correction; computed
+//                                                  in double, rounded to float, as FusedAdam)
+//   update = (m / bc1) / (sqrt(v / bc2) + eps)
+//   update += weight_decay * p               (decoupled mode only, p before this step)
+//   p -= lr * update
+// DeepSpeed's CPU Adam (csrc/includes/cpu_adam.h, Step_AVX) computes the same quantity in
+// another order: p *= (1 - lr*wd) first, denominator sqrt(v) * (1/sqrt(bc2)) + eps; the two
+// differ only by float rounding. The SIMD kernels here fuse multiply-adds, the scalar one
+// does not, so implementations agree to a few ulps, not bit for bit.
+
+enum class AdamImpl { kAuto, kScalar, kAvx2, kAvx512 };
+
+struct AdamStepArgs {
+  float lr = 1e-3f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 0.0f;
+  bool adam_w_mode = true;  // true: decoupled decay (AdamW); false: L2 added to g
+  bool bias_correction = true;
+  int64_t step = 1;         // 1-based count of steps applied to this state
+  float grad_scale = 1.0f;  // multiplies the gradient first (clipping, 1/loss_scale)
+};
+
+void AdamStep(const AdamStepArgs& args, float* param, const float* grad, float* m, float* v,
+              int64_t n, AdamImpl impl = AdamImpl::kAuto);
+
+// The fastest implementation this CPU runs (never kAuto).
+AdamImpl BestAdamImpl();
+// kAuto and kScalar are always available.
+bool AdamImplAvailable(AdamImpl impl);
+// "auto", "scalar", "avx2", "avx512".
+const char* AdamImplName(AdamImpl impl);
+
+// The step arguments for one parameter group: `lr` from the schedule, `step` 1-based,
+// `grad_scale` from ClipCoefficient (and loss scaling); weight decay only where
+// `decay_this_param` (DeepSpeed/GPT practice: no decay on biases and norms).
+AdamStepArgs AdamArgsFor(const OptimizerConfig& config, double lr, int64_t step, float grad_scale,
+                         bool decay_this_param);
+
+namespace detail {
+// `impl`, or BestAdamImpl() for kAuto; throws ztrain::Error if this CPU cannot run it.
+AdamImpl ResolveImpl(AdamImpl impl);
+}  // namespace detail
+
+}  // namespace ztrain::optim

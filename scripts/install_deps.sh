@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Installs ztrain's build and test dependencies from Debian's registry (run as root).
+set -euo pipefail
+packages=(build-essential cmake pkg-config libspdlog-dev nlohmann-json3-dev libcli11-dev
+          libopenblas-openmp-dev libgtest-dev googletest libbenchmark-dev
+          libopenmpi-dev openmpi-bin liburing-dev fio)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq "${missing[@]}"
+fi

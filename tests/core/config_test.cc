@@ -1,0 +1,370 @@
+// Config parsing: strict keys and types, "auto", the batch triple, optimizer and scheduler
+// semantics, ranges. DeepSpeed configs, refusals, files and docs: config_deepspeed_test.cc.
+#include "core/config.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+
+#include "core/config_schema.h"
+#include "core/error.h"
+
+namespace ztrain {
+namespace {
+
+using nlohmann::json;
+
+// `j` with the value at JSON pointer `pointer` ("/zero_optimization/stage") set to `value`.
+json With(json j, const std::string& pointer, json value) {
+  j[json::json_pointer(pointer)] = std::move(value);
+  return j;
+}
+
+// The ConfigError message of parsing `j`; fails the test when it parses.
+std::string ErrorOf(const json& j, int world_size = 1) {
+  try {
+    ParseConfig(j, world_size);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "config parsed without error: " << j.dump();
+  return "";
+}
+
+TEST(ConfigParseTest, DefaultConfigResolvesAutoAndBatch) {
+  const Config c = ParseConfig(DefaultConfigJson());
+  EXPECT_EQ(c.model.n_layer, 4);
+  EXPECT_EQ(c.model.vocab_size, 512);
+  EXPECT_EQ(c.model.padded_vocab_size, 512);
+  EXPECT_EQ(c.data.seq_len, 64);
+  EXPECT_EQ(c.train_micro_batch_size_per_gpu, 8);
+  EXPECT_EQ(c.gradient_accumulation_steps, 1);
+  EXPECT_EQ(c.train_batch_size, 8);
+  EXPECT_EQ(c.optimizer.type, "AdamW");
+  EXPECT_DOUBLE_EQ(c.optimizer.lr, 3e-3);
+  EXPECT_EQ(c.scheduler.type, "WarmupCosineLR");
+  EXPECT_EQ(c.scheduler.total_num_steps, 300);
+  EXPECT_EQ(c.training.steps, 300);
+  EXPECT_DOUBLE_EQ(c.gradient_clipping, 1.0);
+  EXPECT_EQ(c.steps_per_print, 25);
+}
+
+json::json_pointer Pointer(std::string path) {
+  for (char& ch : path) ch = ch == '.' ? '/' : ch;
+  return json::json_pointer("/" + path);
+}
+
+TEST(ConfigParseTest, ResolvedHasEveryApplicableKeyAndNoAuto) {
+  const Config c =
+      ParseConfig(With(DefaultConfigJson(), "/zero_optimization/reduce_bucket_size", "auto"));
+  for (const ConfigKey& k : ConfigSchema::Get().keys()) {
+    const auto& of = k.only_for;
+    if (!of.empty() && std::find(of.begin(), of.end(), "WarmupCosineLR") == of.end()) continue;
+    EXPECT_TRUE(c.resolved.contains(Pointer(k.path))) << k.path;
+  }
+  EXPECT_EQ(c.resolved.dump().find("\"auto\""), std::string::npos) << c.resolved.dump(2);
+  EXPECT_EQ(c.resolved["zero_optimization"]["overlap_comm"], false);
+  EXPECT_EQ(c.resolved["csv_monitor"]["output_path"], "ztrain_out");
+}
+
+TEST(ConfigParseTest, TypoInNestedKeyNamesPathAndNearestKey) {
+  const std::string e =
+      ErrorOf(With(DefaultConfigJson(), "/zero_optimization/stage3_prefetch_bucketsize", 5e7));
+  EXPECT_NE(e.find("zero_optimization.stage3_prefetch_bucketsize: unknown key; did you mean "
+                   "\"zero_optimization.stage3_prefetch_bucket_size\"?"),
+            std::string::npos)
+      << e;
+}
+
+TEST(ConfigParseTest, KeyInWrongSectionSuggestsItsSection) {
+  const std::string e = ErrorOf(With(DefaultConfigJson(), "/reduce_bucket_size", 1000));
+  EXPECT_NE(e.find("reduce_bucket_size: unknown key; did you mean "
+                   "\"zero_optimization.reduce_bucket_size\""),
+            std::string::npos)
+      << e;
+}
+
+TEST(ConfigParseTest, DeprecatedDeepSpeedKeyNamesItsReplacement) {
+  const std::string e = ErrorOf(With(DefaultConfigJson(), "/bfloat16", {{"enabled", false}}));
+  EXPECT_NE(e.find("bfloat16: unknown key; DeepSpeed deprecated it, use \"bf16\""),
+            std::string::npos)
+      << e;
+}
+
+TEST(ConfigParseTest, WrongTypeNamesPathAndExpectedType) {
+  std::string e = ErrorOf(With(DefaultConfigJson(), "/optimizer/params/lr", "fast"));
+  EXPECT_NE(e.find("optimizer.params.lr: expected number or \"auto\", got string \"fast\""),
+            std::string::npos)
+      << e;
+  e = ErrorOf(With(DefaultConfigJson(), "/training/steps", 1.5));
+  EXPECT_NE(e.find("training.steps: expected integer, got number 1.5"), std::string::npos) << e;
+  e = ErrorOf(With(DefaultConfigJson(), "/training/steps", "auto"));
+  EXPECT_NE(e.find("training.steps: expected integer; \"auto\" is not accepted here"),
+            std::string::npos)
+      << e;
+  e = ErrorOf(With(DefaultConfigJson(), "/zero_optimization/offload_param/device", "gpu"));
+  EXPECT_NE(e.find("zero_optimization.offload_param.device: expected one of \"none\", \"cpu\", "
+                   "\"nvme\", got \"gpu\""),
+            std::string::npos)
+      << e;
+  e = ErrorOf(json::array({1, 2}));
+  EXPECT_NE(e.find("a config is a JSON object"), std::string::npos) << e;
+}
+
+TEST(ConfigParseTest, FullRangeSeedIsAccepted) {
+  const Config c =
+      ParseConfig(With(DefaultConfigJson(), "/training/seed", 18446744073709551615ULL));
+  EXPECT_EQ(c.training.seed, 18446744073709551615ULL);
+}
+
+TEST(ConfigParseTest, IntegralFloatIsAnInteger) {
+  const Config c =
+      ParseConfig(With(DefaultConfigJson(), "/zero_optimization/allgather_bucket_size", 2e8));
+  EXPECT_TRUE(c.resolved["zero_optimization"]["allgather_bucket_size"].is_number_integer());
+  EXPECT_EQ(c.zero.allgather_bucket_size, 200000000);
+}
+
+TEST(ConfigParseTest, AllProblemsAreReportedTogether) {
+  json j = DefaultConfigJson();
+  j["zero_optimization"]["stage3_prefetch_bucketsize"] = 1;
+  j["optimizer"]["params"]["lr"] = "fast";
+  j["model"]["n_head"] = 3;  // 128 % 3 != 0
+  j["fp16"] = {{"enabled", true}};
+  const std::string e = ErrorOf(j);
+  EXPECT_NE(e.find("invalid config (4 problems):"), std::string::npos) << e;
+  for (const char* path :
+       {"\n  zero_optimization.stage3_prefetch_bucketsize: ", "\n  optimizer.params.lr: ",
+        "\n  model.n_embd: ", "\n  fp16.enabled: "}) {
+    EXPECT_NE(e.find(path), std::string::npos) << path << " missing in:\n" << e;
+  }
+}
+
+// --- the batch triple, as DeepSpeed's _set_batch_related_parameters -----------------------
+
+json Batch(json tb, json micro, json gas) {
+  json j = json::object();
+  if (!tb.is_null()) j["train_batch_size"] = tb;
+  if (!micro.is_null()) j["train_micro_batch_size_per_gpu"] = micro;
+  if (!gas.is_null()) j["gradient_accumulation_steps"] = gas;
+  return j;
+}
+
+void ExpectBatch(const json& j, int ws, int64_t tb, int64_t micro, int64_t gas) {
+  const Config c = ParseConfig(j, ws);
+  EXPECT_EQ(c.train_batch_size, tb) << j.dump() << " ws=" << ws;
+  EXPECT_EQ(c.train_micro_batch_size_per_gpu, micro) << j.dump() << " ws=" << ws;
+  EXPECT_EQ(c.gradient_accumulation_steps, gas) << j.dump() << " ws=" << ws;
+  EXPECT_EQ(c.world_size, ws);
+}
+
+TEST(ConfigBatchTest, DerivesTheMissingValuesLikeDeepSpeed) {
+  for (int ws : {1, 4}) {
+    ExpectBatch(Batch(32 * ws, 4, 8), ws, 32 * ws, 4, 8);               // all three, consistent
+    ExpectBatch(Batch(32 * ws, 4, nullptr), ws, 32 * ws, 4, 8);         // gas = tb / micro / ws
+    ExpectBatch(Batch(32 * ws, nullptr, 2), ws, 32 * ws, 16, 2);        // micro = tb / ws / gas
+    ExpectBatch(Batch(nullptr, 4, 3), ws, 12 * ws, 4, 3);               // tb = micro * gas * ws
+    ExpectBatch(Batch(16 * ws, nullptr, nullptr), ws, 16 * ws, 16, 1);  // micro = tb / ws
+    ExpectBatch(Batch(nullptr, 5, nullptr), ws, 5 * ws, 5, 1);          // tb = micro * ws
+    ExpectBatch(Batch("auto", 5, "auto"), ws, 5 * ws, 5, 1);            // "auto" = not given
+  }
+}
+
+TEST(ConfigBatchTest, InconsistentTripleNamesTheNumbers) {
+  std::string e = ErrorOf(Batch(32, 4, 2), 1);
+  EXPECT_NE(e.find("train_batch_size: train_batch_size 32 != train_micro_batch_size_per_gpu 4 x "
+                   "gradient_accumulation_steps 2 x world_size 1 (= 8)"),
+            std::string::npos)
+      << e;
+  e = ErrorOf(Batch(32, 4, 2), 2);
+  EXPECT_NE(e.find("32 != train_micro_batch_size_per_gpu 4 x gradient_accumulation_steps 2 x "
+                   "world_size 2 (= 16); fix one of them"),
+            std::string::npos)
+      << e;
+}
+
+TEST(ConfigBatchTest, SameTripleIsConsistentAtFourRanks) {
+  ExpectBatch(Batch(32, 4, 2), 4, 32, 4, 2);
+}
+
+TEST(ConfigBatchTest, IndivisibleTrainBatchSaysWhatItMustDivide) {
+  // DeepSpeed: gas = 8 // 4 // 4 = 0, then its assertion fails.
+  const std::string e = ErrorOf(Batch(8, 4, nullptr), 4);
+  EXPECT_NE(e.find("train_batch_size 8 != train_micro_batch_size_per_gpu 4 x "
+                   "gradient_accumulation_steps 0 x world_size 4 (= 0); train_batch_size must "
+                   "be a multiple of train_micro_batch_size_per_gpu x world_size = 16"),
+            std::string::npos)
+      << e;
+}
+
+TEST(ConfigBatchTest, NeitherTrainNorMicroBatchIsAnError) {
+  for (const json& j : {Batch(nullptr, nullptr, 4), Batch(nullptr, nullptr, nullptr)}) {
+    const std::string e = ErrorOf(j);
+    EXPECT_NE(e.find("either train_batch_size or train_micro_batch_size_per_gpu must be given"),
+              std::string::npos)
+        << e;
+  }
+}
+
+TEST(ConfigBatchTest, NonPositiveValuesAreErrors) {
+  const std::string e = ErrorOf(Batch(nullptr, 0, -1));
+  EXPECT_NE(e.find("train_micro_batch_size_per_gpu: must be > 0, got 0"), std::string::npos) << e;
+  EXPECT_NE(e.find("gradient_accumulation_steps: must be > 0, got -1"), std::string::npos) << e;
+}
+
+// --- "auto" ----------------------------------------------------------------------------------
+
+TEST(ConfigAutoTest, PaddedVocabRoundsUpTo128) {
+  for (auto [vocab, padded] : {std::pair{50257, 50304}, {512, 512}, {513, 640}, {1, 128}}) {
+    const Config c = ParseConfig(With(DefaultConfigJson(), "/model/vocab_size", vocab));
+    EXPECT_EQ(c.model.padded_vocab_size, padded) << vocab;
+  }
+}
+
+TEST(ConfigAutoTest, ValuesDerivedFromOtherKeys) {
+  json j = DefaultConfigJson();
+  j["model"]["max_seq_len"] = 48;
+  j["data"].erase("seq_len");  // absent = "auto"
+  j["optimizer"]["params"] = {
+      {"lr", "auto"}, {"betas", "auto"}, {"eps", "auto"}, {"weight_decay", "auto"}};
+  j["scheduler"] = {{"type", "WarmupDecayLR"},
+                    {"params", {{"warmup_max_lr", "auto"}, {"total_num_steps", "auto"}}}};
+  j["zero_optimization"] = {{"reduce_bucket_size", "auto"},
+                            {"stage3_prefetch_bucket_size", "auto"},
+                            {"stage3_param_persistence_threshold", "auto"}};
+  j["fp16"] = {{"enabled", "auto"}};
+  const Config c = ParseConfig(j);
+  EXPECT_EQ(c.data.seq_len, 48);
+  EXPECT_DOUBLE_EQ(c.optimizer.lr, 1e-3);  // FusedAdam defaults
+  EXPECT_DOUBLE_EQ(c.optimizer.beta2, 0.999);
+  EXPECT_DOUBLE_EQ(c.optimizer.eps, 1e-8);
+  EXPECT_DOUBLE_EQ(c.scheduler.warmup_max_lr, 1e-3);  // = optimizer lr
+  EXPECT_EQ(c.scheduler.total_num_steps, 300);        // = training.steps
+  EXPECT_EQ(c.zero.reduce_bucket_size, 128 * 128);
+  EXPECT_EQ(c.zero.stage3_prefetch_bucket_size, 14745);  // 0.9 * 128^2
+  EXPECT_EQ(c.zero.stage3_param_persistence_threshold, 1280);
+  EXPECT_EQ(c.resolved["fp16"]["enabled"], false);
+}
+
+// --- optimizer -------------------------------------------------------------------------------
+
+TEST(ConfigOptimizerTest, AdamVsAdamWVsL2) {
+  const json base = DefaultConfigJson();
+  Config c = ParseConfig(With(base, "/optimizer/type", "adamw"));  // case-insensitive
+  EXPECT_EQ(c.optimizer.type, "AdamW");
+  EXPECT_TRUE(c.optimizer.adam_w_mode);
+  c = ParseConfig(With(base, "/optimizer/type", "Adam"));  // DeepSpeed: adam_w_mode defaults on
+  EXPECT_EQ(c.optimizer.type, "Adam");
+  EXPECT_TRUE(c.optimizer.adam_w_mode);
+  c = ParseConfig(
+      With(With(base, "/optimizer/type", "ADAM"), "/optimizer/params/adam_w_mode", false));
+  EXPECT_EQ(c.optimizer.type, "Adam");
+  EXPECT_FALSE(c.optimizer.adam_w_mode);  // L2
+  const std::string e = ErrorOf(With(base, "/optimizer/params/adam_w_mode", false));
+  EXPECT_NE(e.find("optimizer.params.adam_w_mode: false has no effect with type AdamW"),
+            std::string::npos)
+      << e;
+}
+
+TEST(ConfigOptimizerTest, FusedAdamDefaults) {
+  for (const json& optimizer : {json{{"type", "Adam"}}, json(nullptr)}) {
+    json j = DefaultConfigJson();
+    if (optimizer.is_null())
+      j.erase("optimizer");
+    else
+      j["optimizer"] = optimizer;
+    const Config c = ParseConfig(j);
+    EXPECT_EQ(c.optimizer.type, optimizer.is_null() ? "AdamW" : "Adam");
+    EXPECT_DOUBLE_EQ(c.optimizer.lr, 1e-3);
+    EXPECT_DOUBLE_EQ(c.optimizer.beta1, 0.9);
+    EXPECT_DOUBLE_EQ(c.optimizer.beta2, 0.999);
+    EXPECT_DOUBLE_EQ(c.optimizer.eps, 1e-8);
+    EXPECT_DOUBLE_EQ(c.optimizer.weight_decay, 0.0);
+    EXPECT_TRUE(c.optimizer.bias_correction);
+  }
+}
+
+TEST(ConfigOptimizerTest, RangesSayHowToFix) {
+  const json base = DefaultConfigJson();
+  EXPECT_NE(ErrorOf(With(base, "/optimizer/params/betas", {0.9, 1.0}))
+                .find("optimizer.params.betas: each beta must be in [0, 1), got [0.9,1.0]"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(With(base, "/optimizer/params/betas", {0.9}))
+                .find("optimizer.params.betas: expected array of 2 numbers"),
+            std::string::npos);
+  EXPECT_NE(
+      ErrorOf(With(base, "/optimizer/params/eps", 0)).find("optimizer.params.eps: must be > 0"),
+      std::string::npos);
+  EXPECT_NE(
+      ErrorOf(With(base, "/optimizer/params/lr", -1e-3)).find("optimizer.params.lr: must be >= 0"),
+      std::string::npos);
+}
+
+// --- scheduler -------------------------------------------------------------------------------
+
+json WithScheduler(const std::string& type, json params = json::object()) {
+  return With(DefaultConfigJson(), "/scheduler", {{"type", type}, {"params", params}});
+}
+
+TEST(ConfigSchedulerTest, DeepSpeedDefaults) {
+  Config c = ParseConfig(WithScheduler("WarmupLR"));
+  EXPECT_DOUBLE_EQ(c.scheduler.warmup_min_lr, 0.0);
+  EXPECT_DOUBLE_EQ(c.scheduler.warmup_max_lr, 0.001);
+  EXPECT_EQ(c.scheduler.warmup_num_steps, 1000);
+  EXPECT_EQ(c.scheduler.warmup_type, "log");
+  EXPECT_FALSE(c.resolved["scheduler"]["params"].contains("total_num_steps"));
+  c = ParseConfig(WithScheduler("WarmupDecayLR", {{"total_num_steps", 500}}));
+  EXPECT_EQ(c.scheduler.total_num_steps, 500);
+  EXPECT_DOUBLE_EQ(c.scheduler.warmup_max_lr, 0.001);
+  c = ParseConfig(WithScheduler("WarmupCosineLR", {{"total_num_steps", 500}}));
+  EXPECT_DOUBLE_EQ(c.scheduler.warmup_min_ratio, 0.0);
+  EXPECT_EQ(c.scheduler.warmup_num_steps, 1000);
+  EXPECT_DOUBLE_EQ(c.scheduler.cos_min_ratio, 0.0001);
+  EXPECT_EQ(c.scheduler.warmup_type, "log");
+  EXPECT_FALSE(c.resolved["scheduler"]["params"].contains("warmup_max_lr"));
+  json j = DefaultConfigJson();
+  j.erase("scheduler");
+  EXPECT_EQ(ParseConfig(j).scheduler.type, "");  // constant lr
+}
+
+TEST(ConfigSchedulerTest, DecayingSchedulesNeedTotalSteps) {
+  for (const char* type : {"WarmupDecayLR", "WarmupCosineLR"}) {
+    const std::string e = ErrorOf(WithScheduler(type));
+    EXPECT_NE(e.find(std::string("scheduler.params.total_num_steps: required by ") + type),
+              std::string::npos)
+        << e;
+  }
+}
+
+TEST(ConfigSchedulerTest, ParameterOfAnotherScheduleIsNamed) {
+  const std::string e = ErrorOf(WithScheduler("WarmupLR", {{"cos_min_ratio", 0.1}}));
+  EXPECT_NE(e.find("scheduler.params.cos_min_ratio: not a parameter of scheduler type WarmupLR; "
+                   "it belongs to WarmupCosineLR"),
+            std::string::npos)
+      << e;
+}
+
+// --- ranges ----------------------------------------------------------------------------------
+
+TEST(ConfigRangeTest, ModelAndDataShapes) {
+  const json base = DefaultConfigJson();
+  EXPECT_NE(ErrorOf(With(base, "/model/n_head", 6))
+                .find("model.n_embd: 128 is not divisible by model.n_head 6; use a multiple of "
+                      "n_head (e.g. 126 or 132)"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(With(base, "/model/padded_vocab_size", 500))
+                .find("model.padded_vocab_size: 500 is smaller than model.vocab_size 512; use "
+                      ">= 512 or \"auto\" (512)"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(With(base, "/data/seq_len", 65))
+                .find("data.seq_len: 65 must be in [1, model.max_seq_len = 64]"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(With(base, "/training/steps", -1)).find("training.steps: must be >= 0, got -1"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(With(base, "/zero_optimization/stage", 4))
+                .find("zero_optimization.stage: must be 0, 1, 2 or 3, got 4"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace ztrain

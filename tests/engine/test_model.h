@@ -1,0 +1,36 @@
+#pragma once
+// Shared helpers for engine tests: a tiny GPT config and random micro-batches.
+#include <random>
+#include <vector>
+
+#include "core/config.h"
+#include "nn/layer.h"
+
+namespace ztrain::testing {
+
+// A GPT-2 shaped model small enough for finite differences.
+inline nlohmann::json TinyConfigJson(int n_layer = 2, int n_embd = 8, int n_head = 2,
+                                     int vocab = 11, int max_seq = 8) {
+  nlohmann::json j = DefaultConfigJson();
+  j["model"] = {{"type", "gpt2"},         {"n_layer", n_layer}, {"n_head", n_head},
+                {"n_embd", n_embd},       {"vocab_size", vocab}, {"padded_vocab_size", 16},
+                {"max_seq_len", max_seq}};
+  j["data"] = {{"seq_len", max_seq}};
+  return j;
+}
+
+// Owns the token storage behind a MicroBatch.
+struct OwnedBatch {
+  std::vector<int32_t> tokens, targets;
+  nn::MicroBatch mb;
+  OwnedBatch(int64_t b, int64_t t, int vocab, uint32_t seed) : tokens(b * t), targets(b * t) {
+    std::mt19937 rng(seed);
+    std::uniform_int_distribution<int> d(0, vocab - 1);
+    for (auto& x : tokens) x = d(rng);
+    for (auto& x : targets) x = d(rng);
+    mb.tokens = Tensor(tokens.data(), DType::kI32, {b, t});
+    mb.targets = Tensor(targets.data(), DType::kI32, {b, t});
+  }
+};
+
+}  // namespace ztrain::testing

@@ -1,0 +1,159 @@
+// Gemm and the linear layer against double references and finite differences.
+#include <vector>
+
+#include "kernel_test_util.h"
+
+namespace ztrain::kernels {
+namespace {
+
+using testing::ExpectClose;
+using testing::ExpectErrorMentions;
+using testing::Random;
+using testing::View;
+
+// c = alpha * op(a) op(b) + beta * c in double, row-major.
+std::vector<double> RefGemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha,
+                            const std::vector<float>& a, const std::vector<float>& b,
+                            double beta, const std::vector<float>& c) {
+  std::vector<double> out(m * n);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double s = 0.0;
+      for (int64_t p = 0; p < k; ++p) {
+        s += double{a[ta ? p * m + i : i * k + p]} * b[tb ? j * k + p : p * n + j];
+      }
+      out[i * n + j] = alpha * s + beta * c[i * n + j];
+    }
+  }
+  return out;
+}
+
+// y = x W^T + b in double; x [rows, ch], W [oc, ch].
+std::vector<double> RefLinear(const std::vector<double>& x, const std::vector<double>& w,
+                              const std::vector<double>* b, int64_t rows, int64_t ch,
+                              int64_t oc) {
+  std::vector<double> y(rows * oc);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t o = 0; o < oc; ++o) {
+      double s = b ? (*b)[o] : 0.0;
+      for (int64_t c = 0; c < ch; ++c) s += x[r * ch + c] * w[o * ch + c];
+      y[r * oc + o] = s;
+    }
+  }
+  return y;
+}
+
+TEST(GemmTest, MatchesDoubleReferenceForEveryTransposeAndBeta) {
+  auto ops = MakeCpuOps();
+  const int64_t m = 13, n = 17, k = 35;
+  for (int ta = 0; ta < 2; ++ta) {
+    for (int tb = 0; tb < 2; ++tb) {
+      for (float beta : {0.0f, 1.0f, -0.5f}) {
+        auto a = Random(m * k, 1), b = Random(k * n, 2), c = Random(m * n, 3);
+        const auto want = RefGemm(ta, tb, m, n, k, 0.75, a, b, beta, c);
+        ops->Gemm(ta, tb, 0.75f, View(a, ta ? Shape{k, m} : Shape{m, k}),
+                  View(b, tb ? Shape{n, k} : Shape{k, n}), beta, View(c, {m, n}));
+        ExpectClose(c, want, 1e-5, "ta=" + std::to_string(ta) + " tb=" + std::to_string(tb));
+      }
+    }
+  }
+}
+
+TEST(GemmTest, EmptyInnerDimensionScalesC) {
+  auto ops = MakeCpuOps();
+  std::vector<float> a, b, c = {1, 2, 3, 4};
+  ops->Gemm(false, false, 1.0f, View(a, {2, 0}), View(b, {0, 2}), 0.5f, View(c, {2, 2}));
+  EXPECT_EQ(c, (std::vector<float>{0.5f, 1, 1.5f, 2}));
+}
+
+TEST(GemmTest, RejectsMismatchedShapesAndDtypes) {
+  auto ops = MakeCpuOps();
+  std::vector<float> a(6), b(6), c(4);
+  ExpectErrorMentions([&] { ops->Gemm(false, false, 1, View(a, {2, 3}), View(b, {2, 3}), 0,
+                                      View(c, {2, 2})); },
+                      {"Gemm", "b"});
+  ExpectErrorMentions([&] { ops->Gemm(false, true, 1, View(a, {2, 3}), View(b, {2, 3}), 0,
+                                      View(c, {4})); },
+                      {"Gemm", "2-D"});
+  Tensor half(a.data(), DType::kBF16, {2, 3});
+  ExpectErrorMentions([&] { ops->Gemm(false, true, 1, half, View(b, {2, 3}), 0,
+                                      View(c, {2, 2})); },
+                      {"Gemm", "a", "bf16"});
+}
+
+TEST(LinearTest, ForwardMatchesReferenceWithAndWithoutBias) {
+  auto ops = MakeCpuOps();
+  const int64_t batch = 2, seq = 5, ch = 24, oc = 40;
+  auto x = Random(batch * seq * ch, 4), w = Random(oc * ch, 5), b = Random(oc, 6);
+  std::vector<float> y(batch * seq * oc);
+  const auto xd = testing::ToDouble(x), wd = testing::ToDouble(w), bd = testing::ToDouble(b);
+  ops->LinearForward(View(x, {batch, seq, ch}), View(w, {oc, ch}), View(b, {oc}),
+                     View(y, {batch, seq, oc}));
+  ExpectClose(y, RefLinear(xd, wd, &bd, batch * seq, ch, oc), 1e-5, "with bias");
+  ops->LinearForward(View(x, {batch * seq, ch}), View(w, {oc, ch}), Tensor(),
+                     View(y, {batch * seq, oc}));
+  ExpectClose(y, RefLinear(xd, wd, nullptr, batch * seq, ch, oc), 1e-5, "without bias");
+}
+
+TEST(LinearTest, BackwardMatchesFiniteDifferences) {
+  auto ops = MakeCpuOps();
+  const int64_t rows = 7, ch = 19, oc = 33;
+  auto x = Random(rows * ch, 7), w = Random(oc * ch, 8), b = Random(oc, 9);
+  auto dy = Random(rows * oc, 10);  // objective L = sum(y * dy)
+  std::vector<float> dx(rows * ch, 99.0f), dw(oc * ch, 0.0f), db(oc, 0.0f);
+  ops->LinearBackward(View(dy, {rows, oc}), View(x, {rows, ch}), View(w, {oc, ch}),
+                      View(dx, {rows, ch}), View(dw, {oc, ch}), View(db, {oc}));
+  const auto xd = testing::ToDouble(x), wd = testing::ToDouble(w), bd = testing::ToDouble(b);
+  auto loss_x = [&](const std::vector<double>& v) {
+    return testing::Dot(RefLinear(v, wd, &bd, rows, ch, oc), dy);
+  };
+  auto loss_w = [&](const std::vector<double>& v) {
+    return testing::Dot(RefLinear(xd, v, &bd, rows, ch, oc), dy);
+  };
+  auto loss_b = [&](const std::vector<double>& v) {
+    return testing::Dot(RefLinear(xd, wd, &v, rows, ch, oc), dy);
+  };
+  testing::ExpectGradMatchesFiniteDiff(dx, loss_x, x, 1000, 1e-4, "dx");
+  testing::ExpectGradMatchesFiniteDiff(dw, loss_w, w, 1000, 1e-4, "dweight");
+  testing::ExpectGradMatchesFiniteDiff(db, loss_b, b, 1000, 1e-4, "dbias");
+}
+
+TEST(LinearTest, BackwardAccumulatesParameterGradsAndCanSkipDx) {
+  auto ops = MakeCpuOps();
+  const int64_t rows = 70, ch = 9, oc = 130;  // oc spans several column blocks
+  auto x = Random(rows * ch, 11), w = Random(oc * ch, 12), dy = Random(rows * oc, 13);
+  std::vector<float> dw1(oc * ch, 0.0f), db1(oc, 0.0f), dx(rows * ch);
+  ops->LinearBackward(View(dy, {rows, oc}), View(x, {rows, ch}), View(w, {oc, ch}),
+                      View(dx, {rows, ch}), View(dw1, {oc, ch}), View(db1, {oc}));
+  std::vector<float> dw2(oc * ch, 0.0f), db2(oc, 0.0f);
+  for (int rep = 0; rep < 2; ++rep) {
+    ops->LinearBackward(View(dy, {rows, oc}), View(x, {rows, ch}), View(w, {oc, ch}), Tensor(),
+                        View(dw2, {oc, ch}), View(db2, {oc}));
+  }
+  std::vector<double> twice_w(dw1.size()), twice_b(db1.size());
+  for (size_t i = 0; i < dw1.size(); ++i) twice_w[i] = 2.0 * dw1[i];
+  for (size_t i = 0; i < db1.size(); ++i) twice_b[i] = 2.0 * db1[i];
+  ExpectClose(dw2, twice_w, 1e-6, "dweight after two calls");
+  ExpectClose(db2, twice_b, 1e-6, "dbias after two calls");
+}
+
+TEST(LinearTest, RejectsWrongShapes) {
+  auto ops = MakeCpuOps();
+  std::vector<float> x(12), w(12), b(3), y(12), y9(9), dw(12);
+  ExpectErrorMentions([&] { ops->LinearForward(View(x, {3, 4}), View(w, {3, 4}), View(b, {3}),
+                                               View(y, {4, 3})); },
+                      {"LinearForward", "y", "[3, 3]"});
+  ExpectErrorMentions([&] { ops->LinearForward(View(x, {4, 3}), View(w, {3, 4}), View(b, {3}),
+                                               View(y, {4, 3})); },
+                      {"LinearForward", "x"});
+  ExpectErrorMentions([&] { ops->LinearForward(View(x, {3, 4}), View(w, {3, 4}),
+                                               View(y, {12}), View(y9, {3, 3})); },
+                      {"LinearForward", "bias"});
+  ExpectErrorMentions([&] { ops->LinearBackward(View(y, {4, 3}), View(x, {3, 4}),
+                                                View(w, {3, 4}), Tensor(), View(dw, {3, 4}),
+                                                Tensor()); },
+                      {"LinearBackward", "dy"});
+}
+
+}  // namespace
+}  // namespace ztrain::kernels

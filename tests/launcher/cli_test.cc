@@ -1,0 +1,157 @@
+// The ztrain executable end to end: version, check-config, data, a training run whose loss
+// falls far below ln(vocab) with its csv_monitor file, save_final, and a clean stop on Ctrl-C.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "core/config.h"
+#include "nn/llmc_model_file.h"
+
+namespace ztrain {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int code;
+  std::string out;
+};
+
+// Runs a shell command, capturing stdout and stderr together.
+Result RunZtrain(const std::string& args) {
+  const std::string cmd = std::string(ZTRAIN_BINARY) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+std::vector<std::string> Lines(const std::string& path) {
+  std::ifstream f(path);
+  std::vector<std::string> lines;
+  for (std::string l; std::getline(f, l);) lines.push_back(l);
+  return lines;
+}
+
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/ztrain_cli_XXXXXX";
+    dir_ = mkdtemp(tmpl);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string WriteConfig(const nlohmann::json& j, const std::string& name = "c.json") {
+    const std::string path = dir_ + "/" + name;
+    std::ofstream(path) << j.dump(2);
+    return path;
+  }
+  std::string dir_;
+};
+
+TEST_F(CliTest, VersionNamesTheBackends) {
+  const Result r = RunZtrain("--version");
+  EXPECT_EQ(r.code, 0);
+  EXPECT_NE(r.out.find("ztrain 0."), std::string::npos) << r.out;
+  for (const char* b : {"CPU", "CUDA", "NCCL", "MPI", "io_uring"})
+    EXPECT_NE(r.out.find(b), std::string::npos) << b;
+}
+
+TEST_F(CliTest, CheckConfigPrintsResolvedConfigOrErrors) {
+  nlohmann::json j = DefaultConfigJson();
+  Result ok = RunZtrain("check-config " + WriteConfig(j));
+  ASSERT_EQ(ok.code, 0) << ok.out;
+  const nlohmann::json resolved = nlohmann::json::parse(ok.out);
+  EXPECT_EQ(resolved["train_batch_size"], j["train_micro_batch_size_per_gpu"]);
+  j["zero_optimization"] = {{"stage", 0}, {"reduce_bucket_sise", 100}};
+  const Result bad = RunZtrain("check-config " + WriteConfig(j));
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.out.find("zero_optimization.reduce_bucket_sise"), std::string::npos) << bad.out;
+  EXPECT_NE(bad.out.find("reduce_bucket_size"), std::string::npos) << bad.out;
+  EXPECT_EQ(RunZtrain("check-config " + dir_ + "/missing.json").code, 2);
+  EXPECT_EQ(RunZtrain("--config " + WriteConfig(j)).code, 2);  // train refuses it too
+}
+
+TEST_F(CliTest, DataTurnsTextIntoAShard) {
+  const std::string text = "héllo, wörld\n";
+  std::ofstream(dir_ + "/t.txt") << text;
+  const Result r = RunZtrain("data --text " + dir_ + "/t.txt --out " + dir_ + "/t.bin");
+  ASSERT_EQ(r.code, 0) << r.out;
+  std::ifstream f(dir_ + "/t.bin", std::ios::binary);
+  int32_t header[256];
+  f.read(reinterpret_cast<char*>(header), sizeof header);
+  EXPECT_EQ(header[0], 20240520);
+  EXPECT_EQ(header[1], 1);
+  ASSERT_EQ(header[2], static_cast<int32_t>(text.size()));
+  std::vector<uint16_t> tokens(text.size());
+  f.read(reinterpret_cast<char*>(tokens.data()), 2 * tokens.size());
+  for (size_t i = 0; i < text.size(); ++i)
+    EXPECT_EQ(tokens[i], static_cast<unsigned char>(text[i]));
+}
+
+TEST_F(CliTest, TrainsTheDefaultModelAndWritesCsvAndModel) {
+  nlohmann::json j = DefaultConfigJson();
+  j["csv_monitor"] = {{"enabled", true}, {"output_path", dir_}, {"job_name", "run"}};
+  j["training"]["save_final"] = dir_ + "/final.bin";
+  j["training"]["output_dir"] = dir_ + "/out";
+  const Result r = RunZtrain("--config " + WriteConfig(j));
+  ASSERT_EQ(r.code, 0) << r.out;
+  const Config cfg = ParseConfig(j);
+  const std::vector<std::string> csv = Lines(dir_ + "/run/train.csv");
+  ASSERT_EQ(csv.size(), static_cast<size_t>(cfg.training.steps + 1));
+  EXPECT_EQ(csv[0].rfind("step,loss,lr,grad_norm,tokens_per_s", 0), 0u) << csv[0];
+  double first_loss = 0, last_loss = 0;
+  ASSERT_EQ(std::sscanf(csv[1].c_str(), "1,%lf", &first_loss), 1);
+  ASSERT_EQ(std::sscanf(csv.back().c_str(), "%*d,%lf", &last_loss), 1);
+  const double ln_vocab = std::log(static_cast<double>(cfg.model.vocab_size));
+  EXPECT_NEAR(first_loss, ln_vocab, 0.3);   // an untrained model is uniform
+  EXPECT_LT(last_loss, 0.5 * ln_vocab) << r.out;  // and it learned the corpus
+  EXPECT_NO_THROW(nn::ReadLlmcModelHeader(dir_ + "/final.bin"));
+  EXPECT_TRUE(fs::exists(dir_ + "/out/memory_rank0.json"));
+  EXPECT_NE(r.out.find("val loss"), std::string::npos);
+  EXPECT_NE(r.out.find("peak memory"), std::string::npos);
+}
+
+TEST_F(CliTest, CtrlCStopsAfterTheStepAndSaves) {
+  nlohmann::json j = DefaultConfigJson();
+  j["training"]["steps"] = 1000000;
+  j["training"]["save_final"] = dir_ + "/final.bin";
+  j["training"]["output_dir"] = dir_ + "/out";
+  j["csv_monitor"] = {{"enabled", true}, {"output_path", dir_}, {"job_name", "run"}};
+  const std::string config = WriteConfig(j);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    freopen("/dev/null", "w", stderr);
+    execl(ZTRAIN_BINARY, ZTRAIN_BINARY, "--config", config.c_str(), nullptr);
+    _exit(127);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (Lines(dir_ + "/run/train.csv").size() < 4 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  kill(pid, SIGINT);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 130);
+  EXPECT_NO_THROW(nn::ReadLlmcModelHeader(dir_ + "/final.bin"));
+  const auto rows = Lines(dir_ + "/run/train.csv");
+  EXPECT_GE(rows.size(), 4u);
+  EXPECT_LT(rows.size(), 1000u);
+}
+
+}  // namespace
+}  // namespace ztrain
