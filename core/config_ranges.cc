@@ -103,7 +103,7 @@ void CheckScheduler(const json& t, ConfigErrors& errors) {
     return;  // no scheduler, or refused (its params are then DeepSpeed's business)
   }
   const std::string p = "scheduler.params.";
-  IntAtLeast(t, p + "warmup_num_steps", 0, errors);
+  IntAtLeast(t, p + "warmup_num_steps", 1, errors);
   IntAtLeast(t, p + "last_batch_iteration", -1, errors);
   if (type == "WarmupLR" || type == "WarmupDecayLR") {
     NumAtLeast(t, p + "warmup_min_lr", 0.0, errors);

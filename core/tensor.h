@@ -54,7 +54,8 @@ class Tensor {
   Device device_;
 };
 
-// Checks for kernels and layers: dtype, shape and device, with a message naming `what`.
+// Checks for kernels and layers: dtype and shape, with a message naming `what` (backends
+// check the device themselves).
 void CheckTensor(const Tensor& t, DType dtype, const Shape& shape, const char* what);
 
 }  // namespace ztrain

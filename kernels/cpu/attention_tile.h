@@ -5,9 +5,10 @@
 // Note [Attention tiles]: queries and keys are cut into blocks of kTile rows. Key and value
 // blocks are copied transposed ([HS][kTile], zero-padded to kTile columns) so that a score
 // row is kTile independent dot products computed as one vectorised j-loop per head
-// dimension; with equal query and key blocks, block kb <= qb always holds key 0..i of a
-// query i that it covers, so only the diagonal block needs the causal mask. All scratch is
-// per thread and O(kTile * HS): nothing of size T x T is ever allocated.
+// dimension. Query and key blocks have the same size, so a key block before the query block
+// is entirely visible and only the diagonal block needs the causal mask; every query row
+// sees at least one key in each block it visits. All scratch is per thread and
+// O(kTile * HS + T): nothing of size T x T is ever allocated.
 #include <cstdint>
 
 #include "core/tensor.h"

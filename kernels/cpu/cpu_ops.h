@@ -6,8 +6,9 @@
 // Shapes are checked before any work starts, so a throwing op has written nothing.
 // Thread safety: one thread at a time per object (ops.h); each op runs OpenMP-parallel inside
 // and never calls OpenBLAS from within a parallel region (Note [BLAS and OpenMP]).
-// Every reduction is deterministic: its summation order depends on the shapes only, never on
-// the number of threads.
+// Every reduction these kernels do themselves (bias and LayerNorm parameter gradients,
+// embedding gradients, SumSquares, attention) is deterministic: its summation order depends
+// on the shapes only, never on the number of threads. GEMMs are OpenBLAS's.
 //
 // Note [BLAS and OpenMP]: the OpenMP build of OpenBLAS runs its threads in the same OpenMP
 // pool as our loops. Calling sgemm inside a parallel region would nest pools and run serial
