@@ -27,7 +27,7 @@ int RunCheckConfig(const std::string& config_path, int world_size) {
     std::printf("%s\n", config.resolved.dump(2).c_str());
     return kExitOk;
   } catch (const ConfigError& e) {
-    std::fprintf(stderr, "%s: invalid config:\n%s\n", config_path.c_str(), e.what());
+    std::fprintf(stderr, "%s\n", e.what());  // names the file and every problem
     return kExitConfigError;
   }
 }

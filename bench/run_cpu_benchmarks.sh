@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Runs the CPU benchmarks one after another so their figures share one machine state:
+# GPT-2 124M step vs OpenBLAS SGEMM peak, the same step in PyTorch (when python3-torch is
+# installed: apt-get install python3-torch), and AdamW vs STREAM.
+#   bash bench/run_cpu_benchmarks.sh [build-dir]
+set -euo pipefail
+build=${1:-build}
+here=$(cd "$(dirname "$0")" && pwd)
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}
+"$build/bench/gpt2_bench" --steps 5
+# Debian's torch lives in the system interpreter, which a pyenv shim may hide.
+torch_python=""
+for py in python3 /usr/bin/python3; do
+  if "$py" -c "import torch" 2>/dev/null; then torch_python=$py; break; fi
+done
+if [ -n "$torch_python" ]; then
+  "$torch_python" "$here/pytorch_gpt2_step.py" --steps 5 --threads "$OMP_NUM_THREADS"
+else
+  echo "PyTorch not installed: skipping the PyTorch reference (apt-get install python3-torch)"
+fi
+"$build/bench/adam_bench"
