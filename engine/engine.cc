@@ -30,6 +30,11 @@ namespace {
 constexpr int64_t kParamAlignment = 16;  // elements: each parameter starts on a 64-byte line
 int64_t AlignUp(int64_t n, int64_t a) { return (n + a - 1) / a * a; }
 
+double SecondsBetween(std::chrono::steady_clock::time_point a,
+                      std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
 double MeanOf(const Tensor& t) {
   double sum = 0.0;
   const float* p = t.data<float>();
@@ -146,7 +151,8 @@ void Engine::ZeroGrad() {
   for (auto& s : states_) ops_->Zero(s->grads.AsTensor(DType::kF32, {s->padded}));
 }
 
-double Engine::ForwardBackward(const nn::MicroBatch& mb, float loss_weight) {
+double Engine::ForwardBackward(const nn::MicroBatch& mb, float loss_weight, StepStats* stats) {
+  const auto start = std::chrono::steady_clock::now();
   const size_t n_layers = layers_.size();
   std::vector<nn::LayerContext> ctx;
   ctx.reserve(n_layers);
@@ -164,6 +170,7 @@ double Engine::ForwardBackward(const nn::MicroBatch& mb, float loss_weight) {
   }
   const Tensor losses = out_views.back();
   const double loss = MeanOf(losses);
+  const auto forward_done = std::chrono::steady_clock::now();
   // d(objective)/d(loss per token): the objective is loss_weight * mean(losses).
   Buffer dout(activations_, DType::kF32, losses.shape(), MemoryCategory::kActivations);
   {
@@ -184,6 +191,10 @@ double Engine::ForwardBackward(const nn::MicroBatch& mb, float loss_weight) {
     ctx[i].Release();
     outputs[i].Reset();
     dout = std::move(din);
+  }
+  if (stats) {
+    stats->forward_seconds += SecondsBetween(start, forward_done);
+    stats->backward_seconds += SecondsBetween(forward_done, std::chrono::steady_clock::now());
   }
   return loss;
 }
@@ -235,16 +246,18 @@ StepStats Engine::TrainStep(std::span<const nn::MicroBatch> micro_batches) {
   const float weight = 1.0f / static_cast<float>(micro_batches.size());
   double loss_sum = 0.0;
   for (const nn::MicroBatch& mb : micro_batches) {
-    loss_sum += ForwardBackward(mb, weight);
+    loss_sum += ForwardBackward(mb, weight, &stats);
     stats.tokens += mb.tokens.numel();
   }
   stats.loss = loss_sum / static_cast<double>(micro_batches.size());
+  const auto optimizer_start = std::chrono::steady_clock::now();
   const double norm = GradNorm();
   ZTRAIN_CHECK(std::isfinite(norm), "gradient norm is ", norm, " at step ", step_ + 1,
                " (loss ", stats.loss, "); lower optimizer.params.lr or set gradient_clipping");
   OptimizerStep(norm, stats);
-  stats.seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const auto end = std::chrono::steady_clock::now();
+  stats.optimizer_seconds = SecondsBetween(optimizer_start, end);
+  stats.seconds = SecondsBetween(start, end);
   return stats;
 }
 

@@ -36,6 +36,10 @@ struct StepStats {
   double clip_coef = 1.0;    // gradient scale applied by clipping (1 = not clipped)
   int64_t tokens = 0;        // tokens processed by this step
   double seconds = 0.0;      // wall time of the step
+  // The step's wall time split as DeepSpeed's wall_clock_breakdown reports it.
+  double forward_seconds = 0.0;
+  double backward_seconds = 0.0;
+  double optimizer_seconds = 0.0;  // gradient norm, clipping and AdamW
 };
 
 class Engine {
@@ -53,8 +57,9 @@ class Engine {
   // Building blocks of TrainStep, for tests and custom loops.
   void ZeroGrad();
   // Forward + backward of one micro-batch; gradients of the objective
-  // loss_weight * mean(per-token loss) accumulate. Returns the mean per-token loss.
-  double ForwardBackward(const nn::MicroBatch& mb, float loss_weight);
+  // loss_weight * mean(per-token loss) accumulate. Returns the mean per-token loss and, when
+  // `stats` is given, adds the forward and backward wall times to it.
+  double ForwardBackward(const nn::MicroBatch& mb, float loss_weight, StepStats* stats = nullptr);
   // Global gradient norm (before clipping).
   double GradNorm() const;
   // Clips, steps AdamW with the scheduled lr and advances the step counter.

@@ -25,6 +25,20 @@ std::unique_ptr<data::DataLoader> MakeLoader(const Config& c, data::Split split)
   return std::make_unique<data::DataLoader>(std::move(source), o);
 }
 
+// "parameters 3.31 MiB, gradients ..." over the categories that were ever used; with
+// `with_current`, each as current/peak.
+std::string MemoryBreakdown(const MemorySnapshot& mem, bool with_current) {
+  std::string out;
+  for (int c = 0; c < kNumMemoryCategories; ++c) {
+    if (mem.peak[c] == 0) continue;
+    out += fmt::format("{}{} {}{}", out.empty() ? "" : ", ",
+                       MemoryCategoryName(static_cast<MemoryCategory>(c)),
+                       with_current ? FormatBytes(mem.current[c]) + "/" : "",
+                       FormatBytes(mem.peak[c]));
+  }
+  return out;
+}
+
 nn::ParamLookup LookupIn(Engine& e) {
   return [&e](const std::string& name) { return e.Parameter(name); };
 }
@@ -69,6 +83,10 @@ double Trainer::Evaluate() {
 }
 
 void Trainer::LogStart() const {
+  if (config_.dump_state) Log().info("resolved config:\n{}", config_.resolved.dump(2));
+  if (config_.comms_logger.enabled) {
+    Log().info("comms_logger: a single process has no communication to log");
+  }
   const ModelConfig& m = config_.model;
   Log().info("ztrain: {} layers, {} heads, {} wide, vocab {} (padded {}), {} parameters",
              m.n_layer, m.n_head, m.n_embd, m.vocab_size, m.padded_vocab_size,
@@ -101,6 +119,16 @@ void Trainer::LogProgress(const StepStats& s, double window_seconds,
       s.clip_coef < 1.0f ? " (clipped)" : "",
       window_seconds > 0 ? static_cast<double>(window_tokens) / window_seconds : 0.0, ms,
       FormatBytes(engine_->memory().TotalPeak()));
+  if (config_.wall_clock_breakdown) {
+    Log().info("step {:>6}/{} | time (ms): forward {:.1f} | backward {:.1f} | optimizer {:.1f}",
+               s.step, config_.training.steps, s.forward_seconds * 1e3,
+               s.backward_seconds * 1e3, s.optimizer_seconds * 1e3);
+  }
+  if (config_.memory_breakdown) {
+    const MemorySnapshot mem = engine_->memory().Snapshot();
+    Log().info("step {:>6}/{} | memory (current/peak): {}", s.step, config_.training.steps,
+               MemoryBreakdown(mem, /*with_current=*/true));
+  }
 }
 
 TrainSummary Trainer::Run(const std::atomic<bool>* stop) {
@@ -169,14 +197,8 @@ void Trainer::Finish(const TrainSummary& s) {
   Log().info("done: {} steps in {:.1f} s ({:.0f} tok/s); loss {:.4f} -> {:.4f}{}", s.steps,
              s.seconds, s.tokens_per_s, s.first_loss, s.final_loss,
              s.final_eval_loss >= 0 ? fmt::format(", val loss {:.4f}", s.final_eval_loss) : "");
-  std::string peaks;
-  for (int c = 0; c < kNumMemoryCategories; ++c) {
-    if (mem.peak[c] == 0) continue;
-    peaks += fmt::format("{}{} {}", peaks.empty() ? "" : ", ",
-                         MemoryCategoryName(static_cast<MemoryCategory>(c)),
-                         FormatBytes(mem.peak[c]));
-  }
-  Log().info("peak memory: {} total ({})", FormatBytes(mem.total_peak), peaks);
+  Log().info("peak memory: {} total ({})", FormatBytes(mem.total_peak),
+             MemoryBreakdown(mem, /*with_current=*/false));
 }
 
 }  // namespace ztrain

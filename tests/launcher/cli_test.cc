@@ -125,6 +125,43 @@ TEST_F(CliTest, TrainsTheDefaultModelAndWritesCsvAndModel) {
   EXPECT_NE(r.out.find("peak memory"), std::string::npos);
 }
 
+// The last "val loss X" printed by a run.
+std::string LastValLoss(const std::string& out) {
+  const size_t at = out.rfind("val loss ");
+  return at == std::string::npos ? "" : out.substr(at + 9, out.find_first_of(" \n,", at + 9) - at - 9);
+}
+
+TEST_F(CliTest, InitFromContinuesFromTheSavedModel) {
+  nlohmann::json a = DefaultConfigJson();
+  a["training"]["steps"] = 40;
+  a["training"]["eval_interval"] = 40;
+  a["training"]["save_final"] = dir_ + "/a.bin";
+  a["training"]["output_dir"] = dir_ + "/out";
+  const Result first = RunZtrain("--config " + WriteConfig(a, "a.json"));
+  ASSERT_EQ(first.code, 0) << first.out;
+  // One step at lr 0 leaves the loaded weights unchanged, so the evaluation must match the
+  // saving run's final evaluation exactly.
+  nlohmann::json b = a;
+  b["model"]["init_from"] = dir_ + "/a.bin";
+  b["training"]["steps"] = 1;
+  b["training"]["eval_interval"] = 1;
+  b["training"]["save_final"] = "";
+  b.erase("scheduler");
+  b["optimizer"]["params"]["lr"] = 0.0;
+  b["wall_clock_breakdown"] = true;
+  const Result second = RunZtrain("--config " + WriteConfig(b, "b.json"));
+  ASSERT_EQ(second.code, 0) << second.out;
+  ASSERT_FALSE(LastValLoss(first.out).empty()) << first.out;
+  EXPECT_EQ(LastValLoss(second.out), LastValLoss(first.out)) << second.out;
+  EXPECT_NE(second.out.find("loaded weights from"), std::string::npos);
+  EXPECT_NE(second.out.find("time (ms): forward"), std::string::npos) << second.out;
+  // A model file of another shape is refused naming the key.
+  b["model"]["n_layer"] = 3;
+  const Result wrong = RunZtrain("--config " + WriteConfig(b, "c.json"));
+  EXPECT_EQ(wrong.code, 2);
+  EXPECT_NE(wrong.out.find("n_layer"), std::string::npos) << wrong.out;
+}
+
 TEST_F(CliTest, CtrlCStopsAfterTheStepAndSaves) {
   nlohmann::json j = DefaultConfigJson();
   j["training"]["steps"] = 1000000;
