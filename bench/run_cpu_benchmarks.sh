@@ -19,3 +19,4 @@ else
   echo "PyTorch not installed: skipping the PyTorch reference (apt-get install python3-torch)"
 fi
 "$build/bench/adam_bench"
+"$build/bench/kernels_bench" --benchmark_counters_tabular=true --benchmark_min_time=0.2

@@ -88,7 +88,7 @@ class Ops {
   virtual void SoftmaxCrossEntropy(const Tensor& logits, const Tensor& targets, int64_t vocab,
                                    const Tensor& losses, const Tensor& dlosses) = 0;
 
-  // Sum of squares of every element of each tensor (fp32 in, double accumulation).
+  // Sum of squares of every element of `t` (fp32 in, double accumulation).
   virtual double SumSquares(const Tensor& t) = 0;
   // t *= alpha.
   virtual void Scale(const Tensor& t, float alpha) = 0;
