@@ -154,7 +154,6 @@ Config ConfigFrom(const json& t, int world_size) {
   const json& csv = t["csv_monitor"];
   c.csv_monitor = CsvMonitorConfig{csv["enabled"], csv["output_path"], csv["job_name"]};
   c.zero = ZeroFrom(t["zero_optimization"]);
-  c.zero_stage = c.zero.stage;
   const json& aio = t["aio"];
   c.aio = AioConfig{aio["block_size"], aio["queue_depth"], aio["intra_op_parallelism"],
                     aio["single_submit"], aio["overlap_events"]};

@@ -71,7 +71,7 @@ struct CsvMonitorConfig {
 };
 
 struct ZeroConfig {
-  int stage = 0;  // mirrors Config::zero_stage
+  int stage = 0;
   bool allgather_partitions = true;
   int64_t allgather_bucket_size = 500000000;  // elements
   bool overlap_comm = false;                  // DeepSpeed: null = (stage == 3)
@@ -110,7 +110,6 @@ struct Config {
   double gradient_clipping = 0.0;  // 0 = no clipping
   int64_t steps_per_print = 10;
   bool wall_clock_breakdown = false;
-  int zero_stage = 0;
   ModelConfig model;
   DataConfig data;
   TrainingConfig training;

@@ -25,6 +25,25 @@ ParamSpec NormWeight(std::string name, int64_t n) {
 }
 Shape Rows(const Tensor& t) { return {t.size(0) * t.size(1), t.size(2)}; }
 
+// LayerNorm of x [N, C] into a saved activation `name`, saving `name`.mean and `name`.rstd
+// for the backward.
+Tensor SavedLayerNorm(LayerContext& ctx, const std::string& name, const Tensor& x,
+                      const Tensor& weight, const Tensor& bias) {
+  const int64_t n = x.size(0);
+  const Tensor y = ctx.Save(name, DType::kF32, x.shape());
+  ctx.ops().LayerNormForward(x, weight, bias, y, ctx.Save(name + ".mean", DType::kF32, {n}),
+                             ctx.Save(name + ".rstd", DType::kF32, {n}));
+  return y;
+}
+
+// Backward of SavedLayerNorm: dx (overwritten) from dy; parameter gradients accumulate.
+void SavedLayerNormBackward(LayerContext& ctx, const std::string& name, const Tensor& dy,
+                            const Tensor& x, const Tensor& weight, const Tensor& dx,
+                            const Tensor& dweight, const Tensor& dbias) {
+  ctx.ops().LayerNormBackward(dy, x, weight, ctx.Saved(name + ".mean"),
+                              ctx.Saved(name + ".rstd"), dx, dweight, dbias);
+}
+
 }  // namespace
 
 // ---- Embedding ---------------------------------------------------------------------------
@@ -93,10 +112,7 @@ void TransformerBlock::Forward(const MicroBatch&, const Tensor& input, const Ten
   const int64_t b = input.size(0), t = input.size(1), n = b * t, c = c_;
   const Tensor x = input.View({n, c});
   const Tensor y = output.View({n, c});
-  const Tensor ln1 = ctx.Save("ln1", DType::kF32, {n, c});
-  const Tensor mean1 = ctx.Save("mean1", DType::kF32, {n});
-  const Tensor rstd1 = ctx.Save("rstd1", DType::kF32, {n});
-  ops.LayerNormForward(x, param(0), param(1), ln1, mean1, rstd1);
+  const Tensor ln1 = SavedLayerNorm(ctx, "ln1", x, param(0), param(1));
   const Tensor qkv = ctx.Save("qkv", DType::kF32, {n, 3 * c});
   ops.LinearForward(ln1, param(2), param(3), qkv);
   const Tensor att = ctx.Save("att", DType::kF32, {n, c});
@@ -105,10 +121,7 @@ void TransformerBlock::Forward(const MicroBatch&, const Tensor& input, const Ten
   const Tensor res = ctx.Save("res", DType::kF32, {n, c});
   ops.LinearForward(att, param(4), param(5), res);
   ops.AddInPlace(res, x);
-  const Tensor ln2 = ctx.Save("ln2", DType::kF32, {n, c});
-  const Tensor mean2 = ctx.Save("mean2", DType::kF32, {n});
-  const Tensor rstd2 = ctx.Save("rstd2", DType::kF32, {n});
-  ops.LayerNormForward(res, param(6), param(7), ln2, mean2, rstd2);
+  const Tensor ln2 = SavedLayerNorm(ctx, "ln2", res, param(6), param(7));
   const Tensor fch = ctx.Save("fch", DType::kF32, {n, 4 * c});
   ops.LinearForward(ln2, param(8), param(9), fch);
   const Tensor fch_gelu = ctx.Save("fch_gelu", DType::kF32, {n, 4 * c});
@@ -130,8 +143,7 @@ void TransformerBlock::Backward(const MicroBatch&, const Tensor& input, const Te
   const Tensor dln2 = ctx.Scratch(DType::kF32, {n, c});
   ops.LinearBackward(dfch, ctx.Saved("ln2"), param(8), dln2, grad(8), grad(9));
   const Tensor dres = ctx.Scratch(DType::kF32, {n, c});
-  ops.LayerNormBackward(dln2, ctx.Saved("res"), param(6), ctx.Saved("mean2"), ctx.Saved("rstd2"),
-                        dres, grad(6), grad(7));
+  SavedLayerNormBackward(ctx, "ln2", dln2, ctx.Saved("res"), param(6), dres, grad(6), grad(7));
   ops.AddInPlace(dres, dy);
   // Attention branch: res = x + c_proj(attention(c_attn(ln1(x)))).
   const Tensor datt = ctx.Scratch(DType::kF32, {n, c});
@@ -143,8 +155,7 @@ void TransformerBlock::Backward(const MicroBatch&, const Tensor& input, const Te
   const Tensor dln1 = ctx.Scratch(DType::kF32, {n, c});
   ops.LinearBackward(dqkv, ctx.Saved("ln1"), param(2), dln1, grad(2), grad(3));
   const Tensor dx = dinput.View({n, c});
-  ops.LayerNormBackward(dln1, input.View({n, c}), param(0), ctx.Saved("mean1"),
-                        ctx.Saved("rstd1"), dx, grad(0), grad(1));
+  SavedLayerNormBackward(ctx, "ln1", dln1, input.View({n, c}), param(0), dx, grad(0), grad(1));
   ops.AddInPlace(dx, dres);
 }
 
@@ -172,10 +183,7 @@ void LmHead::Forward(const MicroBatch& mb, const Tensor& input, const Tensor& ou
                      LayerContext& ctx) {
   kernels::Ops& ops = ctx.ops();
   const int64_t n = input.size(0) * input.size(1);
-  const Tensor lnf = ctx.Save("lnf", DType::kF32, {n, c_});
-  const Tensor mean = ctx.Save("mean", DType::kF32, {n});
-  const Tensor rstd = ctx.Save("rstd", DType::kF32, {n});
-  ops.LayerNormForward(input.View(Rows(input)), param(0), param(1), lnf, mean, rstd);
+  const Tensor lnf = SavedLayerNorm(ctx, "lnf", input.View(Rows(input)), param(0), param(1));
   const Tensor logits = ctx.Save("logits", DType::kF32, {n, vp_});
   ops.LinearForward(lnf, param(2), Tensor(), logits);
   ops.SoftmaxCrossEntropy(logits, mb.targets.View({n}), v_, output.View({n}), Tensor());
@@ -191,8 +199,8 @@ void LmHead::Backward(const MicroBatch& mb, const Tensor& input, const Tensor& d
   ops.SoftmaxCrossEntropy(logits, mb.targets.View({n}), v_, losses, doutput.View({n}));
   const Tensor dlnf = ctx.Scratch(DType::kF32, {n, c_});
   ops.LinearBackward(logits, ctx.Saved("lnf"), param(2), dlnf, grad(2), Tensor());
-  ops.LayerNormBackward(dlnf, input.View(Rows(input)), param(0), ctx.Saved("mean"),
-                        ctx.Saved("rstd"), dinput.View(Rows(input)), grad(0), grad(1));
+  SavedLayerNormBackward(ctx, "lnf", dlnf, input.View(Rows(input)), param(0),
+                         dinput.View(Rows(input)), grad(0), grad(1));
 }
 
 std::vector<std::unique_ptr<Layer>> BuildGpt2(const ModelConfig& m) {

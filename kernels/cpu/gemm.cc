@@ -61,6 +61,22 @@ void AccumulateColumnSums(const float* dy, int64_t rows, int64_t cols, float* db
   }
 }
 
+// The sizes of a linear layer: weight [OC, C] and x [..., C] with `rows` rows; checks both
+// and the output-side tensor `out` ([..., OC]) named `out_name`.
+struct LinearDims {
+  int64_t oc, ch, rows;
+};
+LinearDims CheckLinear(const Tensor& x, const Tensor& weight, const Tensor& out,
+                       const char* out_name, const Tensor& bias, const char* op) {
+  cpu::CheckCpu(weight, op, "weight");
+  ZTRAIN_CHECK(weight.dim() == 2, op, ": weight must be [OC, C], got ",
+               ShapeToString(weight.shape()));
+  const LinearDims d{weight.size(0), weight.size(1), cpu::RowsOf(x, weight.size(1), op, "x")};
+  cpu::CheckCpu(out, cpu::WithLastDim(x.shape(), d.oc), op, out_name);
+  if (bias.defined()) cpu::CheckCpu(bias, {d.oc}, op, out_name[0] == 'd' ? "dbias" : "bias");
+  return d;
+}
+
 }  // namespace
 
 void CpuOps::Gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b,
@@ -88,13 +104,7 @@ void CpuOps::Gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, cons
 void CpuOps::LinearForward(const Tensor& x, const Tensor& weight, const Tensor& bias,
                            const Tensor& y) {
   constexpr const char* kOp = "LinearForward";
-  cpu::CheckCpu(weight, kOp, "weight");
-  ZTRAIN_CHECK(weight.dim() == 2, kOp, ": weight must be [OC, C], got ",
-               ShapeToString(weight.shape()));
-  const int64_t oc = weight.size(0), ch = weight.size(1);
-  const int64_t rows = cpu::RowsOf(x, ch, kOp, "x");
-  cpu::CheckCpu(y, cpu::WithLastDim(x.shape(), oc), kOp, "y");
-  if (bias.defined()) cpu::CheckCpu(bias, {oc}, kOp, "bias");
+  const auto [oc, ch, rows] = CheckLinear(x, weight, y, "y", bias, kOp);
 
   Sgemm(false, true, rows, oc, ch, 1.0f, x.data<float>(), ch, weight.data<float>(), ch, 0.0f,
         y.data<float>(), oc, kOp);
@@ -104,15 +114,9 @@ void CpuOps::LinearForward(const Tensor& x, const Tensor& weight, const Tensor& 
 void CpuOps::LinearBackward(const Tensor& dy, const Tensor& x, const Tensor& weight,
                             const Tensor& dx, const Tensor& dweight, const Tensor& dbias) {
   constexpr const char* kOp = "LinearBackward";
-  cpu::CheckCpu(weight, kOp, "weight");
-  ZTRAIN_CHECK(weight.dim() == 2, kOp, ": weight must be [OC, C], got ",
-               ShapeToString(weight.shape()));
-  const int64_t oc = weight.size(0), ch = weight.size(1);
-  const int64_t rows = cpu::RowsOf(x, ch, kOp, "x");
-  cpu::CheckCpu(dy, cpu::WithLastDim(x.shape(), oc), kOp, "dy");
+  const auto [oc, ch, rows] = CheckLinear(x, weight, dy, "dy", dbias, kOp);
   cpu::CheckCpu(dweight, weight.shape(), kOp, "dweight");
   if (dx.defined()) cpu::CheckCpu(dx, x.shape(), kOp, "dx");
-  if (dbias.defined()) cpu::CheckCpu(dbias, {oc}, kOp, "dbias");
 
   const float* g = dy.data<float>();
   if (dx.defined()) {  // dx[N,C] = dy[N,OC] @ W[OC,C]
