@@ -3,13 +3,13 @@ include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
 install(TARGETS ztrain ztrain_core ztrain_kernels ztrain_nn ztrain_optim ztrain_data
-                ztrain_engine
+                ztrain_engine ztrain_parallel
         EXPORT ztrainTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/ztrain)
 install(TARGETS ztrain_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-foreach(dir core kernels nn optim data engine)
+foreach(dir core kernels nn optim data engine parallel)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${dir}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/ztrain/${dir}
           FILES_MATCHING PATTERN "*.h")
 endforeach()

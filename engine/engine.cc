@@ -1,5 +1,6 @@
 #include "engine/engine.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -18,12 +19,24 @@ struct Engine::Slot {
   int64_t offset = 0;
 };
 
-// One layer's flat buffers. Every buffer has `padded` elements; padding is zero and stays so
-// (its gradient is zero, so Adam leaves it at zero).
+// Note [ZeRO in the engine]
+// Each layer has one flat parameter buffer and a mirroring full gradient buffer of `padded`
+// elements, a multiple of dp * 16, so the layer splits into dp equal shards of `shard`
+// elements; rank r's shard is [r * shard, (r + 1) * shard). Padding is zero and stays zero.
+// The optimizer owns the range `opt_begin` + [0, opt_len): the whole layer at stage 0, the
+// rank's shard at stage >= 1; m and v cover only that range. At stage >= 1 the reduced
+// gradient of the range lands in `grad_shard` (reduce-scatter) and the updated range is
+// all-gathered back into the full parameters. Gradients are pre-scaled by 1/dp through the
+// loss weight, so the sum-reduction yields the gradient of the global-batch mean.
 struct Engine::LayerState {
   int64_t padded = 0;
+  int64_t shard = 0;
+  int64_t opt_begin = 0, opt_len = 0;
   Buffer params, grads, exp_avg, exp_avg_sq;
+  Buffer grad_shard;          // stage >= 1: this rank's reduced gradient range
+  comm::WorkPtr reduction;    // the gradient reduction in flight
   std::vector<size_t> owned;  // indices into slots_
+  Tensor Flat(const Buffer& b, int64_t n) const { return b.AsTensor(DType::kF32, {n}); }
 };
 
 namespace {
@@ -43,15 +56,21 @@ double MeanOf(const Tensor& t) {
 }
 }  // namespace
 
-Engine::Engine(Config config, std::vector<std::unique_ptr<nn::Layer>> layers)
+Engine::Engine(Config config, std::vector<std::unique_ptr<nn::Layer>> layers,
+               comm::Communicator* dp)
     : config_(std::move(config)),
       layers_(std::move(layers)),
       host_(&tracker_),
       raw_host_(nullptr),
       activations_(raw_host_, &tracker_),
+      self_comm_(dp ? nullptr : comm::MakeSelfCommunicator()),
+      dp_(dp ? dp : self_comm_.get()),
+      stage_(config_.zero.stage),
       ops_(kernels::MakeCpuOps()),
       schedule_(optim::MakeLrSchedule(config_.scheduler, config_.optimizer.lr)) {
   ZTRAIN_CHECK(!layers_.empty(), "the model has no layers");
+  ZTRAIN_CHECK(stage_ == 0 || stage_ == 1, "zero_optimization.stage ", stage_,
+               " is not built yet; use stage 0 or 1");
   BuildStorage();
   InitParameters();
 }
@@ -74,11 +93,20 @@ void Engine::BuildStorage() {
       offsets.push_back(state->padded);
       state->padded = AlignUp(state->padded + NumElements(spec.shape), kParamAlignment);
     }
+    const int64_t n_dp = dp_->size();
+    state->padded = AlignUp(state->padded, kParamAlignment * n_dp);
+    state->shard = state->padded / n_dp;
+    state->opt_begin = stage_ >= 1 ? dp_->rank() * state->shard : 0;
+    state->opt_len = stage_ >= 1 ? state->shard : state->padded;
     state->params = Buffer(host_, DType::kF32, {state->padded}, MemoryCategory::kParameters);
     state->grads = Buffer(host_, DType::kF32, {state->padded}, MemoryCategory::kGradients);
-    state->exp_avg = Buffer(host_, DType::kF32, {state->padded}, MemoryCategory::kOptimizerState);
+    state->exp_avg = Buffer(host_, DType::kF32, {state->opt_len}, MemoryCategory::kOptimizerState);
     state->exp_avg_sq =
-        Buffer(host_, DType::kF32, {state->padded}, MemoryCategory::kOptimizerState);
+        Buffer(host_, DType::kF32, {state->opt_len}, MemoryCategory::kOptimizerState);
+    if (stage_ >= 1) {
+      state->grad_shard = Buffer(host_, DType::kF32, {state->shard}, MemoryCategory::kGradients);
+      state->grad_shard.Zero();
+    }
     for (Buffer* b : {&state->params, &state->grads, &state->exp_avg, &state->exp_avg_sq}) b->Zero();
     const Tensor flat_p = state->params.AsTensor(DType::kF32, {state->padded});
     const Tensor flat_g = state->grads.AsTensor(DType::kF32, {state->padded});
@@ -152,6 +180,35 @@ void Engine::ZeroGrad() {
 }
 
 double Engine::ForwardBackward(const nn::MicroBatch& mb, float loss_weight, StepStats* stats) {
+  return ForwardBackwardImpl(mb, loss_weight, stats, /*reduce=*/false);
+}
+
+void Engine::LaunchGradientReduction(size_t layer) {
+  LayerState& st = *states_[layer];
+  const Tensor grads = st.Flat(st.grads, st.padded);
+  if (stage_ == 0) {
+    st.reduction = dp_->AllReduce(grads);
+  } else {
+    st.reduction = dp_->ReduceScatter(grads, st.Flat(st.grad_shard, st.shard));
+  }
+}
+
+void Engine::WaitGradientReductions() {
+  for (auto& st : states_) {
+    if (st->reduction) st->reduction->Wait();
+    st->reduction.reset();
+  }
+}
+
+double Engine::MeanOverDp(double value) {
+  if (dp_->size() == 1) return value;
+  float v = static_cast<float>(value);
+  dp_->AllReduce(Tensor(&v, DType::kF32, {1}))->Wait();
+  return static_cast<double>(v) / dp_->size();
+}
+
+double Engine::ForwardBackwardImpl(const nn::MicroBatch& mb, float loss_weight,
+                                   StepStats* stats, bool reduce) {
   const auto start = std::chrono::steady_clock::now();
   const size_t n_layers = layers_.size();
   std::vector<nn::LayerContext> ctx;
@@ -188,6 +245,9 @@ double Engine::ForwardBackward(const nn::MicroBatch& mb, float loss_weight, Step
     }
     layers_[i]->Backward(mb, layer_in, dout.AsTensor(DType::kF32, out_views[i].shape()), din_view,
                          ctx[i]);
+    // A layer's gradients are final once its own backward ran: tied uses sit in later layers,
+    // whose backward came first.
+    if (reduce) LaunchGradientReduction(i);
     ctx[i].Release();
     outputs[i].Reset();
     dout = std::move(din);
@@ -216,8 +276,26 @@ double Engine::EvalLoss(const nn::MicroBatch& mb) {
 
 double Engine::GradNorm() const {
   std::vector<Tensor> grads;
-  for (const auto& s : states_) grads.push_back(s->grads.AsTensor(DType::kF32, {s->padded}));
-  return optim::GlobalNorm(grads);
+  for (const auto& s : states_) {
+    grads.push_back(stage_ >= 1 ? s->Flat(s->grad_shard, s->shard) : s->Flat(s->grads, s->padded));
+  }
+  if (stage_ == 0) return optim::GlobalNorm(grads);
+  float sum = static_cast<float>(optim::GradSquaredSum(grads));
+  dp_->AllReduce(Tensor(&sum, DType::kF32, {1}))->Wait();
+  return std::sqrt(static_cast<double>(sum));
+}
+
+void Engine::GatherParameters() {
+  std::vector<Buffer> sends;
+  std::vector<comm::WorkPtr> works;
+  for (auto& st : states_) {
+    // The send buffer is a copy: the gathered output covers this rank's own range too.
+    sends.emplace_back(activations_, DType::kF32, Shape{st->shard}, MemoryCategory::kCommunication);
+    const Tensor send = sends.back().AsTensor(DType::kF32, {st->shard});
+    ops_->Copy(st->Flat(st->params, st->padded).Flat(st->opt_begin, {st->shard}), send);
+    works.push_back(dp_->AllGather(send, st->Flat(st->params, st->padded)));
+  }
+  for (auto& w : works) w->Wait();
 }
 
 void Engine::OptimizerStep(double grad_norm, StepStats& stats) {
@@ -225,13 +303,20 @@ void Engine::OptimizerStep(double grad_norm, StepStats& stats) {
   const float coef = optim::ClipCoefficient(grad_norm, config_.gradient_clipping);
   ++step_;
   for (const Slot& s : slots_) {
+    // The part of this parameter inside the layer's optimizer range (Note [ZeRO in the engine]).
     LayerState& st = *states_[s.layer];
+    const int64_t begin = std::max(s.offset, st.opt_begin);
+    const int64_t end = std::min(s.offset + NumElements(s.spec.shape), st.opt_begin + st.opt_len);
+    if (begin >= end) continue;
+    const int64_t local = begin - st.opt_begin;
+    const float* grad = stage_ >= 1 ? st.grad_shard.data<float>() + local
+                                    : st.grads.data<float>() + begin;
     const optim::AdamStepArgs args =
         optim::AdamArgsFor(config_.optimizer, lr, step_, coef, s.spec.weight_decay);
-    optim::AdamStep(args, st.params.data<float>() + s.offset, st.grads.data<float>() + s.offset,
-                    st.exp_avg.data<float>() + s.offset, st.exp_avg_sq.data<float>() + s.offset,
-                    NumElements(s.spec.shape));
+    optim::AdamStep(args, st.params.data<float>() + begin, grad, st.exp_avg.data<float>() + local,
+                    st.exp_avg_sq.data<float>() + local, end - begin);
   }
+  if (stage_ >= 1 && dp_->size() > 1) GatherParameters();
   stats.step = step_;
   stats.lr = lr;
   stats.clip_coef = coef;
@@ -243,13 +328,15 @@ StepStats Engine::TrainStep(std::span<const nn::MicroBatch> micro_batches) {
   const auto start = std::chrono::steady_clock::now();
   StepStats stats;
   ZeroGrad();
-  const float weight = 1.0f / static_cast<float>(micro_batches.size());
+  const float weight = 1.0f / static_cast<float>(micro_batches.size() * dp_->size());
   double loss_sum = 0.0;
-  for (const nn::MicroBatch& mb : micro_batches) {
-    loss_sum += ForwardBackward(mb, weight, &stats);
-    stats.tokens += mb.tokens.numel();
+  for (size_t i = 0; i < micro_batches.size(); ++i) {
+    const bool last = i + 1 == micro_batches.size();
+    loss_sum += ForwardBackwardImpl(micro_batches[i], weight, &stats, /*reduce=*/last);
+    stats.tokens += micro_batches[i].tokens.numel() * dp_->size();
   }
-  stats.loss = loss_sum / static_cast<double>(micro_batches.size());
+  WaitGradientReductions();
+  stats.loss = MeanOverDp(loss_sum / static_cast<double>(micro_batches.size()));
   const auto optimizer_start = std::chrono::steady_clock::now();
   const double norm = GradNorm();
   ZTRAIN_CHECK(std::isfinite(norm), "gradient norm is ", norm, " at step ", step_ + 1,

@@ -9,6 +9,14 @@
 // forward and backward for each micro-batch (gradients accumulate), clips by global norm,
 // and takes one AdamW step with the scheduled learning rate.
 //
+// Data parallelism and ZeRO (Note [ZeRO in the engine]): given a data-parallel communicator
+// of N ranks, each rank runs its own micro-batches and the engine reduces gradients as
+// DeepSpeed does for zero_optimization.stage: 0 all-reduces each layer's gradients while
+// backward goes on and every rank steps everything; 1 reduce-scatters them at the
+// accumulation boundary, each rank steps only its shard of every layer (fp32 master, m, v)
+// and the updated shards are all-gathered. Flat buffers are padded so they split into N
+// equal shards. Every layout trains the same model as one process with the global batch.
+//
 // The engine knows nothing of the CLI, files or data sources: it is the piece research code
 // embeds (examples/custom_layer). Not thread safe; one step at a time. Errors throw.
 #include <memory>
@@ -25,6 +33,7 @@
 #include "kernels/ops.h"
 #include "nn/layer.h"
 #include "optim/lr_schedule.h"
+#include "parallel/comm/communicator.h"
 
 namespace ztrain {
 
@@ -44,12 +53,16 @@ struct StepStats {
 
 class Engine {
  public:
-  Engine(Config config, std::vector<std::unique_ptr<nn::Layer>> layers);
+  // `dp` is the data-parallel group (not owned; must outlive the engine); null = one process.
+  Engine(Config config, std::vector<std::unique_ptr<nn::Layer>> layers,
+         comm::Communicator* dp = nullptr);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  // One optimizer step over `micro_batches` (normally gradient_accumulation_steps of them).
+  // One optimizer step over this rank's `micro_batches` (normally gradient_accumulation_steps
+  // of them); every rank of the dp group calls it with the same number. The loss and token
+  // count in the result are over the global batch (all ranks).
   StepStats TrainStep(std::span<const nn::MicroBatch> micro_batches);
   // Mean per-token loss of one micro-batch without touching gradients or parameters.
   double EvalLoss(const nn::MicroBatch& mb);
@@ -57,11 +70,13 @@ class Engine {
   // Building blocks of TrainStep, for tests and custom loops.
   void ZeroGrad();
   // Forward + backward of one micro-batch; gradients of the objective
-  // loss_weight * mean(per-token loss) accumulate. Returns the mean per-token loss and, when
-  // `stats` is given, adds the forward and backward wall times to it.
+  // loss_weight * mean(per-token loss) accumulate locally (no communication). Returns the mean
+  // per-token loss and, when `stats` is given, adds the forward and backward wall times.
   double ForwardBackward(const nn::MicroBatch& mb, float loss_weight, StepStats* stats = nullptr);
-  // Global gradient norm (before clipping).
+  // Global gradient norm (before clipping) of the reduced gradients.
   double GradNorm() const;
+  // Mean of `value` over the dp group (collective).
+  double MeanOverDp(double value);
   // Clips, steps AdamW with the scheduled lr and advances the step counter.
   void OptimizerStep(double grad_norm, StepStats& stats);
 
@@ -74,6 +89,9 @@ class Engine {
   double TrainFlopsPerToken(int64_t seq_len) const;
 
   int64_t step() const { return step_; }
+  int dp_rank() const { return dp_->rank(); }
+  int dp_size() const { return dp_->size(); }
+  comm::Communicator& dp() { return *dp_; }
   const Config& config() const { return config_; }
   MemoryTracker& memory() { return tracker_; }
   kernels::Ops& ops() { return *ops_; }
@@ -84,6 +102,11 @@ class Engine {
   struct LayerState;
   void BuildStorage();
   void InitParameters();
+  double ForwardBackwardImpl(const nn::MicroBatch& mb, float loss_weight, StepStats* stats,
+                             bool reduce);
+  void LaunchGradientReduction(size_t layer);
+  void WaitGradientReductions();
+  void GatherParameters();
   const Slot& FindSlot(const std::string& name) const;
 
   Config config_;
@@ -92,6 +115,9 @@ class Engine {
   HostAllocator host_;        // model state: parameters, gradients, optimizer state
   HostAllocator raw_host_;    // untracked upstream of the caching allocator
   CachingAllocator activations_;
+  std::unique_ptr<comm::Communicator> self_comm_;  // the dp group when none is given
+  comm::Communicator* dp_;
+  int stage_;
   std::unique_ptr<kernels::Ops> ops_;
   std::unique_ptr<optim::LrSchedule> schedule_;
   std::vector<std::unique_ptr<LayerState>> states_;

@@ -13,7 +13,8 @@
 namespace ztrain {
 namespace {
 
-std::unique_ptr<data::DataLoader> MakeLoader(const Config& c, data::Split split) {
+std::unique_ptr<data::DataLoader> MakeLoader(const Config& c, data::Split split, int rank,
+                                             int world) {
   auto source = data::OpenDataSource(c.data, split, c.model.vocab_size, c.training.seed);
   if (!source) return nullptr;
   data::LoaderOptions o;
@@ -22,6 +23,8 @@ std::unique_ptr<data::DataLoader> MakeLoader(const Config& c, data::Split split)
   o.shuffle = split == data::Split::kTrain && c.data.shuffle;
   o.seed = c.training.seed;
   o.vocab_size = c.model.vocab_size;
+  o.rank = rank;
+  o.world = world;
   return std::make_unique<data::DataLoader>(std::move(source), o);
 }
 
@@ -45,15 +48,16 @@ nn::ParamLookup LookupIn(Engine& e) {
 
 }  // namespace
 
-Trainer::Trainer(Config config) : config_(std::move(config)) {
-  engine_ = std::make_unique<Engine>(config_, nn::BuildGpt2(config_.model));
+Trainer::Trainer(Config config, comm::Communicator* dp) : config_(std::move(config)) {
+  engine_ = std::make_unique<Engine>(config_, nn::BuildGpt2(config_.model), dp);
+  const int rank = engine_->dp_rank(), world = engine_->dp_size();
   if (!config_.model.init_from.empty()) {
     nn::LoadLlmcModel(config_.model.init_from, config_.model, LookupIn(*engine_));
     Log().info("loaded weights from {}", config_.model.init_from);
   }
-  train_loader_ = MakeLoader(config_, data::Split::kTrain);
-  val_loader_ = MakeLoader(config_, data::Split::kVal);
-  if (config_.csv_monitor.enabled) csv_ = std::make_unique<CsvMonitor>(config_.csv_monitor);
+  train_loader_ = MakeLoader(config_, data::Split::kTrain, rank, world);
+  val_loader_ = MakeLoader(config_, data::Split::kVal, rank, world);
+  if (config_.csv_monitor.enabled && rank == 0) csv_ = std::make_unique<CsvMonitor>(config_.csv_monitor);
   const int64_t b = config_.train_micro_batch_size_per_gpu, t = config_.data.seq_len;
   const int64_t gas = config_.gradient_accumulation_steps;
   tokens_.resize(gas * b * t);
@@ -79,7 +83,7 @@ double Trainer::Evaluate() {
     val_loader_->NextBatch(tokens.data(), targets.data());
     sum += engine_->EvalLoss(mb);
   }
-  return sum / static_cast<double>(config_.training.eval_batches);
+  return engine_->MeanOverDp(sum / static_cast<double>(config_.training.eval_batches));
 }
 
 void Trainer::LogStart() const {
@@ -91,9 +95,11 @@ void Trainer::LogStart() const {
   Log().info("ztrain: {} layers, {} heads, {} wide, vocab {} (padded {}), {} parameters",
              m.n_layer, m.n_head, m.n_embd, m.vocab_size, m.padded_vocab_size,
              engine_->NumParameters());
-  Log().info("batch: {} x {} tokens per micro-batch, {} micro-batches per step, {} steps",
+  Log().info("batch: {} x {} tokens per micro-batch, {} micro-batches per step, {} data-parallel "
+             "ranks (ZeRO stage {}), {} steps",
              config_.train_micro_batch_size_per_gpu, config_.data.seq_len,
-             config_.gradient_accumulation_steps, config_.training.steps);
+             config_.gradient_accumulation_steps, engine_->dp_size(), config_.zero.stage,
+             config_.training.steps);
   Log().info("data: {} ({} tokens, {} batches per epoch){}",
              config_.data.train.empty() ? "built-in synthetic corpus" : config_.data.train,
              train_loader_->source().num_tokens(), train_loader_->batches_per_epoch(),
@@ -151,7 +157,8 @@ TrainSummary Trainer::Run(const std::atomic<bool>* stop) {
     window_tokens += s.tokens;
     total_tokens += s.tokens;
     if (csv_) csv_->Write(s);
-    const bool interrupted = stop && stop->load();
+    // Ranks agree on stopping, so no rank waits in a collective for one that left.
+    const bool interrupted = engine_->MeanOverDp(stop && stop->load() ? 1.0 : 0.0) > 0.0;
     if (step == 1 || step % every == 0 || step == steps || interrupted) {
       LogProgress(s, window_seconds, window_tokens);
       window_seconds = 0.0;
@@ -178,7 +185,8 @@ void Trainer::WriteMemoryReport() const {
   const std::filesystem::path dir(config_.training.output_dir);
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  const std::string path = (dir / "memory_rank0.json").string();
+  const std::string path =
+      (dir / ("memory_rank" + std::to_string(engine_->dp_rank()) + ".json")).string();
   std::ofstream out(path);
   if (!ec && out) {
     out << engine_->memory().Snapshot().ToJson() << "\n";
@@ -188,7 +196,7 @@ void Trainer::WriteMemoryReport() const {
 }
 
 void Trainer::Finish(const TrainSummary& s) {
-  if (!config_.training.save_final.empty()) {
+  if (!config_.training.save_final.empty() && engine_->dp_rank() == 0) {
     nn::SaveLlmcModel(config_.training.save_final, config_.model, LookupIn(*engine_));
     Log().info("saved the model to {} (llm.c format)", config_.training.save_final);
   }

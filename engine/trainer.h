@@ -28,10 +28,14 @@ struct TrainSummary {
 
 class Trainer {
  public:
-  explicit Trainer(Config config);
-  // Runs training.steps steps (fewer if *stop becomes true).
+  // `dp` is the data-parallel group (not owned); null trains in one process. Every rank
+  // builds the same Trainer; rank r reads rows r*B.. of each global batch.
+  explicit Trainer(Config config, comm::Communicator* dp = nullptr);
+  // Runs training.steps steps (fewer if *stop becomes true on any rank: the ranks agree after
+  // each step and stop together).
   TrainSummary Run(const std::atomic<bool>* stop = nullptr);
-  // Mean loss over training.eval_batches validation batches (from the start of the split).
+  // Mean loss over training.eval_batches validation batches (from the start of the split),
+  // averaged over the dp group.
   double Evaluate();
   Engine& engine() { return *engine_; }
 

@@ -1,6 +1,10 @@
 #include "launcher/commands.h"
 
+#include <omp.h>
+
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 
 #include "core/config.h"
 #include "core/logging.h"
@@ -8,17 +12,52 @@
 #include "engine/trainer.h"
 #include "launcher/build_info.h"
 #include "launcher/signals.h"
+#include "parallel/comm/mpi/mpi_communicator.h"
+#include "parallel/launch_env.h"
 
 namespace ztrain::launcher {
 
-int RunTrain(const std::string& config_path) {
-  Config config = config_path.empty() ? ParseConfig(DefaultConfigJson())
-                                      : LoadConfigFile(config_path);
+namespace {
+
+// Ranks on one node would each start one OpenMP thread per core and fight over the cores;
+// unless the user chose OMP_NUM_THREADS, each rank gets its share (as torchrun does).
+void ShareCoresAmongLocalRanks(const LaunchEnv& env) {
+  if (std::getenv("OMP_NUM_THREADS") != nullptr || env.local_size <= 1) return;
+  const int threads = std::max(1, omp_get_num_procs() / env.local_size);
+  omp_set_num_threads(threads);
+  Log().info("{} ranks on this node: {} OpenMP threads each (set OMP_NUM_THREADS to override)",
+             env.local_size, threads);
+}
+
+int Train(const std::string& config_path, comm::Communicator* world) {
+  const int world_size = world ? world->size() : 1;
+  Config config = config_path.empty() ? ParseConfig(DefaultConfigJson(), world_size)
+                                      : LoadConfigFile(config_path, world_size);
   if (config_path.empty()) Log().info("no --config given: training the built-in default model");
   const std::atomic<bool>& stop = InstallStopHandlers();
-  Trainer trainer(std::move(config));
+  Trainer trainer(std::move(config), world);
   const TrainSummary summary = trainer.Run(&stop);
   return summary.interrupted ? kExitInterrupted : kExitOk;
+}
+
+}  // namespace
+
+int RunTrain(const std::string& config_path) {
+  const LaunchEnv env = DetectLaunchEnv();
+  if (env.world_size == 1) return Train(config_path, nullptr);
+  std::unique_ptr<comm::Communicator> world = comm::MakeMpiWorld(kCommTimeout);
+  SetLogRankPrefix("[rank " + std::to_string(world->rank()) + "] ");
+  if (world->rank() != 0) SetLogLevel("warn");  // progress comes from rank 0, as DeepSpeed
+  ShareCoresAmongLocalRanks(env);
+  try {
+    return Train(config_path, world.get());
+  } catch (const std::exception& e) {
+    // One failing rank ends the whole job, so no other rank waits in a collective forever.
+    std::fprintf(stderr, "ztrain: rank %d of %d failed: %s\n", world->rank(), world->size(),
+                 e.what());
+    comm::AbortWorld(dynamic_cast<const ConfigError*>(&e) ? kExitConfigError : kExitError);
+  }
+  return kExitError;
 }
 
 int RunCheckConfig(const std::string& config_path, int world_size) {
