@@ -149,7 +149,9 @@ TrainSummary Trainer::Run(const std::atomic<bool>* stop) {
     for (size_t i = 0; i < micro_batches_.size(); ++i) {
       train_loader_->NextBatch(tokens_.data() + i * b * t, targets_.data() + i * b * t);
     }
+    const int64_t comm_before = engine_->dp().stats().TotalBytes();
     const StepStats s = engine_->TrainStep(micro_batches_);
+    comm_bytes_per_step_.push_back(engine_->dp().stats().TotalBytes() - comm_before);
     if (step == 1) summary.first_loss = s.loss;
     summary.final_loss = s.loss;
     summary.steps = step;
@@ -181,17 +183,28 @@ TrainSummary Trainer::Run(const std::atomic<bool>* stop) {
   return summary;
 }
 
-void Trainer::WriteMemoryReport() const {
+// Writes <output_dir>/memory_rank<R>.json (bytes per category) and comm_rank<R>.json
+// (bytes moved per op kind, and per step).
+void Trainer::WriteReports() const {
   const std::filesystem::path dir(config_.training.output_dir);
+  const std::string rank = std::to_string(engine_->dp_rank());
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  const std::string path =
-      (dir / ("memory_rank" + std::to_string(engine_->dp_rank()) + ".json")).string();
-  std::ofstream out(path);
-  if (!ec && out) {
-    out << engine_->memory().Snapshot().ToJson() << "\n";
-  } else {
-    Log().warn("cannot write the memory report to {}; check training.output_dir", path);
+  const comm::CommStats stats = engine_->dp().stats();
+  nlohmann::json comm = {{"rank", engine_->dp_rank()}, {"dp_size", engine_->dp_size()},
+                         {"bytes_per_step", comm_bytes_per_step_}};
+  for (int k = 0; k < comm::kNumOpKinds; ++k) {
+    comm["ops"][comm::OpKindName(static_cast<comm::OpKind>(k))] = {{"bytes", stats.bytes[k]},
+                                                                  {"count", stats.ops[k]}};
+  }
+  const std::pair<std::string, std::string> reports[] = {
+      {"memory_rank" + rank + ".json", engine_->memory().Snapshot().ToJson()},
+      {"comm_rank" + rank + ".json", comm.dump(2)}};
+  for (const auto& [name, text] : reports) {
+    const std::string path = (dir / name).string();
+    std::ofstream out(path);
+    out << text << "\n";
+    if (ec || !out) Log().warn("cannot write {}; check training.output_dir", path);
   }
 }
 
@@ -200,7 +213,7 @@ void Trainer::Finish(const TrainSummary& s) {
     nn::SaveLlmcModel(config_.training.save_final, config_.model, LookupIn(*engine_));
     Log().info("saved the model to {} (llm.c format)", config_.training.save_final);
   }
-  WriteMemoryReport();
+  WriteReports();
   const MemorySnapshot mem = engine_->memory().Snapshot();
   Log().info("done: {} steps in {:.1f} s ({:.0f} tok/s); loss {:.4f} -> {:.4f}{}", s.steps,
              s.seconds, s.tokens_per_s, s.first_loss, s.final_loss,

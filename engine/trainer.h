@@ -43,7 +43,7 @@ class Trainer {
   void LogStart() const;
   void LogProgress(const StepStats& s, double window_seconds, int64_t window_tokens) const;
   void Finish(const TrainSummary& summary);
-  void WriteMemoryReport() const;
+  void WriteReports() const;
 
   Config config_;
   std::unique_ptr<Engine> engine_;
@@ -52,6 +52,7 @@ class Trainer {
   std::unique_ptr<CsvMonitor> csv_;
   std::vector<int32_t> tokens_, targets_;  // [gradient_accumulation_steps][B*T]
   std::vector<nn::MicroBatch> micro_batches_;
+  std::vector<int64_t> comm_bytes_per_step_;  // dp-group bytes moved by this rank, per step
 };
 
 }  // namespace ztrain

@@ -67,6 +67,34 @@ TEST(ZeroEquivalenceTest, LossesAndWeightsMatchOneProcess) {
   }
 }
 
+TEST(ZeroEquivalenceTest, BytesPerStepMatchTheZeroFormula) {
+  const int n = g_world->size();
+  Engine parallel(MakeConfig(n, 2), nn::BuildGpt2(MakeConfig(n, 2).model), g_world);
+  int64_t padded = 0;  // Ψ with each layer padded to dp x 16 elements
+  for (const auto& layer : parallel.layers()) {
+    int64_t m = 0;
+    for (const nn::ParamSpec& s : layer->Params()) {
+      if (s.tied_to.empty()) m = (m + NumElements(s.shape) + 15) / 16 * 16;
+    }
+    padded += (m + 16 * n - 1) / (16 * n) * (16 * n);
+  }
+  testing::OwnedBatch batch(2, 8, 11, 5);
+  std::vector<nn::MicroBatch> micro(g_gas, batch.mb);
+  const comm::CommStats before = g_world->stats();
+  parallel.TrainStep(micro);
+  const comm::CommStats after = g_world->stats();
+  const double moved = static_cast<double>(after.TotalBytes() - before.TotalBytes());
+  // Stages 0 and 1 move 2Ψ(N-1)/N fp32 elements per rank and step (all-reduce, or
+  // reduce-scatter + all-gather); the scalar all-reduces (loss, norm) add a few bytes.
+  const double expected = 2.0 * (n - 1) / n * 4.0 * static_cast<double>(padded);
+  EXPECT_NEAR(moved, expected, 0.01 * expected) << "stage " << g_stage;
+  if (g_stage == 0) {
+    EXPECT_EQ(after.Bytes(comm::OpKind::kReduceScatter), before.Bytes(comm::OpKind::kReduceScatter));
+  } else {
+    EXPECT_GT(after.Bytes(comm::OpKind::kAllGather), before.Bytes(comm::OpKind::kAllGather));
+  }
+}
+
 TEST(ZeroEquivalenceTest, OptimizerStateIsShardedAsZeroSays) {
   const int n = g_world->size();
   Engine parallel(MakeConfig(n, 2), nn::BuildGpt2(MakeConfig(n, 2).model), g_world);
