@@ -28,14 +28,22 @@ struct Engine::Slot {
 // gradient of the range lands in `grad_shard` (reduce-scatter) and the updated range is
 // all-gathered back into the full parameters. Gradients are pre-scaled by 1/dp through the
 // loss weight, so the sum-reduction yields the gradient of the global-batch mean.
+// Stage 2 keeps no full gradient buffers: a layer's full buffer is allocated (zeroed) just
+// before its backward in every micro-batch, reduce-scattered right after it, added into
+// `grad_shard` and freed once the next layer's backward has run — at most two layers' full
+// gradients (plus those of layers whose weights are tied into later layers, which must live
+// through the whole backward) exist at a time.
 struct Engine::LayerState {
   int64_t padded = 0;
   int64_t shard = 0;
   int64_t opt_begin = 0, opt_len = 0;
   Buffer params, grads, exp_avg, exp_avg_sq;
   Buffer grad_shard;          // stage >= 1: this rank's reduced gradient range
+  Buffer grad_recv;           // stage 2: a micro-batch's reduced range, added to grad_shard
   comm::WorkPtr reduction;    // the gradient reduction in flight
   std::vector<size_t> owned;  // indices into slots_
+  std::vector<size_t> bound;  // the slot of each of the layer's Params() (ties resolved)
+  bool tie_owner = false;     // a later layer uses one of this layer's parameters
   Tensor Flat(const Buffer& b, int64_t n) const { return b.AsTensor(DType::kF32, {n}); }
 };
 
@@ -69,8 +77,8 @@ Engine::Engine(Config config, std::vector<std::unique_ptr<nn::Layer>> layers,
       ops_(kernels::MakeCpuOps()),
       schedule_(optim::MakeLrSchedule(config_.scheduler, config_.optimizer.lr)) {
   ZTRAIN_CHECK(!layers_.empty(), "the model has no layers");
-  ZTRAIN_CHECK(stage_ == 0 || stage_ == 1, "zero_optimization.stage ", stage_,
-               " is not built yet; use stage 0 or 1");
+  ZTRAIN_CHECK(stage_ >= 0 && stage_ <= 2, "zero_optimization.stage ", stage_,
+               " is not built yet; use stage 0, 1 or 2");
   BuildStorage();
   InitParameters();
 }
@@ -99,7 +107,9 @@ void Engine::BuildStorage() {
     state->opt_begin = stage_ >= 1 ? dp_->rank() * state->shard : 0;
     state->opt_len = stage_ >= 1 ? state->shard : state->padded;
     state->params = Buffer(host_, DType::kF32, {state->padded}, MemoryCategory::kParameters);
-    state->grads = Buffer(host_, DType::kF32, {state->padded}, MemoryCategory::kGradients);
+    if (stage_ <= 1) {
+      state->grads = Buffer(host_, DType::kF32, {state->padded}, MemoryCategory::kGradients);
+    }
     state->exp_avg = Buffer(host_, DType::kF32, {state->opt_len}, MemoryCategory::kOptimizerState);
     state->exp_avg_sq =
         Buffer(host_, DType::kF32, {state->opt_len}, MemoryCategory::kOptimizerState);
@@ -108,8 +118,6 @@ void Engine::BuildStorage() {
       state->grad_shard.Zero();
     }
     for (Buffer* b : {&state->params, &state->grads, &state->exp_avg, &state->exp_avg_sq}) b->Zero();
-    const Tensor flat_p = state->params.AsTensor(DType::kF32, {state->padded});
-    const Tensor flat_g = state->grads.AsTensor(DType::kF32, {state->padded});
     for (size_t i = 0; i < specs.size(); ++i) {
       const nn::ParamSpec& spec = specs[i];
       if (offsets[i] < 0) {
@@ -120,19 +128,51 @@ void Engine::BuildStorage() {
         ZTRAIN_CHECK(owner.spec.shape == spec.shape, "tied parameter '", spec.name, "' has shape ",
                      ShapeToString(spec.shape), " but '", spec.tied_to, "' has ",
                      ShapeToString(owner.spec.shape));
-        params.push_back(Parameter(spec.tied_to));
-        grads.push_back(Gradient(spec.tied_to));
+        state->bound.push_back(it->second);
+        states_[owner.layer]->tie_owner = true;
         continue;
       }
       slot_by_name_[spec.name] = slots_.size();
       state->owned.push_back(slots_.size());
+      state->bound.push_back(slots_.size());
       slots_.push_back({spec, l, offsets[i]});
-      params.push_back(flat_p.Flat(offsets[i], spec.shape));
-      grads.push_back(flat_g.Flat(offsets[i], spec.shape));
     }
-    layers_[l]->Bind(std::move(params), std::move(grads));
     states_.push_back(std::move(state));
+    BindLayer(l);
   }
+}
+
+// Gives layer l views of its parameters and of the full gradient buffers they accumulate
+// into (its own, or an earlier layer's for tied parameters). At stage 2 it runs again before
+// each backward, once the buffers of that micro-batch exist.
+void Engine::BindLayer(size_t l) {
+  std::vector<Tensor> params, grads;
+  for (size_t slot : states_[l]->bound) {
+    const Slot& s = slots_[slot];
+    const LayerState& owner = *states_[s.layer];
+    params.push_back(owner.Flat(owner.params, owner.padded).Flat(s.offset, s.spec.shape));
+    // Stage 2 between backwards: no full gradient buffer exists, the view stays undefined.
+    grads.push_back(owner.grads.data() == nullptr
+                        ? Tensor()
+                        : owner.Flat(owner.grads, owner.padded).Flat(s.offset, s.spec.shape));
+  }
+  layers_[l]->Bind(std::move(params), std::move(grads));
+}
+
+void Engine::AllocateFullGradients(size_t l) {
+  LayerState& st = *states_[l];
+  if (st.grads.data() != nullptr) return;
+  st.grads = Buffer(activations_, DType::kF32, {st.padded}, MemoryCategory::kGradients);
+  st.grads.Zero();
+}
+
+void Engine::FinishStage2Reduction(size_t l) {
+  LayerState& st = *states_[l];
+  st.reduction->Wait();
+  st.reduction.reset();
+  ops_->AddInPlace(st.Flat(st.grad_shard, st.shard), st.Flat(st.grad_recv, st.shard));
+  st.grad_recv.Reset();
+  st.grads.Reset();
 }
 
 void Engine::InitParameters() {
@@ -153,6 +193,8 @@ Tensor Engine::Parameter(const std::string& name) const {
 
 Tensor Engine::Gradient(const std::string& name) const {
   const Slot& s = FindSlot(name);
+  ZTRAIN_CHECK(stage_ <= 1, "gradient '", name, "' is not kept whole at ZeRO stage 2: each rank "
+               "holds only its reduced shard");
   return states_[s.layer]->grads.AsTensor(DType::kF32, {states_[s.layer]->padded})
       .Flat(s.offset, s.spec.shape);
 }
@@ -176,7 +218,10 @@ double Engine::TrainFlopsPerToken(int64_t seq_len) const {
 }
 
 void Engine::ZeroGrad() {
-  for (auto& s : states_) ops_->Zero(s->grads.AsTensor(DType::kF32, {s->padded}));
+  for (auto& s : states_) {
+    if (stage_ <= 1) ops_->Zero(s->Flat(s->grads, s->padded));
+    if (stage_ == 2) ops_->Zero(s->Flat(s->grad_shard, s->shard));
+  }
 }
 
 double Engine::ForwardBackward(const nn::MicroBatch& mb, float loss_weight, StepStats* stats) {
@@ -188,8 +233,11 @@ void Engine::LaunchGradientReduction(size_t layer) {
   const Tensor grads = st.Flat(st.grads, st.padded);
   if (stage_ == 0) {
     st.reduction = dp_->AllReduce(grads);
-  } else {
+  } else if (stage_ == 1) {
     st.reduction = dp_->ReduceScatter(grads, st.Flat(st.grad_shard, st.shard));
+  } else {
+    st.grad_recv = Buffer(activations_, DType::kF32, {st.shard}, MemoryCategory::kCommunication);
+    st.reduction = dp_->ReduceScatter(grads, st.Flat(st.grad_recv, st.shard));
   }
 }
 
@@ -235,8 +283,20 @@ double Engine::ForwardBackwardImpl(const nn::MicroBatch& mb, float loss_weight,
     const float v = loss_weight / static_cast<float>(losses.numel());
     for (int64_t i = 0; i < losses.numel(); ++i) d[i] = v;
   }
+  // Stage 2 reduces every micro-batch (Note [ZeRO in the engine]).
+  reduce = reduce || stage_ == 2;
+  if (stage_ == 2) {
+    for (size_t l = 0; l < n_layers; ++l) {
+      if (states_[l]->tie_owner) AllocateFullGradients(l);
+    }
+  }
+  size_t in_flight = n_layers;  // stage 2: the layer whose reduce-scatter is outstanding
   for (size_t i = n_layers; i-- > 0;) {
     const Tensor layer_in = i == 0 ? mb.tokens : out_views[i - 1];
+    if (stage_ == 2) {
+      AllocateFullGradients(i);
+      BindLayer(i);
+    }
     Buffer din;
     Tensor din_view;
     if (i > 0) {
@@ -248,10 +308,15 @@ double Engine::ForwardBackwardImpl(const nn::MicroBatch& mb, float loss_weight,
     // A layer's gradients are final once its own backward ran: tied uses sit in later layers,
     // whose backward came first.
     if (reduce) LaunchGradientReduction(i);
+    if (stage_ == 2) {
+      if (in_flight < n_layers) FinishStage2Reduction(in_flight);
+      in_flight = i;
+    }
     ctx[i].Release();
     outputs[i].Reset();
     dout = std::move(din);
   }
+  if (in_flight < n_layers) FinishStage2Reduction(in_flight);
   if (stats) {
     stats->forward_seconds += SecondsBetween(start, forward_done);
     stats->backward_seconds += SecondsBetween(forward_done, std::chrono::steady_clock::now());

@@ -14,8 +14,9 @@
 // DeepSpeed does for zero_optimization.stage: 0 all-reduces each layer's gradients while
 // backward goes on and every rank steps everything; 1 reduce-scatters them at the
 // accumulation boundary, each rank steps only its shard of every layer (fp32 master, m, v)
-// and the updated shards are all-gathered. Flat buffers are padded so they split into N
-// equal shards. Every layout trains the same model as one process with the global batch.
+// and the updated shards are all-gathered; 2 reduce-scatters each layer's gradients into
+// the owner's shard during the backward of every micro-batch and keeps no full gradients.
+// Flat buffers are padded so they split into N equal shards. Every layout trains the same model as one process with the global batch.
 //
 // The engine knows nothing of the CLI, files or data sources: it is the piece research code
 // embeds (examples/custom_layer). Not thread safe; one step at a time. Errors throw.
@@ -80,7 +81,8 @@ class Engine {
   // Clips, steps AdamW with the scheduled lr and advances the step counter.
   void OptimizerStep(double grad_norm, StepStats& stats);
 
-  // Parameter / gradient views by name (tied names resolve to their owner).
+  // Parameter / gradient views by name (tied names resolve to their owner). Gradients are
+  // this rank's local sums; at stage 2 they are not kept and Gradient() throws.
   Tensor Parameter(const std::string& name) const;
   Tensor Gradient(const std::string& name) const;
   std::vector<std::string> ParameterNames() const;  // owned parameters, model order
@@ -104,6 +106,9 @@ class Engine {
   void InitParameters();
   double ForwardBackwardImpl(const nn::MicroBatch& mb, float loss_weight, StepStats* stats,
                              bool reduce);
+  void BindLayer(size_t layer);
+  void AllocateFullGradients(size_t layer);
+  void FinishStage2Reduction(size_t layer);
   void LaunchGradientReduction(size_t layer);
   void WaitGradientReductions();
   void GatherParameters();

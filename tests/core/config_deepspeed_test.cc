@@ -109,8 +109,8 @@ struct Refused {
 
 TEST(ConfigDeepSpeedTest, EachRefusedFeatureNamesItsKey) {
   const Refused cases[] = {
-      {"/zero_optimization/stage", 2,
-       "zero_optimization.stage: ZeRO stage 2 is not built yet; use stage 0"},
+      {"/zero_optimization/stage", 3,
+       "zero_optimization.stage: ZeRO stage 3 is not built yet; use stage 0"},
       {"/zero_optimization/offload_optimizer",
        {{"device", "cpu"}, {"pin_memory", true}},
        "zero_optimization.offload_optimizer.device: optimizer offload to cpu is not built yet"},

@@ -85,8 +85,11 @@ TEST(ZeroEquivalenceTest, BytesPerStepMatchTheZeroFormula) {
   const comm::CommStats after = g_world->stats();
   const double moved = static_cast<double>(after.TotalBytes() - before.TotalBytes());
   // Stages 0 and 1 move 2Ψ(N-1)/N fp32 elements per rank and step (all-reduce, or
-  // reduce-scatter + all-gather); the scalar all-reduces (loss, norm) add a few bytes.
-  const double expected = 2.0 * (n - 1) / n * 4.0 * static_cast<double>(padded);
+  // reduce-scatter + all-gather); stage 2 reduce-scatters every micro-batch, so
+  // (gas + 1)Ψ(N-1)/N, which is 2Ψ(N-1)/N without accumulation. The scalar all-reduces
+  // (loss, norm, stop flag) add a few bytes.
+  const double passes = g_stage == 2 ? g_gas + 1 : 2;
+  const double expected = passes * (n - 1) / n * 4.0 * static_cast<double>(padded);
   EXPECT_NEAR(moved, expected, 0.01 * expected) << "stage " << g_stage;
   if (g_stage == 0) {
     EXPECT_EQ(after.Bytes(comm::OpKind::kReduceScatter), before.Bytes(comm::OpKind::kReduceScatter));
@@ -108,6 +111,10 @@ TEST(ZeroEquivalenceTest, OptimizerStateIsShardedAsZeroSays) {
   } else {
     EXPECT_NEAR(mine, full / n, slack);
   }
+  // Stage 2 also keeps only the gradient shard between steps (fp32: half of m + v's bytes).
+  const int64_t grads = parallel.memory().Current(MemoryCategory::kGradients);
+  if (g_stage == 2) EXPECT_NEAR(grads, full / 2 / n, slack);
+  if (g_stage <= 1) EXPECT_GE(grads, full / 2);
   EXPECT_GE(parallel.memory().Current(MemoryCategory::kParameters),
             single.memory().Current(MemoryCategory::kParameters));
 }
