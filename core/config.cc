@@ -148,7 +148,8 @@ Config ConfigFrom(const json& t, int world_size) {
   c.data = DataConfig{d["train"], d["val"], d["seq_len"], d["shuffle"]};
   const json& tr = t["training"];
   c.training = TrainingConfig{tr["steps"],        tr["seed"],       tr["eval_interval"],
-                              tr["eval_batches"], tr["save_final"], tr["output_dir"]};
+                              tr["eval_batches"], tr["save_final"], tr["output_dir"],
+                              tr["comm_timeout_s"]};
   c.optimizer = OptimizerFrom(t["optimizer"]);
   c.scheduler = SchedulerFrom(t["scheduler"]);
   const json& csv = t["csv_monitor"];

@@ -40,6 +40,7 @@ struct TrainingConfig {
   int64_t eval_batches = 8;
   std::string save_final;                 // llm.c model file written at the end; empty = none
   std::string output_dir = "ztrain_out";  // reports (memory, comm) go here
+  double comm_timeout_s = 300.0;  // a collective waiting longer ends the job
 };
 
 struct OptimizerConfig {

@@ -64,6 +64,7 @@ void CheckTraining(const json& t, ConfigErrors& errors) {
   IntAtLeast(t, "training.steps", 0, errors);
   IntAtLeast(t, "training.seed", 0, errors);
   IntAtLeast(t, "training.eval_interval", 0, errors);
+  NumAtLeast(t, "training.comm_timeout_s", 0.001, errors);
   IntAtLeast(t, "training.eval_batches", Int(t, "training.eval_interval") > 0 ? 1 : 0, errors);
   IntAtLeast(t, "steps_per_print", 1, errors);
   NumAtLeast(t, "gradient_clipping", 0.0, errors);

@@ -146,6 +146,9 @@ std::vector<ConfigKey> ZtrainKeys() {
           "llm.c model file written at the end; empty = none."),
       Key("training.output_dir", T::kString, "ztrain_out",
           "Directory for reports (memory, communication, csv_monitor)."),
+      Key("training.comm_timeout_s", T::kNumber, 300.0,
+          "Seconds a rank waits in one collective before it reports the op and the whole job "
+          "is ended (a rank that died, raised or hangs)."),
   };
 }
 

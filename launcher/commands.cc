@@ -29,11 +29,15 @@ void ShareCoresAmongLocalRanks(const LaunchEnv& env) {
              env.local_size, threads);
 }
 
-int Train(const std::string& config_path, comm::Communicator* world) {
-  const int world_size = world ? world->size() : 1;
-  Config config = config_path.empty() ? ParseConfig(DefaultConfigJson(), world_size)
-                                      : LoadConfigFile(config_path, world_size);
-  if (config_path.empty()) Log().info("no --config given: training the built-in default model");
+Config LoadTrainConfig(const std::string& config_path, int world_size) {
+  if (config_path.empty()) {
+    Log().info("no --config given: training the built-in default model");
+    return ParseConfig(DefaultConfigJson(), world_size);
+  }
+  return LoadConfigFile(config_path, world_size);
+}
+
+int Train(Config config, comm::Communicator* world) {
   const std::atomic<bool>& stop = InstallStopHandlers();
   Trainer trainer(std::move(config), world);
   const TrainSummary summary = trainer.Run(&stop);
@@ -44,20 +48,27 @@ int Train(const std::string& config_path, comm::Communicator* world) {
 
 int RunTrain(const std::string& config_path) {
   const LaunchEnv env = DetectLaunchEnv();
-  if (env.world_size == 1) return Train(config_path, nullptr);
-  std::unique_ptr<comm::Communicator> world = comm::MakeMpiWorld(kCommTimeout);
+  // Every rank reads the config before MPI starts: a bad config fails every rank the same
+  // way, with nothing to wait for.
+  Config config = LoadTrainConfig(config_path, env.world_size);
+  if (env.world_size == 1) return Train(std::move(config), nullptr);
+  const auto timeout = std::chrono::milliseconds(
+      static_cast<int64_t>(config.training.comm_timeout_s * 1000.0));
+  std::unique_ptr<comm::Communicator> world = comm::MakeMpiWorld(timeout);
   SetLogRankPrefix("[rank " + std::to_string(world->rank()) + "] ");
   if (world->rank() != 0) SetLogLevel("warn");  // progress comes from rank 0, as DeepSpeed
   ShareCoresAmongLocalRanks(env);
   try {
-    return Train(config_path, world.get());
+    ZTRAIN_CHECK(world->size() == env.world_size, "the launcher says ", env.world_size,
+                 " ranks (", env.launcher, ") but MPI has ", world->size());
+    return Train(std::move(config), world.get());
   } catch (const std::exception& e) {
     // One failing rank ends the whole job, so no other rank waits in a collective forever.
     std::fprintf(stderr, "ztrain: rank %d of %d failed: %s\n", world->rank(), world->size(),
                  e.what());
+    std::fflush(stderr);
     comm::AbortWorld(dynamic_cast<const ConfigError*>(&e) ? kExitConfigError : kExitError);
   }
-  return kExitError;
 }
 
 int RunCheckConfig(const std::string& config_path, int world_size) {

@@ -1,7 +1,6 @@
 #pragma once
 // The ztrain subcommands. Each returns the process exit code; errors propagate as
 // exceptions to main(), which reports them.
-#include <chrono>
 #include <string>
 
 namespace ztrain::launcher {
@@ -10,8 +9,6 @@ inline constexpr int kExitOk = 0;
 inline constexpr int kExitError = 1;
 inline constexpr int kExitConfigError = 2;
 inline constexpr int kExitInterrupted = 130;
-// How long a collective may wait for the other ranks before the job is ended.
-inline constexpr std::chrono::milliseconds kCommTimeout{300'000};
 
 // Trains from a config file; an empty path trains the built-in default. Under mpirun (or
 // srun, torchrun) with several ranks, trains data-parallel over all of them.

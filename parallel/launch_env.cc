@@ -56,8 +56,8 @@ int SlurmTasksOnNode(const char* name, std::string_view list, int node) {
       item = item.substr(0, paren);
     }
     const auto tasks = ParseInt(item);
-    ZTRAIN_CHECK(tasks && repeat, "environment variable ", name, " has the malformed entry '",
-                 item, "' (expected a list like 2(x3),1)");
+    ZTRAIN_CHECK(tasks && repeat, "environment variable ", name, " has the malformed entry '", item,
+                 "' (expected a list like 2(x3),1)");
     if (node < index + *repeat) return *tasks;
     index += *repeat;
   }

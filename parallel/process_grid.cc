@@ -5,8 +5,8 @@
 namespace ztrain {
 
 ProcessGrid::ProcessGrid(int world, int dp, int pp, int tp) : dp_(dp), pp_(pp), tp_(tp) {
-  ZTRAIN_CHECK(dp >= 1 && pp >= 1 && tp >= 1, "process grid sizes must be at least 1, got dp=",
-               dp, " pp=", pp, " tp=", tp);
+  ZTRAIN_CHECK(dp >= 1 && pp >= 1 && tp >= 1, "process grid sizes must be at least 1, got dp=", dp,
+               " pp=", pp, " tp=", tp);
   ZTRAIN_CHECK(world == dp * pp * tp, "the process grid dp=", dp, " x pp=", pp, " x tp=", tp,
                " has ", dp * pp * tp, " ranks but the job has ", world,
                "; choose pipeline and tensor parallel sizes whose product divides the world "
@@ -45,8 +45,8 @@ std::vector<int> ProcessGrid::TpGroup(int rank) const {
 }
 
 GridCommunicators MakeGridCommunicators(comm::Communicator& world, const ProcessGrid& grid) {
-  ZTRAIN_CHECK(world.size() == grid.world(), "the process grid has ", grid.world(),
-               " ranks but ", world.name(), " has ", world.size());
+  ZTRAIN_CHECK(world.size() == grid.world(), "the process grid has ", grid.world(), " ranks but ",
+               world.name(), " has ", world.size());
   const GridCoord c = grid.Coord(world.rank());
   // Ranks of one group share every other coordinate: that pair is the split color.
   GridCommunicators comms;

@@ -70,8 +70,10 @@ Alias CheckReduceScatter(const Tensor& in, const Tensor& out, ReduceOp op, int r
                " elements, expected ", size, " chunks of the output's ", out.numel(),
                " (pad the buffer to a multiple of the group size)");
   if (!Overlaps(in, out)) return Alias::kDisjoint;
-  ZTRAIN_CHECK(IsChunk(out, in, rank), "ReduceScatter: the output overlaps the input but is "
-               "not this rank's chunk of it (rank ", rank, ")");
+  ZTRAIN_CHECK(IsChunk(out, in, rank),
+               "ReduceScatter: the output overlaps the input but is "
+               "not this rank's chunk of it (rank ",
+               rank, ")");
   return Alias::kInPlace;
 }
 
@@ -81,8 +83,10 @@ Alias CheckAllGather(const Tensor& in, const Tensor& out, int rank, int size) {
   ZTRAIN_CHECK(out.numel() == in.numel() * size, "AllGather: output has ", out.numel(),
                " elements, expected ", size, " chunks of the input's ", in.numel());
   if (!Overlaps(in, out)) return Alias::kDisjoint;
-  ZTRAIN_CHECK(IsChunk(in, out, rank), "AllGather: the input overlaps the output but is "
-               "not this rank's chunk of it (rank ", rank, ")");
+  ZTRAIN_CHECK(IsChunk(in, out, rank),
+               "AllGather: the input overlaps the output but is "
+               "not this rank's chunk of it (rank ",
+               rank, ")");
   return Alias::kInPlace;
 }
 

@@ -8,13 +8,20 @@ namespace ztrain::comm {
 
 const char* OpKindName(OpKind k) {
   switch (k) {
-    case OpKind::kAllReduce: return "AllReduce";
-    case OpKind::kReduceScatter: return "ReduceScatter";
-    case OpKind::kAllGather: return "AllGather";
-    case OpKind::kBroadcast: return "Broadcast";
-    case OpKind::kSend: return "Send";
-    case OpKind::kRecv: return "Recv";
-    case OpKind::kBarrier: return "Barrier";
+    case OpKind::kAllReduce:
+      return "AllReduce";
+    case OpKind::kReduceScatter:
+      return "ReduceScatter";
+    case OpKind::kAllGather:
+      return "AllGather";
+    case OpKind::kBroadcast:
+      return "Broadcast";
+    case OpKind::kSend:
+      return "Send";
+    case OpKind::kRecv:
+      return "Recv";
+    case OpKind::kBarrier:
+      return "Barrier";
   }
   return "?";
 }

@@ -25,7 +25,15 @@ namespace ztrain::comm {
 
 enum class ReduceOp { kSum, kMax };
 
-enum class OpKind : int { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kSend, kRecv, kBarrier };
+enum class OpKind : int {
+  kAllReduce,
+  kReduceScatter,
+  kAllGather,
+  kBroadcast,
+  kSend,
+  kRecv,
+  kBarrier
+};
 inline constexpr int kNumOpKinds = 7;
 const char* OpKindName(OpKind k);
 

@@ -54,7 +54,9 @@ TEST(MpiFailureTest, WaitThrowsCommErrorWhenARankDoesNotJoin) {
       EXPECT_LT(waited, 5.0);  // 0.5 s plus scheduling slack on an oversubscribed machine
       const std::string what = e.what();
       if (r == 0) std::printf("rank 0's error: %s\n", e.what());
-      EXPECT_NE(what.find(detail::StrCat("AllReduce of 4096 bytes on ", group->name())), std::string::npos) << what;
+      EXPECT_NE(what.find(detail::StrCat("AllReduce of 4096 bytes on ", group->name())),
+                std::string::npos)
+          << what;
       EXPECT_NE(what.find(detail::StrCat("rank ", r, " waited 0.")), std::string::npos) << what;
     }
     // The communicator is now failed: later ops are refused at once.
@@ -95,10 +97,12 @@ TEST(MpiFailureTest, TimeoutNamesTheOpItWasQueuedBehind) {
       const std::string what = e.what();
       EXPECT_NE(what.find(detail::StrCat("waited 0.")), std::string::npos) << what;
       EXPECT_NE(what.find(detail::StrCat("for AllReduce of 64 bytes on ", group->name())),
-                std::string::npos) << what;
-      EXPECT_NE(what.find(detail::StrCat("queued behind Recv of 16 bytes from rank ", n - 1,
-                                         " (tag 5)")),
-                std::string::npos) << what;
+                std::string::npos)
+          << what;
+      EXPECT_NE(
+          what.find(detail::StrCat("queued behind Recv of 16 bytes from rank ", n - 1, " (tag 5)")),
+          std::string::npos)
+          << what;
     }
     w.Barrier()->Wait();
     // The started receive still completes; the queued all-reduce was dropped, never started.

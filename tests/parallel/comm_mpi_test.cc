@@ -48,7 +48,8 @@ TEST(MpiCommunicatorTest, ReduceScatterGivesEachRankItsChunk) {
   for (int chunk : {1001, 40000}) {  // MPI's algorithm, then the ring
     std::vector<float> in(chunk * n), out(chunk, -1.0f);
     for (int c = 0; c < n; ++c) {
-      for (int k = 0; k < chunk; ++k) in[c * chunk + k] = static_cast<float>((r + 1) * (c * 100 + k % 50));
+      for (int k = 0; k < chunk; ++k)
+        in[c * chunk + k] = static_cast<float>((r + 1) * (c * 100 + k % 50));
     }
     const std::vector<float> original = in;
     std::vector<float> in_place = in;
@@ -71,7 +72,8 @@ TEST(MpiCommunicatorTest, AllGatherConcatenatesInRankOrder) {
   const int n = w.size(), r = w.rank();
   const int chunk = 333;
   std::vector<float> in(chunk), out(chunk * n, -1.0f), in_place(chunk * n, -1.0f);
-  for (int k = 0; k < chunk; ++k) in[k] = in_place[r * chunk + k] = static_cast<float>(r * 1000 + k);
+  for (int k = 0; k < chunk; ++k)
+    in[k] = in_place[r * chunk + k] = static_cast<float>(r * 1000 + k);
   w.AllGather(F32(in), F32(out))->Wait();
   Tensor whole = F32(in_place);
   w.AllGather(whole.Flat(static_cast<int64_t>(r) * chunk, {chunk}), whole)->Wait();
@@ -143,7 +145,8 @@ TEST(MpiCommunicatorTest, SplitIntoEvenAndOddRanks) {
   EXPECT_EQ(group->rank(), (n - 1 - r) / 2);
   EXPECT_EQ(group->timeout(), w.timeout());
   std::string members;
-  for (int q = n - 2 + r % 2; q >= 0; q -= 2) members += detail::StrCat(members.empty() ? "" : ",", q);
+  for (int q = n - 2 + r % 2; q >= 0; q -= 2)
+    members += detail::StrCat(members.empty() ? "" : ",", q);
   EXPECT_EQ(group->name(), detail::StrCat("group of ", n / 2, " (world ranks ", members, ")"));
   std::vector<float> v(1000, static_cast<float>(r));
   group->AllReduce(F32(v))->Wait();
@@ -161,9 +164,9 @@ TEST(MpiCommunicatorTest, GridCommunicatorsMatchTheGrid) {
   const int n = w.size(), r = w.rank();
   const ProcessGrid grid(n, n / 2, 1, 2);
   GridCommunicators comms = MakeGridCommunicators(w, grid);
-  for (auto [comm, expected] : {std::pair{comms.dp.get(), grid.DpGroup(r)},
-                                std::pair{comms.pp.get(), grid.PpGroup(r)},
-                                std::pair{comms.tp.get(), grid.TpGroup(r)}}) {
+  for (auto [comm, expected] :
+       {std::pair{comms.dp.get(), grid.DpGroup(r)}, std::pair{comms.pp.get(), grid.PpGroup(r)},
+        std::pair{comms.tp.get(), grid.TpGroup(r)}}) {
     std::vector<int32_t> mine = {r}, members(comm->size());
     comm->AllGather(I32(mine), I32(members))->Wait();
     EXPECT_EQ(std::vector<int>(members.begin(), members.end()), expected) << comm->name();
@@ -191,7 +194,8 @@ TEST(MpiCommunicatorTest, ByteCountsEqualTheFormulas) {
   EXPECT_EQ(delta(OpKind::kBroadcast), 4 * floats / n);
   EXPECT_EQ(delta(OpKind::kBarrier), 0);
   EXPECT_EQ(after.ops[static_cast<int>(OpKind::kBarrier)] -
-                before.ops[static_cast<int>(OpKind::kBarrier)], 1);
+                before.ops[static_cast<int>(OpKind::kBarrier)],
+            1);
   EXPECT_EQ(after.TotalBytes() - before.TotalBytes(), (4 * (n - 1) * 4 * floats + 4 * floats) / n);
 }
 

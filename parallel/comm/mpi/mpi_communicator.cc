@@ -19,7 +19,8 @@ MPI_Op ToMpi(ReduceOp op) { return op == ReduceOp::kSum ? MPI_SUM : MPI_MAX; }
 
 // MPI counts are ints.
 int IntCount(const char* op, int64_t n) {
-  ZTRAIN_CHECK(n <= INT_MAX, op, ": ", n, " elements or bytes exceed MPI's int count; split "
+  ZTRAIN_CHECK(n <= INT_MAX, op, ": ", n,
+               " elements or bytes exceed MPI's int count; split "
                "the buffer into smaller buckets");
   return static_cast<int>(n);
 }
@@ -28,8 +29,13 @@ class MpiCommunicator final : public Communicator {
  public:
   MpiCommunicator(std::shared_ptr<detail::MpiRuntime> runtime, detail::CommInfo info,
                   std::string label, std::chrono::milliseconds timeout, MemoryTracker* tracker)
-      : rank_(info.rank), size_(info.size), world_ranks_(info.world_ranks),
-        label_(std::move(label)), timeout_(timeout), tracker_(tracker), runtime_(runtime),
+      : rank_(info.rank),
+        size_(info.size),
+        world_ranks_(info.world_ranks),
+        label_(std::move(label)),
+        timeout_(timeout),
+        tracker_(tracker),
+        runtime_(runtime),
         queue_(detail::OpQueue::Start(std::move(runtime), std::move(info), tracker)) {}
   ~MpiCommunicator() override { queue_->Shutdown(timeout_); }
 
@@ -49,12 +55,12 @@ class MpiCommunicator final : public Communicator {
       return Issue(OpKind::kAllReduce, t.nbytes(), "",
                    detail::RingTask::AllReduce(t, op, rank_, size_));
     }
-    return Issue(OpKind::kAllReduce, t.nbytes(), "",
-                 std::make_unique<RequestTask>(
-                     [data = t.data(), count, type = ReduceType(t.dtype()), mop = ToMpi(op)](
-                         MPI_Comm c, MPI_Request* r) {
-                       ZTRAIN_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data, count, type, mop, c, r));
-                     }));
+    return Issue(
+        OpKind::kAllReduce, t.nbytes(), "",
+        std::make_unique<RequestTask>([data = t.data(), count, type = ReduceType(t.dtype()),
+                                       mop = ToMpi(op)](MPI_Comm c, MPI_Request* r) {
+          ZTRAIN_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data, count, type, mop, c, r));
+        }));
   }
 
   WorkPtr ReduceScatter(const Tensor& in, const Tensor& out, ReduceOp op) override {
@@ -74,14 +80,14 @@ class MpiCommunicator final : public Communicator {
         std::memmove(to, from, n);
       };
     }
-    return Issue(OpKind::kReduceScatter, in.nbytes(), "",
-                 std::make_unique<RequestTask>(
-                     [send = in_place ? MPI_IN_PLACE : in.data(),
-                      recv = in_place ? in.data() : out.data(), count,
-                      type = ReduceType(in.dtype()), mop = ToMpi(op)](MPI_Comm c, MPI_Request* r) {
-                       ZTRAIN_MPI_CHECK(MPI_Ireduce_scatter_block(send, recv, count, type, mop, c, r));
-                     },
-                     std::move(finish)));
+    return Issue(
+        OpKind::kReduceScatter, in.nbytes(), "",
+        std::make_unique<RequestTask>(
+            [send = in_place ? MPI_IN_PLACE : in.data(), recv = in_place ? in.data() : out.data(),
+             count, type = ReduceType(in.dtype()), mop = ToMpi(op)](MPI_Comm c, MPI_Request* r) {
+              ZTRAIN_MPI_CHECK(MPI_Ireduce_scatter_block(send, recv, count, type, mop, c, r));
+            },
+            std::move(finish)));
   }
 
   WorkPtr AllGather(const Tensor& in, const Tensor& out) override {
@@ -90,25 +96,25 @@ class MpiCommunicator final : public Communicator {
     const bool in_place = detail::CheckAllGather(in, out, rank_, size_) == detail::Alias::kInPlace;
     const int bytes = IntCount("AllGather", static_cast<int64_t>(in.nbytes()));
     // In place, this rank's chunk is already in `out`.
-    return Issue(OpKind::kAllGather, out.nbytes(), "",
-                 std::make_unique<RequestTask>(
-                     [send = in_place ? MPI_IN_PLACE : in.data(), recv = out.data(), bytes,
-                      send_type = in_place ? MPI_DATATYPE_NULL : MPI_BYTE](MPI_Comm c,
-                                                                           MPI_Request* r) {
-                       ZTRAIN_MPI_CHECK(MPI_Iallgather(send, send == MPI_IN_PLACE ? 0 : bytes,
-                                                       send_type, recv, bytes, MPI_BYTE, c, r));
-                     }));
+    return Issue(
+        OpKind::kAllGather, out.nbytes(), "",
+        std::make_unique<RequestTask>(
+            [send = in_place ? MPI_IN_PLACE : in.data(), recv = out.data(), bytes,
+             send_type = in_place ? MPI_DATATYPE_NULL : MPI_BYTE](MPI_Comm c, MPI_Request* r) {
+              ZTRAIN_MPI_CHECK(MPI_Iallgather(send, send == MPI_IN_PLACE ? 0 : bytes, send_type,
+                                              recv, bytes, MPI_BYTE, c, r));
+            }));
   }
 
   WorkPtr Broadcast(const Tensor& t, int root) override {
     detail::CheckHost("Broadcast", t);
     detail::CheckRoot(root, size_);
     const int bytes = IntCount("Broadcast", static_cast<int64_t>(t.nbytes()));
-    return Issue(OpKind::kBroadcast, t.nbytes(), StrCat(" from root ", root),
-                 std::make_unique<RequestTask>([data = t.data(), bytes, root](MPI_Comm c,
-                                                                              MPI_Request* r) {
-                   ZTRAIN_MPI_CHECK(MPI_Ibcast(data, bytes, MPI_BYTE, root, c, r));
-                 }));
+    return Issue(
+        OpKind::kBroadcast, t.nbytes(), StrCat(" from root ", root),
+        std::make_unique<RequestTask>([data = t.data(), bytes, root](MPI_Comm c, MPI_Request* r) {
+          ZTRAIN_MPI_CHECK(MPI_Ibcast(data, bytes, MPI_BYTE, root, c, r));
+        }));
   }
 
   WorkPtr Send(const Tensor& t, int peer, int tag) override {
@@ -116,10 +122,10 @@ class MpiCommunicator final : public Communicator {
     detail::CheckPeer("Send", peer, rank_, size_, tag);
     const int bytes = IntCount("Send", static_cast<int64_t>(t.nbytes()));
     return Issue(OpKind::kSend, t.nbytes(), StrCat(" to rank ", peer, " (tag ", tag, ")"),
-                 std::make_unique<RequestTask>([data = t.data(), bytes, peer, tag](
-                                                   MPI_Comm c, MPI_Request* r) {
-                   ZTRAIN_MPI_CHECK(MPI_Isend(data, bytes, MPI_BYTE, peer, tag, c, r));
-                 }),
+                 std::make_unique<RequestTask>(
+                     [data = t.data(), bytes, peer, tag](MPI_Comm c, MPI_Request* r) {
+                       ZTRAIN_MPI_CHECK(MPI_Isend(data, bytes, MPI_BYTE, peer, tag, c, r));
+                     }),
                  /*p2p=*/true);
   }
 
@@ -142,10 +148,9 @@ class MpiCommunicator final : public Communicator {
   }
 
   WorkPtr Barrier() override {
-    return Issue(OpKind::kBarrier, 0, "", std::make_unique<RequestTask>([](MPI_Comm c,
-                                                                            MPI_Request* r) {
-                   ZTRAIN_MPI_CHECK(MPI_Ibarrier(c, r));
-                 }));
+    return Issue(OpKind::kBarrier, 0, "",
+                 std::make_unique<RequestTask>(
+                     [](MPI_Comm c, MPI_Request* r) { ZTRAIN_MPI_CHECK(MPI_Ibarrier(c, r)); }));
   }
 
   std::unique_ptr<Communicator> Split(int color, int key) override {

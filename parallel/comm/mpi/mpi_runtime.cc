@@ -11,10 +11,14 @@ namespace {
 
 const char* ThreadLevelName(int level) {
   switch (level) {
-    case MPI_THREAD_SINGLE: return "MPI_THREAD_SINGLE";
-    case MPI_THREAD_FUNNELED: return "MPI_THREAD_FUNNELED";
-    case MPI_THREAD_SERIALIZED: return "MPI_THREAD_SERIALIZED";
-    case MPI_THREAD_MULTIPLE: return "MPI_THREAD_MULTIPLE";
+    case MPI_THREAD_SINGLE:
+      return "MPI_THREAD_SINGLE";
+    case MPI_THREAD_FUNNELED:
+      return "MPI_THREAD_FUNNELED";
+    case MPI_THREAD_SERIALIZED:
+      return "MPI_THREAD_SERIALIZED";
+    case MPI_THREAD_MULTIPLE:
+      return "MPI_THREAD_MULTIPLE";
   }
   return "an unknown thread level";
 }
@@ -41,7 +45,8 @@ std::shared_ptr<MpiRuntime> MpiRuntime::Acquire() {
   int initialized = 0, finalized = 0;
   ZTRAIN_MPI_CHECK(MPI_Initialized(&initialized));
   ZTRAIN_MPI_CHECK(MPI_Finalized(&finalized));
-  ZTRAIN_CHECK(!finalized, "MPI was already finalised in this process: create the world "
+  ZTRAIN_CHECK(!finalized,
+               "MPI was already finalised in this process: create the world "
                "communicator once and keep it for the whole run");
   int level = MPI_THREAD_SINGLE;
   if (initialized) {
@@ -73,7 +78,8 @@ MpiRuntime::~MpiRuntime() {
 void MpiRuntime::RequireMultipleThreads(const char* why) const {
   ZTRAIN_CHECK_T(CommError, thread_level_ >= MPI_THREAD_MULTIPLE, why,
                  " needs MPI_THREAD_MULTIPLE (one worker thread per communicator), but MPI "
-                 "provides only ", ThreadLevelName(thread_level_));
+                 "provides only ",
+                 ThreadLevelName(thread_level_));
 }
 
 MpiComm& MpiComm::operator=(MpiComm&& other) noexcept {

@@ -18,11 +18,11 @@ namespace ztrain::comm::detail {
 
 std::string MpiErrorString(int code);
 
-#define ZTRAIN_MPI_CHECK(call)                                                         \
-  do {                                                                                 \
-    const int ztrain_mpi_rc_ = (call);                                                 \
-    if (ztrain_mpi_rc_ != MPI_SUCCESS)                                                 \
-      throw ::ztrain::CommError(::ztrain::detail::StrCat(                              \
+#define ZTRAIN_MPI_CHECK(call)                                                          \
+  do {                                                                                  \
+    const int ztrain_mpi_rc_ = (call);                                                  \
+    if (ztrain_mpi_rc_ != MPI_SUCCESS)                                                  \
+      throw ::ztrain::CommError(::ztrain::detail::StrCat(                               \
           #call, " failed: ", ::ztrain::comm::detail::MpiErrorString(ztrain_mpi_rc_))); \
   } while (0)
 

@@ -16,7 +16,9 @@ class OpWork final : public Work {
  public:
   OpWork(std::weak_ptr<OpQueue> queue, std::string what, int world_rank,
          std::chrono::milliseconds timeout)
-      : queue_(std::move(queue)), what_(std::move(what)), world_rank_(world_rank),
+      : queue_(std::move(queue)),
+        what_(std::move(what)),
+        world_rank_(world_rank),
         timeout_(timeout) {}
 
   void Wait() override {
@@ -53,8 +55,7 @@ class OpWork final : public Work {
   // Makes the queue failed (the other ranks are no longer in step) and returns the error.
   CommError TimedOut(std::chrono::steady_clock::duration waited) {
     char seconds[32];
-    std::snprintf(seconds, sizeof seconds, "%.2fs",
-                  std::chrono::duration<double>(waited).count());
+    std::snprintf(seconds, sizeof seconds, "%.2fs", std::chrono::duration<double>(waited).count());
     std::string behind;
     auto queue = queue_.lock();
     if (queue) {
@@ -63,8 +64,9 @@ class OpWork final : public Work {
         behind = StrCat(" It was queued behind ", oldest->what(), ", which has not finished.");
       }
     }
-    CommError error(StrCat("rank ", world_rank_, " waited ", seconds, " for ", what_,
-                           " (timeout ", timeout_.count(), " ms): another rank has failed, "
+    CommError error(StrCat("rank ", world_rank_, " waited ", seconds, " for ", what_, " (timeout ",
+                           timeout_.count(),
+                           " ms): another rank has failed, "
                            "stopped, or issued ops on this communicator in a different order.",
                            behind));
     if (queue) queue->Fail(std::make_exception_ptr(error));
@@ -105,8 +107,10 @@ std::shared_ptr<OpQueue> OpQueue::Start(std::shared_ptr<MpiRuntime> runtime, Com
 }
 
 OpQueue::OpQueue(std::shared_ptr<MpiRuntime> runtime, CommInfo info, MemoryTracker* tracker)
-    : runtime_(std::move(runtime)), comm_(std::move(info.comm)),
-      ring_comm_(std::move(info.ring_comm)), scratch_(tracker),
+    : runtime_(std::move(runtime)),
+      comm_(std::move(info.comm)),
+      ring_comm_(std::move(info.ring_comm)),
+      scratch_(tracker),
       ctx_{comm_.get(), ring_comm_.get(), &scratch_} {}
 
 OpQueue::~OpQueue() = default;

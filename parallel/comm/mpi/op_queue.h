@@ -84,9 +84,9 @@ class OpQueue : public std::enable_shared_from_this<OpQueue> {
   std::atomic<size_t> queued_{0};  // queue_.size(), for the idle worker's spin
   bool stop_ = false;
   bool exited_ = false;
-  int inflight_ = 0;            // ops the worker has started and not yet finished
+  int inflight_ = 0;                // ops the worker has started and not yet finished
   std::shared_ptr<OpWork> oldest_;  // the first of them
-  std::exception_ptr failure_;  // set once; what later Submits report
+  std::exception_ptr failure_;      // set once; what later Submits report
 };
 
 }  // namespace ztrain::comm::detail

@@ -33,16 +33,22 @@ std::unique_ptr<RingTask> RingTask::AllReduce(const Tensor& buf, ReduceOp op, in
   return std::unique_ptr<RingTask>(new RingTask(true, buf, buf, op, rank, size));
 }
 
-std::unique_ptr<RingTask> RingTask::ReduceScatter(const Tensor& in, const Tensor& out,
-                                                  ReduceOp op, int rank, int size) {
+std::unique_ptr<RingTask> RingTask::ReduceScatter(const Tensor& in, const Tensor& out, ReduceOp op,
+                                                  int rank, int size) {
   return std::unique_ptr<RingTask>(new RingTask(false, in, out, op, rank, size));
 }
 
 RingTask::RingTask(bool all_reduce, const Tensor& in, const Tensor& out, ReduceOp op, int rank,
                    int size)
-    : all_reduce_(all_reduce), in_(static_cast<char*>(in.data())),
-      out_(static_cast<char*>(out.data())), count_(in.numel()), dtype_(in.dtype()),
-      elem_(DTypeSize(in.dtype())), op_(op), rank_(rank), size_(size),
+    : all_reduce_(all_reduce),
+      in_(static_cast<char*>(in.data())),
+      out_(static_cast<char*>(out.data())),
+      count_(in.numel()),
+      dtype_(in.dtype()),
+      elem_(DTypeSize(in.dtype())),
+      op_(op),
+      rank_(rank),
+      size_(size),
       steps_(all_reduce ? 2 * (size - 1) : size - 1) {}
 
 int64_t RingTask::ChunkBegin(int chunk) const {
