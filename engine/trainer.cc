@@ -115,8 +115,25 @@ void Trainer::LogStart() const {
              FormatBytes(mem.Current(MemoryCategory::kOptimizerState)));
 }
 
-void Trainer::LogProgress(const StepStats& s, double window_seconds,
-                          int64_t window_tokens) const {
+// This rank's peak memory, or every rank's ("r0 32.14 MiB, r1 32.10 MiB") in a dp group;
+// collective, so every rank calls it at the same steps.
+std::string Trainer::PeakMemoryPerRank() {
+  const int n = engine_->dp_size();
+  const int64_t peak = engine_->memory().TotalPeak();
+  if (n == 1) return FormatBytes(peak);
+  float mine = static_cast<float>(static_cast<double>(peak) / 1024.0);  // KiB: exact in fp32
+  std::vector<float> all(n);
+  engine_->dp().AllGather(Tensor(&mine, DType::kF32, {1}), Tensor(all.data(), DType::kF32, {n}))
+      ->Wait();
+  std::string out;
+  for (int r = 0; r < n; ++r) {
+    out += fmt::format("{}r{} {}", r ? ", " : "", r,
+                       FormatBytes(static_cast<int64_t>(all[r]) * 1024));
+  }
+  return out;
+}
+
+void Trainer::LogProgress(const StepStats& s, double window_seconds, int64_t window_tokens) {
   const double ms = s.seconds * 1e3;
   Log().info(
       "step {:>6}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.4f}{} | {:.0f} tok/s | "
@@ -124,7 +141,7 @@ void Trainer::LogProgress(const StepStats& s, double window_seconds,
       s.step, config_.training.steps, s.loss, s.lr, s.grad_norm,
       s.clip_coef < 1.0f ? " (clipped)" : "",
       window_seconds > 0 ? static_cast<double>(window_tokens) / window_seconds : 0.0, ms,
-      FormatBytes(engine_->memory().TotalPeak()));
+      PeakMemoryPerRank());
   if (config_.wall_clock_breakdown) {
     Log().info("step {:>6}/{} | time (ms): forward {:.1f} | backward {:.1f} | optimizer {:.1f}",
                s.step, config_.training.steps, s.forward_seconds * 1e3,

@@ -41,7 +41,8 @@ class Trainer {
 
  private:
   void LogStart() const;
-  void LogProgress(const StepStats& s, double window_seconds, int64_t window_tokens) const;
+  void LogProgress(const StepStats& s, double window_seconds, int64_t window_tokens);
+  std::string PeakMemoryPerRank();
   void Finish(const TrainSummary& summary);
   void WriteReports() const;
 
