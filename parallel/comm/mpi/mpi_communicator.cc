@@ -28,11 +28,12 @@ int IntCount(const char* op, int64_t n) {
 class MpiCommunicator final : public Communicator {
  public:
   MpiCommunicator(std::shared_ptr<detail::MpiRuntime> runtime, detail::CommInfo info,
-                  std::string label, std::chrono::milliseconds timeout, MemoryTracker* tracker)
+                  const std::string& label, std::chrono::milliseconds timeout,
+                  MemoryTracker* tracker)
       : rank_(info.rank),
         size_(info.size),
         world_ranks_(info.world_ranks),
-        label_(std::move(label)),
+        name_(std::make_shared<const std::string>(detail::GroupName(label, world_ranks_))),
         timeout_(timeout),
         tracker_(tracker),
         runtime_(runtime),
@@ -41,8 +42,11 @@ class MpiCommunicator final : public Communicator {
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-  std::string name() const override { return detail::GroupName(label_, world_ranks_); }
-  void set_label(const std::string& label) override { label_ = label; }
+  std::string name() const override { return *name_; }
+  void set_label(const std::string& label) override {
+    // Ops already issued keep the old name (they share the string).
+    name_ = std::make_shared<const std::string>(detail::GroupName(label, world_ranks_));
+  }
   std::chrono::milliseconds timeout() const override { return timeout_; }
   void set_timeout(std::chrono::milliseconds timeout) override { timeout_ = timeout; }
   CommStats stats() const override { return stats_; }
@@ -168,7 +172,7 @@ class MpiCommunicator final : public Communicator {
         });
     queue_
         ->Submit(std::move(task), false,
-                 StrCat("Split(color ", color, ", key ", key, ") of ", name()), timeout_)
+                 {"Split", -1, StrCat("(color ", color, ", key ", key, ")"), name_}, timeout_)
         ->Wait();
     return std::make_unique<MpiCommunicator>(runtime_, std::move(*result), "group", timeout_,
                                              tracker_);
@@ -176,17 +180,17 @@ class MpiCommunicator final : public Communicator {
 
  private:
   // Counts the op and queues it; `suffix` adds the root or peer to its description.
-  WorkPtr Issue(OpKind kind, int64_t nbytes, const std::string& suffix,
+  WorkPtr Issue(OpKind kind, int64_t nbytes, std::string suffix,
                 std::unique_ptr<detail::MpiTask> task, bool p2p = false) {
     detail::CountOp(stats_, kind, nbytes, size_);
-    std::string what = StrCat(OpKindName(kind), " of ", nbytes, " bytes", suffix, " on ", name());
-    return queue_->Submit(std::move(task), p2p, std::move(what), timeout_);
+    return queue_->Submit(std::move(task), p2p,
+                          {OpKindName(kind), nbytes, std::move(suffix), name_}, timeout_);
   }
 
   int rank_;
   int size_;
   std::vector<int> world_ranks_;
-  std::string label_;
+  std::shared_ptr<const std::string> name_;
   std::chrono::milliseconds timeout_;
   MemoryTracker* tracker_;
   CommStats stats_;

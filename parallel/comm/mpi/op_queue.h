@@ -32,6 +32,16 @@ namespace ztrain::comm::detail {
 
 class OpWork;
 
+// Names an op in errors, e.g. "Send of 4096 bytes to rank 1 (tag 3) on world of 2". Kept in
+// parts and formatted only when an error is raised: issuing an op must stay cheap.
+struct OpLabel {
+  const char* op = "";
+  int64_t nbytes = -1;                       // -1: the op has no size
+  std::string detail;                        // e.g. " to rank 1 (tag 3)"
+  std::shared_ptr<const std::string> group;  // the communicator's name()
+  std::string ToString() const;
+};
+
 class OpQueue : public std::enable_shared_from_this<OpQueue> {
  public:
   // Starts the worker thread for `info`'s communicators. Scratch memory is counted by
@@ -40,9 +50,9 @@ class OpQueue : public std::enable_shared_from_this<OpQueue> {
                                         MemoryTracker* tracker);
   ~OpQueue();
 
-  // Queues `task`; `p2p` marks a Send/Recv. `what` names it in errors ("AllReduce of 4096
-  // bytes on world of 2") and `timeout` bounds its Wait().
-  WorkPtr Submit(std::unique_ptr<MpiTask> task, bool p2p, std::string what,
+  // Queues `task`; `p2p` marks a Send/Recv. `label` names it in errors and `timeout` bounds
+  // its Wait().
+  WorkPtr Submit(std::unique_ptr<MpiTask> task, bool p2p, OpLabel label,
                  std::chrono::milliseconds timeout);
   // Marks the queue failed with `error` (the first failure wins) and fails queued ops.
   void Fail(std::exception_ptr error);
