@@ -2,6 +2,8 @@
 
 #include <cstdio>
 
+#include <nlohmann/json.hpp>
+
 namespace ztrain {
 
 std::string_view MemoryCategoryName(MemoryCategory c) {
@@ -50,15 +52,13 @@ MemorySnapshot MemoryTracker::Snapshot() const {
 }
 
 std::string MemorySnapshot::ToJson() const {
-  std::string out = "{";
+  nlohmann::json j;
   for (int i = 0; i < kNumMemoryCategories; ++i) {
-    out += "\"" + std::string(MemoryCategoryName(static_cast<MemoryCategory>(i))) +
-           "\": {\"current\": " + std::to_string(current[i]) +
-           ", \"peak\": " + std::to_string(peak[i]) + "}, ";
+    j[std::string(MemoryCategoryName(static_cast<MemoryCategory>(i)))] = {
+        {"current", current[i]}, {"peak", peak[i]}};
   }
-  out += "\"total\": {\"current\": " + std::to_string(total_current) +
-         ", \"peak\": " + std::to_string(total_peak) + "}}";
-  return out;
+  j["total"] = {{"current", total_current}, {"peak", total_peak}};
+  return j.dump(2);
 }
 
 std::string FormatBytes(int64_t bytes) {

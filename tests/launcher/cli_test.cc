@@ -120,7 +120,15 @@ TEST_F(CliTest, TrainsTheDefaultModelAndWritesCsvAndModel) {
   EXPECT_NEAR(first_loss, ln_vocab, 0.3);   // an untrained model is uniform
   EXPECT_LT(last_loss, 0.5 * ln_vocab) << r.out;  // and it learned the corpus
   EXPECT_NO_THROW(nn::ReadLlmcModelHeader(dir_ + "/final.bin"));
-  EXPECT_TRUE(fs::exists(dir_ + "/out/memory_rank0.json"));
+  std::ifstream mem_file(dir_ + "/out/memory_rank0.json");
+  const nlohmann::json mem = nlohmann::json::parse(mem_file);
+  // fp32 AdamW: optimizer state (m, v) is exactly twice the parameters, gradients equal them.
+  const int64_t params = mem["parameters"]["current"];
+  EXPECT_GT(params, 4 * 800000);
+  EXPECT_EQ(mem["optimizer_state"]["current"], 2 * params);
+  EXPECT_EQ(mem["gradients"]["current"], params);
+  EXPECT_GT(mem["activations"]["peak"].get<int64_t>(), 0);
+  EXPECT_GE(mem["total"]["peak"].get<int64_t>(), 4 * params);
   EXPECT_NE(r.out.find("val loss"), std::string::npos);
   EXPECT_NE(r.out.find("peak memory"), std::string::npos);
 }
