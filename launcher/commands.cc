@@ -98,8 +98,9 @@ void PrintVersion() {
               yes(ZTRAIN_BUILD_HAS_CUDA_TOOLKIT));
   std::printf("  NCCL      no (library found at configure: %s; communicator not built yet)\n",
               yes(ZTRAIN_BUILD_HAS_NCCL));
-  std::printf("  MPI       no (library found at configure: %s; communicator not built yet)\n",
-              yes(ZTRAIN_BUILD_HAS_MPI));
+  std::printf("  MPI       %s\n", ZTRAIN_BUILD_HAS_MPI
+                                     ? "yes (data parallel and ZeRO stages 0-2 under mpirun/srun)"
+                                     : "no (reconfigure with -DZTRAIN_WITH_MPI=ON)");
   std::printf("  io_uring  no (library found at configure: %s; offload not built yet)\n",
               yes(ZTRAIN_BUILD_HAS_IO_URING));
 }
