@@ -317,6 +317,10 @@ double Engine::ForwardBackwardImpl(const nn::MicroBatch& mb, float loss_weight,
     dout = std::move(din);
   }
   if (in_flight < n_layers) FinishStage2Reduction(in_flight);
+  if (stage_ == 2) {
+    // The full gradient buffers are gone: no layer may keep a view into them.
+    for (size_t l = 0; l < n_layers; ++l) BindLayer(l);
+  }
   if (stats) {
     stats->forward_seconds += SecondsBetween(start, forward_done);
     stats->backward_seconds += SecondsBetween(forward_done, std::chrono::steady_clock::now());
