@@ -149,7 +149,7 @@ Config ConfigFrom(const json& t, int world_size) {
   const json& tr = t["training"];
   c.training = TrainingConfig{tr["steps"],        tr["seed"],       tr["eval_interval"],
                               tr["eval_batches"], tr["save_final"], tr["output_dir"],
-                              tr["comm_timeout_s"]};
+                              tr["job_name"],     tr["comm_timeout_s"]};
   c.optimizer = OptimizerFrom(t["optimizer"]);
   c.scheduler = SchedulerFrom(t["scheduler"]);
   const json& csv = t["csv_monitor"];

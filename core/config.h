@@ -38,8 +38,9 @@ struct TrainingConfig {
   uint64_t seed = 1337;
   int64_t eval_interval = 0;  // 0 = no periodic eval
   int64_t eval_batches = 8;
-  std::string save_final;                 // llm.c model file written at the end; empty = none
-  std::string output_dir = "ztrain_out";  // reports (memory, comm) go here
+  std::string save_final;                   // llm.c model file written at the end; empty = none
+  std::string output_dir = "runs/ztrain";   // reports (memory, comm); "runs/<job_name>"
+  std::string job_name = "ztrain";
   double comm_timeout_s = 300.0;  // a collective waiting longer ends the job
 };
 

@@ -62,6 +62,11 @@ void CheckModel(const json& t, ConfigErrors& errors) {
 
 void CheckTraining(const json& t, ConfigErrors& errors) {
   IntAtLeast(t, "training.steps", 0, errors);
+  const std::string job = At(t, "training.job_name");
+  if (job.empty() || job == "." || job == ".." || job.find_first_of("/\\") != std::string::npos) {
+    errors.Add("training.job_name",
+               "must be a plain, non-empty file name (no '/'), got \"" + job + "\"; e.g. \"gpt2-zero3\"");
+  }
   IntAtLeast(t, "training.seed", 0, errors);
   IntAtLeast(t, "training.eval_interval", 0, errors);
   NumAtLeast(t, "training.comm_timeout_s", 0.001, errors);

@@ -68,11 +68,6 @@ std::vector<ConfigRefusal> BuildRefusals() {
   const std::string ac = "activation_checkpointing.";
   const std::string not_built = " is not built yet";
   std::vector<ConfigRefusal> r = {
-      R(z + "stage", "3", "ZeRO stage {} is not built yet; use stage 0, 1 or 2",
-        [](const json& v) -> std::optional<std::string> {
-          if (v.get<int64_t>() == 3) return "";
-          return std::nullopt;
-        }),
       R(z + "offload_param.device", "not \"none\"",
         "parameter offload to {} is not built yet; use \"none\"", NotIn({"none"})),
       R(z + "offload_optimizer.device", "not \"none\"",

@@ -79,6 +79,8 @@ void ResolveDerived(json& tree) {
   CanonicaliseOptimizerType(tree);
   json& overlap = At(tree, "zero_optimization.overlap_comm");
   if (overlap.is_null()) overlap = At(tree, "zero_optimization.stage") == 3;
+  json& output_dir = At(tree, "training.output_dir");
+  if (output_dir == "") output_dir = "runs/" + At(tree, "training.job_name").get<std::string>();
   for (const char* monitor : {"csv_monitor.output_path", "tensorboard.output_path"}) {
     json& out = At(tree, monitor);
     if (out == "") out = At(tree, "training.output_dir");

@@ -144,8 +144,11 @@ std::vector<ConfigKey> ZtrainKeys() {
       Key("training.eval_batches", T::kInt, 8, "Micro-batches per evaluation."),
       Key("training.save_final", T::kString, "",
           "llm.c model file written at the end; empty = none."),
-      Key("training.output_dir", T::kString, "ztrain_out",
-          "Directory for reports (memory, communication, csv_monitor)."),
+      Key("training.job_name", T::kString, "ztrain",
+          "Name of the run: names its output directory (and, with offload, its swap files)."),
+      Key("training.output_dir", T::kString, "",
+          "Directory for reports (memory, communication, csv_monitor); empty = "
+          "`runs/<training.job_name>`."),
       Key("training.comm_timeout_s", T::kNumber, 300.0,
           "Seconds a rank waits in one collective before it reports the op and the whole job "
           "is ended (a rank that died, raised or hangs)."),

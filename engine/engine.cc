@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <deque>
 
 #include "core/logging.h"
 #include "nn/init.h"
@@ -25,26 +26,48 @@ struct Engine::Slot {
 // elements; rank r's shard is [r * shard, (r + 1) * shard). Padding is zero and stays zero.
 // The optimizer owns the range `opt_begin` + [0, opt_len): the whole layer at stage 0, the
 // rank's shard at stage >= 1; m and v cover only that range. At stage >= 1 the reduced
-// gradient of the range lands in `grad_shard` (reduce-scatter) and the updated range is
-// all-gathered back into the full parameters. Gradients are pre-scaled by 1/dp through the
+// gradient of the range lands in `grad_shard` (reduce-scatter) and, at stages 1 and 2, the
+// updated range is all-gathered back into the full parameters (at most
+// allgather_bucket_size elements in flight). Gradients are pre-scaled by 1/dp through the
 // loss weight, so the sum-reduction yields the gradient of the global-batch mean.
-// Stage 2 keeps no full gradient buffers: a layer's full buffer is allocated (zeroed) just
-// before its backward in every micro-batch, reduce-scattered right after it, added into
-// `grad_shard` and freed once the next layer's backward has run — at most two layers' full
-// gradients (plus those of layers whose weights are tied into later layers, which must live
-// through the whole backward) exist at a time.
+//
+// Gradient reductions go in buckets: a layer whose gradients are final (its own backward ran;
+// tied uses sit in later layers, whose backward came first) joins the pending bucket, which
+// is launched once it holds reduce_bucket_size elements or backward reached layer 0. Stage 0
+// reduces during the last micro-batch's backward and always overlaps; stages 1-3 wait for
+// each bucket at once unless overlap_comm.
+//
+// Stages 2 and 3 keep no full gradient buffers between micro-batches: a layer's full buffer is
+// allocated (zeroed) just before its backward, reduce-scattered in its bucket, added into
+// `grad_shard` and freed when the next bucket launches — so at most two buckets' full
+// gradients exist (plus those of layers whose weights are tied into later layers, which must
+// live through the whole backward).
+//
+// Stage 3 also keeps only the shard of the parameters (`params` is shard-sized and is the
+// fp32 master the optimizer updates). The whole layer exists only while it is gathered
+// (`gathered`), as planned by zero::PlanGathers over the step's positions: forward 0..n-1
+// then backward n-1..0 per micro-batch, each layer needing its own buffer and those of the
+// layers it ties to. Gathers the plan prefetches run on the communicator while earlier
+// layers compute.
 struct Engine::LayerState {
   int64_t padded = 0;
   int64_t shard = 0;
   int64_t opt_begin = 0, opt_len = 0;
-  Buffer params, grads, exp_avg, exp_avg_sq;
+  Buffer params;              // the whole layer; at stage 3 only this rank's shard
+  Buffer gathered;            // stage 3: the whole layer while gathered
+  comm::WorkPtr gather;       // stage 3: the all-gather filling `gathered`
+  Buffer grads, exp_avg, exp_avg_sq;
   Buffer grad_shard;          // stage >= 1: this rank's reduced gradient range
-  Buffer grad_recv;           // stage 2: a micro-batch's reduced range, added to grad_shard
+  Buffer grad_recv;           // stages 2, 3: a micro-batch's reduced range, added to grad_shard
   comm::WorkPtr reduction;    // the gradient reduction in flight
   std::vector<size_t> owned;  // indices into slots_
   std::vector<size_t> bound;  // the slot of each of the layer's Params() (ties resolved)
+  std::vector<size_t> units;  // layers whose buffers hold the bound parameters, no repeats
   bool tie_owner = false;     // a later layer uses one of this layer's parameters
+  bool sharded = false;       // stage 3: `params` holds only the shard
   Tensor Flat(const Buffer& b, int64_t n) const { return b.AsTensor(DType::kF32, {n}); }
+  // The whole layer's parameters: `params`, or at stage 3 `gathered` (null while absent).
+  const Buffer& Whole() const { return sharded ? gathered : params; }
 };
 
 namespace {
@@ -74,22 +97,35 @@ Engine::Engine(Config config, std::vector<std::unique_ptr<nn::Layer>> layers,
       self_comm_(dp ? nullptr : comm::MakeSelfCommunicator()),
       dp_(dp ? dp : self_comm_.get()),
       stage_(config_.zero.stage),
+      overlap_(stage_ == 0 || config_.zero.overlap_comm),
       ops_(kernels::MakeCpuOps()),
       schedule_(optim::MakeLrSchedule(config_.scheduler, config_.optimizer.lr)) {
   ZTRAIN_CHECK(!layers_.empty(), "the model has no layers");
-  ZTRAIN_CHECK(stage_ >= 0 && stage_ <= 2, "zero_optimization.stage ", stage_,
-               " is not built yet; use stage 0, 1 or 2");
+  ZTRAIN_CHECK(stage_ >= 0 && stage_ <= 3, "zero_optimization.stage is ", stage_,
+               "; use 0, 1, 2 or 3");
   BuildStorage();
   InitParameters();
 }
 
-Engine::~Engine() = default;
+Engine::~Engine() {
+  // Ops in flight write into buffers about to be freed: let them finish (errors were or will
+  // be reported elsewhere; a destructor must not throw).
+  for (auto& st : states_) {
+    for (comm::WorkPtr* w : {&st->gather, &st->reduction}) {
+      if (!*w) continue;
+      try {
+        (*w)->Wait();
+      } catch (const std::exception&) {
+      }
+    }
+  }
+}
 
 void Engine::BuildStorage() {
+  const int64_t n_dp = dp_->size();
   for (size_t l = 0; l < layers_.size(); ++l) {
     auto state = std::make_unique<LayerState>();
     std::vector<nn::ParamSpec> specs = layers_[l]->Params();
-    std::vector<Tensor> params, grads;
     std::vector<int64_t> offsets;
     for (const nn::ParamSpec& spec : specs) {
       if (!spec.tied_to.empty()) {
@@ -101,25 +137,28 @@ void Engine::BuildStorage() {
       offsets.push_back(state->padded);
       state->padded = AlignUp(state->padded + NumElements(spec.shape), kParamAlignment);
     }
-    const int64_t n_dp = dp_->size();
-    state->padded = AlignUp(state->padded, kParamAlignment * n_dp);
-    state->shard = state->padded / n_dp;
-    state->opt_begin = stage_ >= 1 ? dp_->rank() * state->shard : 0;
-    state->opt_len = stage_ >= 1 ? state->shard : state->padded;
-    state->params = Buffer(host_, DType::kF32, {state->padded}, MemoryCategory::kParameters);
+    LayerState& st = *state;
+    st.padded = AlignUp(st.padded, kParamAlignment * n_dp);
+    st.shard = st.padded / n_dp;
+    st.opt_begin = stage_ >= 1 ? dp_->rank() * st.shard : 0;
+    st.opt_len = stage_ >= 1 ? st.shard : st.padded;
+    st.sharded = stage_ == 3;
+    st.params = Buffer(host_, DType::kF32, {st.sharded ? st.shard : st.padded},
+                       MemoryCategory::kParameters);
     if (stage_ <= 1) {
-      state->grads = Buffer(host_, DType::kF32, {state->padded}, MemoryCategory::kGradients);
+      st.grads = Buffer(host_, DType::kF32, {st.padded}, MemoryCategory::kGradients);
+      st.grads.Zero();
     }
-    state->exp_avg = Buffer(host_, DType::kF32, {state->opt_len}, MemoryCategory::kOptimizerState);
-    state->exp_avg_sq =
-        Buffer(host_, DType::kF32, {state->opt_len}, MemoryCategory::kOptimizerState);
+    st.exp_avg = Buffer(host_, DType::kF32, {st.opt_len}, MemoryCategory::kOptimizerState);
+    st.exp_avg_sq = Buffer(host_, DType::kF32, {st.opt_len}, MemoryCategory::kOptimizerState);
     if (stage_ >= 1) {
-      state->grad_shard = Buffer(host_, DType::kF32, {state->shard}, MemoryCategory::kGradients);
-      state->grad_shard.Zero();
+      st.grad_shard = Buffer(host_, DType::kF32, {st.shard}, MemoryCategory::kGradients);
+      st.grad_shard.Zero();
     }
-    for (Buffer* b : {&state->params, &state->grads, &state->exp_avg, &state->exp_avg_sq}) b->Zero();
+    for (Buffer* b : {&st.params, &st.exp_avg, &st.exp_avg_sq}) b->Zero();
     for (size_t i = 0; i < specs.size(); ++i) {
       const nn::ParamSpec& spec = specs[i];
+      size_t slot = slots_.size();
       if (offsets[i] < 0) {
         auto it = slot_by_name_.find(spec.tied_to);
         ZTRAIN_CHECK(it != slot_by_name_.end(), "layer ", layers_[l]->Name(), " ties '",
@@ -128,14 +167,18 @@ void Engine::BuildStorage() {
         ZTRAIN_CHECK(owner.spec.shape == spec.shape, "tied parameter '", spec.name, "' has shape ",
                      ShapeToString(spec.shape), " but '", spec.tied_to, "' has ",
                      ShapeToString(owner.spec.shape));
-        state->bound.push_back(it->second);
+        slot = it->second;
         states_[owner.layer]->tie_owner = true;
-        continue;
+      } else {
+        slot_by_name_[spec.name] = slot;
+        st.owned.push_back(slot);
+        slots_.push_back({spec, l, offsets[i]});
       }
-      slot_by_name_[spec.name] = slots_.size();
-      state->owned.push_back(slots_.size());
-      state->bound.push_back(slots_.size());
-      slots_.push_back({spec, l, offsets[i]});
+      st.bound.push_back(slot);
+      const size_t unit = slots_[slot].layer;
+      if (std::find(st.units.begin(), st.units.end(), unit) == st.units.end()) {
+        st.units.push_back(unit);
+      }
     }
     states_.push_back(std::move(state));
     BindLayer(l);
@@ -143,15 +186,17 @@ void Engine::BuildStorage() {
 }
 
 // Gives layer l views of its parameters and of the full gradient buffers they accumulate
-// into (its own, or an earlier layer's for tied parameters). At stage 2 it runs again before
-// each backward, once the buffers of that micro-batch exist.
+// into (its own, or an earlier layer's for tied parameters). At stages 2 and 3 it runs again
+// before each use, once the buffers exist; views of absent buffers stay undefined.
 void Engine::BindLayer(size_t l) {
   std::vector<Tensor> params, grads;
   for (size_t slot : states_[l]->bound) {
     const Slot& s = slots_[slot];
     const LayerState& owner = *states_[s.layer];
-    params.push_back(owner.Flat(owner.params, owner.padded).Flat(s.offset, s.spec.shape));
-    // Stage 2 between backwards: no full gradient buffer exists, the view stays undefined.
+    const Buffer& whole = owner.Whole();
+    params.push_back(whole.data() == nullptr
+                         ? Tensor()
+                         : owner.Flat(whole, owner.padded).Flat(s.offset, s.spec.shape));
     grads.push_back(owner.grads.data() == nullptr
                         ? Tensor()
                         : owner.Flat(owner.grads, owner.padded).Flat(s.offset, s.spec.shape));
@@ -166,17 +211,25 @@ void Engine::AllocateFullGradients(size_t l) {
   st.grads.Zero();
 }
 
-void Engine::FinishStage2Reduction(size_t l) {
-  LayerState& st = *states_[l];
-  st.reduction->Wait();
-  st.reduction.reset();
-  ops_->AddInPlace(st.Flat(st.grad_shard, st.shard), st.Flat(st.grad_recv, st.shard));
-  st.grad_recv.Reset();
-  st.grads.Reset();
+void Engine::WaitFor(comm::Work& work) {
+  const auto start = std::chrono::steady_clock::now();
+  work.Wait();
+  comm_wait_seconds_ += SecondsBetween(start, std::chrono::steady_clock::now());
 }
 
 void Engine::InitParameters() {
-  for (const Slot& s : slots_) nn::InitParam(s.spec, config_.training.seed, Parameter(s.spec.name));
+  // Each rank initialises the elements it holds; the values depend on (seed, name, index)
+  // only, so every layout starts from the single-process model.
+  for (const Slot& s : slots_) {
+    const LayerState& st = *states_[s.layer];
+    const int64_t held_begin = st.sharded ? st.opt_begin : 0;
+    const int64_t held_len = st.sharded ? st.shard : st.padded;
+    const int64_t begin = std::max(s.offset, held_begin);
+    const int64_t end = std::min(s.offset + NumElements(s.spec.shape), held_begin + held_len);
+    if (begin >= end) continue;
+    const Tensor out(st.params.data<float>() + (begin - held_begin), DType::kF32, {end - begin});
+    nn::InitParam(s.spec, config_.training.seed, out, begin - s.offset);
+  }
 }
 
 const Engine::Slot& Engine::FindSlot(const std::string& name) const {
@@ -187,16 +240,60 @@ const Engine::Slot& Engine::FindSlot(const std::string& name) const {
 
 Tensor Engine::Parameter(const std::string& name) const {
   const Slot& s = FindSlot(name);
-  return states_[s.layer]->params.AsTensor(DType::kF32, {states_[s.layer]->padded})
-      .Flat(s.offset, s.spec.shape);
+  ZTRAIN_CHECK(stage_ <= 2, "parameter '", name, "' is not kept whole at ZeRO stage 3: each rank "
+               "holds only its shard; use ForEachFullParameter (collective)");
+  const LayerState& st = *states_[s.layer];
+  return st.Flat(st.params, st.padded).Flat(s.offset, s.spec.shape);
 }
+
+Shape Engine::ParameterShape(const std::string& name) const { return FindSlot(name).spec.shape; }
 
 Tensor Engine::Gradient(const std::string& name) const {
   const Slot& s = FindSlot(name);
-  ZTRAIN_CHECK(stage_ <= 1, "gradient '", name, "' is not kept whole at ZeRO stage 2: each rank "
-               "holds only its reduced shard");
+  ZTRAIN_CHECK(stage_ <= 1, "gradient '", name, "' is not kept whole at ZeRO stage ", stage_,
+               ": each rank holds only its reduced shard");
   return states_[s.layer]->grads.AsTensor(DType::kF32, {states_[s.layer]->padded})
       .Flat(s.offset, s.spec.shape);
+}
+
+void Engine::ForEachFullParameter(
+    const std::function<void(const std::string&, const Tensor&)>& fn) {
+  for (size_t l = 0; l < states_.size(); ++l) {
+    LayerState& st = *states_[l];
+    Buffer whole;
+    const float* base = st.params.data<float>();
+    if (st.sharded) {
+      whole = Buffer(activations_, DType::kF32, {st.padded}, MemoryCategory::kParameters);
+      WaitFor(*dp_->AllGather(st.Flat(st.params, st.shard), st.Flat(whole, st.padded)));
+      base = whole.data<float>();
+    }
+    for (size_t slot : st.owned) {
+      const Slot& s = slots_[slot];
+      fn(s.spec.name, Tensor(const_cast<float*>(base) + s.offset, DType::kF32, s.spec.shape));
+    }
+  }
+}
+
+void Engine::SetFullParameters(
+    const std::function<void(const std::string&, const Tensor&)>& fill) {
+  for (size_t l = 0; l < states_.size(); ++l) {
+    LayerState& st = *states_[l];
+    Buffer whole;
+    float* base = st.params.data<float>();
+    if (st.sharded) {
+      whole = Buffer(activations_, DType::kF32, {st.padded}, MemoryCategory::kWorkspace);
+      whole.Zero();
+      base = whole.data<float>();
+    }
+    for (size_t slot : st.owned) {
+      const Slot& s = slots_[slot];
+      fill(s.spec.name, Tensor(base + s.offset, DType::kF32, s.spec.shape));
+    }
+    if (st.sharded) {
+      ops_->Copy(st.Flat(whole, st.padded).Flat(st.opt_begin, {st.shard}),
+                 st.Flat(st.params, st.shard));
+    }
+  }
 }
 
 std::vector<std::string> Engine::ParameterNames() const {
@@ -220,32 +317,127 @@ double Engine::TrainFlopsPerToken(int64_t seq_len) const {
 void Engine::ZeroGrad() {
   for (auto& s : states_) {
     if (stage_ <= 1) ops_->Zero(s->Flat(s->grads, s->padded));
-    if (stage_ == 2) ops_->Zero(s->Flat(s->grad_shard, s->shard));
+    if (stage_ >= 2) ops_->Zero(s->Flat(s->grad_shard, s->shard));
   }
 }
 
 double Engine::ForwardBackward(const nn::MicroBatch& mb, float loss_weight, StepStats* stats) {
+  if (stage_ == 3) StartGatherPlan(1, /*backward=*/true);
   return ForwardBackwardImpl(mb, loss_weight, stats, /*reduce=*/false);
 }
 
-void Engine::LaunchGradientReduction(size_t layer) {
-  LayerState& st = *states_[layer];
-  const Tensor grads = st.Flat(st.grads, st.padded);
-  if (stage_ == 0) {
-    st.reduction = dp_->AllReduce(grads);
-  } else if (stage_ == 1) {
-    st.reduction = dp_->ReduceScatter(grads, st.Flat(st.grad_shard, st.shard));
-  } else {
-    st.grad_recv = Buffer(activations_, DType::kF32, {st.shard}, MemoryCategory::kCommunication);
-    st.reduction = dp_->ReduceScatter(grads, st.Flat(st.grad_recv, st.shard));
+// --- Stage 3: gathering parameters by plan (Note [ZeRO in the engine]) -------------------
+
+void Engine::StartGatherPlan(int micro_batches, bool backward) {
+  ReleaseAllGathered();
+  const int key = micro_batches * 2 + (backward ? 1 : 0);
+  auto it = plans_.find(key);
+  if (it == plans_.end()) {
+    std::vector<int64_t> sizes;
+    for (const auto& st : states_) sizes.push_back(st->padded);
+    std::vector<zero::UnitUse> uses;
+    const size_t n = layers_.size();
+    for (int m = 0; m < micro_batches; ++m) {
+      for (size_t l = 0; l < n; ++l) uses.push_back(states_[l]->units);
+      if (!backward) continue;
+      for (size_t l = n; l-- > 0;) uses.push_back(states_[l]->units);
+    }
+    const ZeroConfig& z = config_.zero;
+    const zero::GatherLimits limits{.prefetch_bucket = z.stage3_prefetch_bucket_size,
+                                    .max_live = z.stage3_max_live_parameters,
+                                    .max_reuse_distance = z.stage3_max_reuse_distance,
+                                    .persistence_threshold = z.stage3_param_persistence_threshold};
+    it = plans_.emplace(key, zero::PlanGathers(sizes, uses, limits)).first;
+  }
+  plan_ = &it->second;
+  position_ = 0;
+}
+
+// Launches the plan's gathers for the next position and waits for the units layer l needs.
+void Engine::GatherForUse(size_t l) {
+  ZTRAIN_ASSERT(plan_ != nullptr && position_ < plan_->actions.size());
+  for (size_t u : plan_->actions[position_].fetch) {
+    LayerState& st = *states_[u];
+    st.gathered = Buffer(activations_, DType::kF32, {st.padded}, MemoryCategory::kParameters);
+    st.gather = dp_->AllGather(st.Flat(st.params, st.shard), st.Flat(st.gathered, st.padded));
+  }
+  for (size_t u : states_[l]->units) {
+    LayerState& st = *states_[u];
+    ZTRAIN_ASSERT(st.gathered.data() != nullptr);
+    if (!st.gather) continue;
+    WaitFor(*st.gather);
+    st.gather.reset();
   }
 }
 
-void Engine::WaitGradientReductions() {
-  for (auto& st : states_) {
-    if (st->reduction) st->reduction->Wait();
-    st->reduction.reset();
+void Engine::ReleaseAfterUse() {
+  for (size_t u : plan_->actions[position_].release) {
+    ZTRAIN_ASSERT(!states_[u]->gather);
+    states_[u]->gathered.Reset();
   }
+  if (++position_ == plan_->actions.size()) plan_ = nullptr;
+}
+
+// Drops every gathered layer (after an error left a plan half done).
+void Engine::ReleaseAllGathered() {
+  for (auto& st : states_) {
+    if (st->gather) WaitFor(*st->gather);
+    st->gather.reset();
+    st->gathered.Reset();
+  }
+  plan_ = nullptr;
+}
+
+// --- Gradient reduction in buckets ----------------------------------------------------------
+
+void Engine::OnGradientsReady(size_t l) {
+  pending_.push_back(l);
+  pending_elements_ += states_[l]->padded;
+  if (pending_elements_ >= config_.zero.reduce_bucket_size || l == 0) LaunchBucket();
+}
+
+void Engine::LaunchBucket() {
+  // Stages 2 and 3: the previous bucket finishes (and frees its full gradients) before the
+  // next one launches, so at most two buckets' full gradients exist at a time.
+  if (stage_ >= 2) FinishReductions();
+  for (size_t l : pending_) {
+    LayerState& st = *states_[l];
+    const Tensor grads = st.Flat(st.grads, st.padded);
+    if (stage_ == 0 || !config_.zero.reduce_scatter) {
+      st.reduction = dp_->AllReduce(grads);
+    } else if (stage_ == 1) {
+      st.reduction = dp_->ReduceScatter(grads, st.Flat(st.grad_shard, st.shard));
+    } else {
+      st.grad_recv = Buffer(activations_, DType::kF32, {st.shard}, MemoryCategory::kCommunication);
+      st.reduction = dp_->ReduceScatter(grads, st.Flat(st.grad_recv, st.shard));
+    }
+    launched_.push_back(l);
+  }
+  pending_.clear();
+  pending_elements_ = 0;
+  if (!overlap_) FinishReductions();
+}
+
+// Waits for the launched reductions and moves each result into the rank's gradient shard.
+void Engine::FinishReductions() {
+  for (size_t l : launched_) {
+    LayerState& st = *states_[l];
+    WaitFor(*st.reduction);
+    st.reduction.reset();
+    if (stage_ == 0) continue;
+    // With reduce_scatter off the whole layer was all-reduced: the rank's range is a slice.
+    const Tensor reduced = config_.zero.reduce_scatter
+                               ? st.Flat(stage_ == 1 ? st.grad_shard : st.grad_recv, st.shard)
+                               : st.Flat(st.grads, st.padded).Flat(st.opt_begin, {st.shard});
+    if (stage_ == 1) {
+      if (!config_.zero.reduce_scatter) ops_->Copy(reduced, st.Flat(st.grad_shard, st.shard));
+      continue;
+    }
+    ops_->AddInPlace(st.Flat(st.grad_shard, st.shard), reduced);
+    st.grad_recv.Reset();
+    st.grads.Reset();
+  }
+  launched_.clear();
 }
 
 double Engine::MeanOverDp(double value) {
@@ -258,6 +450,7 @@ double Engine::MeanOverDp(double value) {
 double Engine::ForwardBackwardImpl(const nn::MicroBatch& mb, float loss_weight,
                                    StepStats* stats, bool reduce) {
   const auto start = std::chrono::steady_clock::now();
+  const double wait_before = comm_wait_seconds_;
   const size_t n_layers = layers_.size();
   std::vector<nn::LayerContext> ctx;
   ctx.reserve(n_layers);
@@ -270,7 +463,12 @@ double Engine::ForwardBackwardImpl(const nn::MicroBatch& mb, float loss_weight,
     const Shape shape = layers_[i]->OutputShape(input.shape());
     outputs[i] = Buffer(activations_, DType::kF32, shape, MemoryCategory::kActivations);
     out_views[i] = outputs[i].AsTensor(DType::kF32, shape);
+    if (stage_ == 3) {
+      GatherForUse(i);
+      BindLayer(i);
+    }
     layers_[i]->Forward(mb, input, out_views[i], ctx[i]);
+    if (stage_ == 3) ReleaseAfterUse();
     input = out_views[i];
   }
   const Tensor losses = out_views.back();
@@ -283,20 +481,18 @@ double Engine::ForwardBackwardImpl(const nn::MicroBatch& mb, float loss_weight,
     const float v = loss_weight / static_cast<float>(losses.numel());
     for (int64_t i = 0; i < losses.numel(); ++i) d[i] = v;
   }
-  // Stage 2 reduces every micro-batch (Note [ZeRO in the engine]).
-  reduce = reduce || stage_ == 2;
-  if (stage_ == 2) {
+  // Stages 2 and 3 reduce every micro-batch (Note [ZeRO in the engine]).
+  reduce = reduce || stage_ >= 2;
+  if (stage_ >= 2) {
     for (size_t l = 0; l < n_layers; ++l) {
       if (states_[l]->tie_owner) AllocateFullGradients(l);
     }
   }
-  size_t in_flight = n_layers;  // stage 2: the layer whose reduce-scatter is outstanding
   for (size_t i = n_layers; i-- > 0;) {
     const Tensor layer_in = i == 0 ? mb.tokens : out_views[i - 1];
-    if (stage_ == 2) {
-      AllocateFullGradients(i);
-      BindLayer(i);
-    }
+    if (stage_ == 3) GatherForUse(i);
+    if (stage_ >= 2) AllocateFullGradients(i);
+    if (stage_ >= 2) BindLayer(i);
     Buffer din;
     Tensor din_view;
     if (i > 0) {
@@ -305,40 +501,46 @@ double Engine::ForwardBackwardImpl(const nn::MicroBatch& mb, float loss_weight,
     }
     layers_[i]->Backward(mb, layer_in, dout.AsTensor(DType::kF32, out_views[i].shape()), din_view,
                          ctx[i]);
-    // A layer's gradients are final once its own backward ran: tied uses sit in later layers,
-    // whose backward came first.
-    if (reduce) LaunchGradientReduction(i);
-    if (stage_ == 2) {
-      if (in_flight < n_layers) FinishStage2Reduction(in_flight);
-      in_flight = i;
-    }
+    if (stage_ == 3) ReleaseAfterUse();
+    if (reduce) OnGradientsReady(i);
     ctx[i].Release();
     outputs[i].Reset();
     dout = std::move(din);
   }
-  if (in_flight < n_layers) FinishStage2Reduction(in_flight);
-  if (stage_ == 2) {
-    // The full gradient buffers are gone: no layer may keep a view into them.
+  if (reduce) FinishReductions();
+  if (stage_ >= 2) {
+    // The full gradient (and gathered parameter) buffers are gone: no layer may keep a view.
     for (size_t l = 0; l < n_layers; ++l) BindLayer(l);
   }
   if (stats) {
     stats->forward_seconds += SecondsBetween(start, forward_done);
     stats->backward_seconds += SecondsBetween(forward_done, std::chrono::steady_clock::now());
+    stats->comm_wait_seconds += comm_wait_seconds_ - wait_before;
   }
   return loss;
 }
 
 double Engine::EvalLoss(const nn::MicroBatch& mb) {
+  if (stage_ == 3) StartGatherPlan(1, /*backward=*/false);
   Tensor input = mb.tokens;
   Buffer previous;
-  for (const auto& layer : layers_) {
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    nn::Layer& layer = *layers_[i];
     nn::LayerContext ctx(*ops_, activations_);
-    const Shape shape = layer->OutputShape(input.shape());
+    const Shape shape = layer.OutputShape(input.shape());
     Buffer out(activations_, DType::kF32, shape, MemoryCategory::kActivations);
     const Tensor out_view = out.AsTensor(DType::kF32, shape);
-    layer->Forward(mb, input, out_view, ctx);
+    if (stage_ == 3) {
+      GatherForUse(i);
+      BindLayer(i);
+    }
+    layer.Forward(mb, input, out_view, ctx);
+    if (stage_ == 3) ReleaseAfterUse();
     previous = std::move(out);  // frees the input of this layer
     input = out_view;
+  }
+  if (stage_ == 3) {
+    for (size_t l = 0; l < layers_.size(); ++l) BindLayer(l);
   }
   return MeanOf(input);
 }
@@ -354,17 +556,34 @@ double Engine::GradNorm() const {
   return std::sqrt(static_cast<double>(sum));
 }
 
+// Stages 1 and 2: all-gathers every layer's updated shard back into the full parameters,
+// with at most allgather_bucket_size gathered elements in flight.
 void Engine::GatherParameters() {
-  std::vector<Buffer> sends;
-  std::vector<comm::WorkPtr> works;
+  struct InFlight {
+    Buffer send;
+    comm::WorkPtr work;
+    int64_t elements;
+  };
+  std::deque<InFlight> flight;
+  int64_t in_flight = 0;
+  auto wait_oldest = [&] {
+    WaitFor(*flight.front().work);
+    in_flight -= flight.front().elements;
+    flight.pop_front();
+  };
   for (auto& st : states_) {
+    while (!flight.empty() && in_flight + st->padded > config_.zero.allgather_bucket_size) {
+      wait_oldest();
+    }
     // The send buffer is a copy: the gathered output covers this rank's own range too.
-    sends.emplace_back(activations_, DType::kF32, Shape{st->shard}, MemoryCategory::kCommunication);
-    const Tensor send = sends.back().AsTensor(DType::kF32, {st->shard});
-    ops_->Copy(st->Flat(st->params, st->padded).Flat(st->opt_begin, {st->shard}), send);
-    works.push_back(dp_->AllGather(send, st->Flat(st->params, st->padded)));
+    Buffer send(activations_, DType::kF32, Shape{st->shard}, MemoryCategory::kCommunication);
+    const Tensor send_view = send.AsTensor(DType::kF32, {st->shard});
+    ops_->Copy(st->Flat(st->params, st->padded).Flat(st->opt_begin, {st->shard}), send_view);
+    comm::WorkPtr work = dp_->AllGather(send_view, st->Flat(st->params, st->padded));
+    flight.push_back({std::move(send), std::move(work), st->padded});
+    in_flight += st->padded;
   }
-  for (auto& w : works) w->Wait();
+  while (!flight.empty()) wait_oldest();
 }
 
 void Engine::OptimizerStep(double grad_norm, StepStats& stats) {
@@ -380,12 +599,13 @@ void Engine::OptimizerStep(double grad_norm, StepStats& stats) {
     const int64_t local = begin - st.opt_begin;
     const float* grad = stage_ >= 1 ? st.grad_shard.data<float>() + local
                                     : st.grads.data<float>() + begin;
+    float* master = st.params.data<float>() + (st.sharded ? local : begin);
     const optim::AdamStepArgs args =
         optim::AdamArgsFor(config_.optimizer, lr, step_, coef, s.spec.weight_decay);
-    optim::AdamStep(args, st.params.data<float>() + begin, grad, st.exp_avg.data<float>() + local,
+    optim::AdamStep(args, master, grad, st.exp_avg.data<float>() + local,
                     st.exp_avg_sq.data<float>() + local, end - begin);
   }
-  if (stage_ >= 1 && dp_->size() > 1) GatherParameters();
+  if ((stage_ == 1 || stage_ == 2) && dp_->size() > 1) GatherParameters();
   stats.step = step_;
   stats.lr = lr;
   stats.clip_coef = coef;
@@ -395,8 +615,10 @@ void Engine::OptimizerStep(double grad_norm, StepStats& stats) {
 StepStats Engine::TrainStep(std::span<const nn::MicroBatch> micro_batches) {
   ZTRAIN_CHECK(!micro_batches.empty(), "TrainStep needs at least one micro-batch");
   const auto start = std::chrono::steady_clock::now();
+  const double wait_before = comm_wait_seconds_;
   StepStats stats;
   ZeroGrad();
+  if (stage_ == 3) StartGatherPlan(static_cast<int>(micro_batches.size()), /*backward=*/true);
   const float weight = 1.0f / static_cast<float>(micro_batches.size() * dp_->size());
   double loss_sum = 0.0;
   for (size_t i = 0; i < micro_batches.size(); ++i) {
@@ -404,7 +626,6 @@ StepStats Engine::TrainStep(std::span<const nn::MicroBatch> micro_batches) {
     loss_sum += ForwardBackwardImpl(micro_batches[i], weight, &stats, /*reduce=*/last);
     stats.tokens += micro_batches[i].tokens.numel() * dp_->size();
   }
-  WaitGradientReductions();
   stats.loss = MeanOverDp(loss_sum / static_cast<double>(micro_batches.size()));
   const auto optimizer_start = std::chrono::steady_clock::now();
   const double norm = GradNorm();
@@ -414,6 +635,7 @@ StepStats Engine::TrainStep(std::span<const nn::MicroBatch> micro_batches) {
   const auto end = std::chrono::steady_clock::now();
   stats.optimizer_seconds = SecondsBetween(optimizer_start, end);
   stats.seconds = SecondsBetween(start, end);
+  stats.comm_wait_seconds = comm_wait_seconds_ - wait_before;
   return stats;
 }
 

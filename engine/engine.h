@@ -11,15 +11,19 @@
 //
 // Data parallelism and ZeRO (Note [ZeRO in the engine]): given a data-parallel communicator
 // of N ranks, each rank runs its own micro-batches and the engine reduces gradients as
-// DeepSpeed does for zero_optimization.stage: 0 all-reduces each layer's gradients while
-// backward goes on and every rank steps everything; 1 reduce-scatters them at the
-// accumulation boundary, each rank steps only its shard of every layer (fp32 master, m, v)
-// and the updated shards are all-gathered; 2 reduce-scatters each layer's gradients into
-// the owner's shard during the backward of every micro-batch and keeps no full gradients.
-// Flat buffers are padded so they split into N equal shards. Every layout trains the same model as one process with the global batch.
+// DeepSpeed does for zero_optimization.stage: 0 all-reduces gradient buckets while backward
+// goes on and every rank steps everything; 1 reduce-scatters them at the accumulation
+// boundary, each rank steps only its shard of every layer (fp32 master, m, v) and the
+// updated shards are all-gathered; 2 reduce-scatters each bucket into the owner's shard
+// during the backward of every micro-batch and keeps no full gradients; 3 also keeps only
+// the parameter shard, gathering each layer before it runs (prefetching the next ones within
+// the stage3_* limits) and releasing it after. Flat buffers are padded so they split into N
+// equal shards. Every layout trains the same model as one process with the global batch.
 //
 // The engine knows nothing of the CLI, files or data sources: it is the piece research code
 // embeds (examples/custom_layer). Not thread safe; one step at a time. Errors throw.
+#include <functional>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -35,6 +39,7 @@
 #include "nn/layer.h"
 #include "optim/lr_schedule.h"
 #include "parallel/comm/communicator.h"
+#include "parallel/zero/gather_plan.h"
 
 namespace ztrain {
 
@@ -50,6 +55,9 @@ struct StepStats {
   double forward_seconds = 0.0;
   double backward_seconds = 0.0;
   double optimizer_seconds = 0.0;  // gradient norm, clipping and AdamW
+  // Time the engine blocked waiting for communication (gradient reductions, parameter
+  // gathers): the part of the communication not hidden behind compute.
+  double comm_wait_seconds = 0.0;
 };
 
 class Engine {
@@ -82,9 +90,18 @@ class Engine {
   void OptimizerStep(double grad_norm, StepStats& stats);
 
   // Parameter / gradient views by name (tied names resolve to their owner). Gradients are
-  // this rank's local sums; at stage 2 they are not kept and Gradient() throws.
+  // this rank's local sums; at stages 2 and 3 they are not kept and Gradient() throws, and at
+  // stage 3 neither are whole parameters: Parameter() throws (use ForEachFullParameter).
   Tensor Parameter(const std::string& name) const;
   Tensor Gradient(const std::string& name) const;
+  Shape ParameterShape(const std::string& name) const;
+  // Calls fn(name, value) for every owned parameter, in model order, with its whole value
+  // (valid during the call only). At stage 3 this is collective: every rank of the dp group
+  // calls it, and each layer is gathered in turn.
+  void ForEachFullParameter(const std::function<void(const std::string&, const Tensor&)>& fn);
+  // Sets every owned parameter: fill(name, destination) writes its whole value. Every rank
+  // must write the same values; at stage 3 each keeps its shard. Not collective.
+  void SetFullParameters(const std::function<void(const std::string&, const Tensor&)>& fill);
   std::vector<std::string> ParameterNames() const;  // owned parameters, model order
   int64_t NumParameters() const;                    // owned elements, without padding
   // Matmul FLOPs of forward + backward per token at sequence length T (3x forward).
@@ -108,10 +125,17 @@ class Engine {
                              bool reduce);
   void BindLayer(size_t layer);
   void AllocateFullGradients(size_t layer);
-  void FinishStage2Reduction(size_t layer);
-  void LaunchGradientReduction(size_t layer);
-  void WaitGradientReductions();
+  void WaitFor(comm::Work& work);
+  // Gradient buckets.
+  void OnGradientsReady(size_t layer);
+  void LaunchBucket();
+  void FinishReductions();
   void GatherParameters();
+  // Stage 3 parameter gathering.
+  void StartGatherPlan(int micro_batches, bool backward);
+  void GatherForUse(size_t layer);
+  void ReleaseAfterUse();
+  void ReleaseAllGathered();
   const Slot& FindSlot(const std::string& name) const;
 
   Config config_;
@@ -123,12 +147,21 @@ class Engine {
   std::unique_ptr<comm::Communicator> self_comm_;  // the dp group when none is given
   comm::Communicator* dp_;
   int stage_;
+  bool overlap_;  // let gradient reductions run behind backward (stage 0, or overlap_comm)
   std::unique_ptr<kernels::Ops> ops_;
   std::unique_ptr<optim::LrSchedule> schedule_;
   std::vector<std::unique_ptr<LayerState>> states_;
   std::vector<Slot> slots_;
   std::unordered_map<std::string, size_t> slot_by_name_;
   int64_t step_ = 0;
+  double comm_wait_seconds_ = 0.0;  // blocked in WaitFor, since construction
+  // Gradient buckets: layers waiting to be reduced, and layers whose reduction is in flight.
+  std::vector<size_t> pending_, launched_;
+  int64_t pending_elements_ = 0;
+  // Stage 3: gather plans by (micro-batches, with backward), the one running and its position.
+  std::map<int, zero::GatherPlan> plans_;
+  const zero::GatherPlan* plan_ = nullptr;
+  size_t position_ = 0;
 };
 
 }  // namespace ztrain

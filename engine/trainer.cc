@@ -2,6 +2,8 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstring>
+#include <map>
 #include <filesystem>
 #include <fstream>
 
@@ -42,8 +44,39 @@ std::string MemoryBreakdown(const MemorySnapshot& mem, bool with_current) {
   return out;
 }
 
-nn::ParamLookup LookupIn(Engine& e) {
-  return [&e](const std::string& name) { return e.Parameter(name); };
+// The whole model as name -> fp32 values: llm.c files are read and written whole, while at
+// ZeRO stage 3 no rank holds whole parameters.
+using StagedModel = std::map<std::string, std::vector<float>>;
+
+nn::ParamLookup LookupIn(StagedModel& staged, const Engine& e) {
+  return [&staged, &e](const std::string& name) {
+    auto it = staged.find(name);
+    ZTRAIN_CHECK(it != staged.end(), "the model has no parameter '", name, "'");
+    return Tensor(it->second.data(), DType::kF32, e.ParameterShape(name));
+  };
+}
+
+void LoadWeights(const std::string& path, const ModelConfig& model, Engine& e) {
+  StagedModel staged;
+  for (const std::string& name : e.ParameterNames()) {
+    staged[name].resize(NumElements(e.ParameterShape(name)));
+  }
+  nn::LoadLlmcModel(path, model, LookupIn(staged, e));
+  e.SetFullParameters([&staged](const std::string& name, const Tensor& out) {
+    std::memcpy(out.data(), staged.at(name).data(), out.nbytes());
+  });
+}
+
+// Collective at ZeRO stage 3: every rank gathers, rank 0 writes.
+void SaveWeights(const std::string& path, const ModelConfig& model, Engine& e) {
+  StagedModel staged;
+  const bool writer = e.dp_rank() == 0;
+  e.ForEachFullParameter([&](const std::string& name, const Tensor& value) {
+    if (!writer) return;
+    const float* p = value.data<float>();
+    staged[name].assign(p, p + value.numel());
+  });
+  if (writer) nn::SaveLlmcModel(path, model, LookupIn(staged, e));
 }
 
 }  // namespace
@@ -52,7 +85,7 @@ Trainer::Trainer(Config config, comm::Communicator* dp) : config_(std::move(conf
   engine_ = std::make_unique<Engine>(config_, nn::BuildGpt2(config_.model), dp);
   const int rank = engine_->dp_rank(), world = engine_->dp_size();
   if (!config_.model.init_from.empty()) {
-    nn::LoadLlmcModel(config_.model.init_from, config_.model, LookupIn(*engine_));
+    LoadWeights(config_.model.init_from, config_.model, *engine_);
     Log().info("loaded weights from {}", config_.model.init_from);
   }
   train_loader_ = MakeLoader(config_, data::Split::kTrain, rank, world);
@@ -226,8 +259,8 @@ void Trainer::WriteReports() const {
 }
 
 void Trainer::Finish(const TrainSummary& s) {
-  if (!config_.training.save_final.empty() && engine_->dp_rank() == 0) {
-    nn::SaveLlmcModel(config_.training.save_final, config_.model, LookupIn(*engine_));
+  if (!config_.training.save_final.empty()) {
+    SaveWeights(config_.training.save_final, config_.model, *engine_);
     Log().info("saved the model to {} (llm.c format)", config_.training.save_final);
   }
   WriteReports();

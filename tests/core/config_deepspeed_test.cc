@@ -109,8 +109,6 @@ struct Refused {
 
 TEST(ConfigDeepSpeedTest, EachRefusedFeatureNamesItsKey) {
   const Refused cases[] = {
-      {"/zero_optimization/stage", 3,
-       "zero_optimization.stage: ZeRO stage 3 is not built yet; use stage 0"},
       {"/zero_optimization/offload_optimizer",
        {{"device", "cpu"}, {"pin_memory", true}},
        "zero_optimization.offload_optimizer.device: optimizer offload to cpu is not built yet"},
@@ -239,6 +237,11 @@ TEST_F(ConfigFileTest, RepositoryConfigsParse) {
   EXPECT_EQ(gpt2.train_batch_size, 4 * 4);
   const Config tiny = LoadConfigFile(dir + "tiny.json");
   EXPECT_LT(tiny.model.n_embd, 128);
+  for (int stage = 1; stage <= 3; ++stage) {
+    const Config zero = LoadConfigFile(dir + "zero" + std::to_string(stage) + ".json", 2);
+    EXPECT_EQ(zero.zero.stage, stage);
+    EXPECT_EQ(zero.training.output_dir, "runs/zero" + std::to_string(stage));
+  }
 }
 
 // --- the generated reference -----------------------------------------------------------------

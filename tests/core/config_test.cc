@@ -59,7 +59,8 @@ TEST(ConfigParseTest, ResolvedHasEveryApplicableKeyAndNoAuto) {
   }
   EXPECT_EQ(c.resolved.dump().find("\"auto\""), std::string::npos) << c.resolved.dump(2);
   EXPECT_EQ(c.resolved["zero_optimization"]["overlap_comm"], false);
-  EXPECT_EQ(c.resolved["csv_monitor"]["output_path"], "ztrain_out");
+  EXPECT_EQ(c.resolved["training"]["output_dir"], "runs/ztrain");
+  EXPECT_EQ(c.resolved["csv_monitor"]["output_path"], "runs/ztrain");
 }
 
 TEST(ConfigParseTest, TypoInNestedKeyNamesPathAndNearestKey) {

@@ -1,8 +1,9 @@
 // The equivalence rule for data parallelism and ZeRO, on real ranks under mpirun: every rank
 // trains its slice of each global batch with the dp engine and, beside it, the whole batch
 // with a single-process engine; the losses at every step and the final weights must agree.
-// Run with any number of ranks; the stage and accumulation come from the command line:
-//   mpirun -np 4 zero_equivalence_test --stage 1 --gas 2
+// Run with any number of ranks; the stage, accumulation and any other zero_optimization key
+// come from the command line:
+//   mpirun -np 4 zero_equivalence_test --stage 3 --gas 2 --zero stage3_max_live_parameters=0
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -19,12 +20,31 @@ namespace ztrain {
 namespace {
 
 int g_stage = 0, g_gas = 1;
+nlohmann::json g_zero = nlohmann::json::object();  // extra zero_optimization keys
 comm::Communicator* g_world = nullptr;
+
+int64_t ZeroKey(const std::string& key, int64_t fallback) {
+  return g_zero.contains(key) ? g_zero[key].get<int64_t>() : fallback;
+}
+
+// Ψ with each layer padded to dp x 16 elements, and the padded size of each layer.
+std::vector<int64_t> PaddedLayerSizes(const Engine& e, int n) {
+  std::vector<int64_t> sizes;
+  for (const auto& layer : e.layers()) {
+    int64_t m = 0;
+    for (const nn::ParamSpec& s : layer->Params()) {
+      if (s.tied_to.empty()) m = (m + NumElements(s.shape) + 15) / 16 * 16;
+    }
+    sizes.push_back((m + 16 * n - 1) / (16 * n) * (16 * n));
+  }
+  return sizes;
+}
 
 nn::MicroBatch Rows(const nn::MicroBatch& mb, int64_t begin, int64_t end) {
   return {mb.tokens.Slice(begin, end), mb.targets.Slice(begin, end)};
 }
 
+// The reference (world size 1) is always the plain single-process run, stage 0.
 Config MakeConfig(int world_size, int64_t micro) {
   // n_embd 24 makes flat buffers that do not divide evenly by 4 ranks: padding is exercised.
   nlohmann::json j = testing::TinyConfigJson(2, 24, 2, 11, 8);
@@ -33,7 +53,8 @@ Config MakeConfig(int world_size, int64_t micro) {
   j.erase("train_batch_size");
   j["gradient_clipping"] = 0.5;
   j["optimizer"]["params"]["weight_decay"] = 0.1;
-  j["zero_optimization"] = {{"stage", g_stage}};
+  j["zero_optimization"] = g_zero;
+  j["zero_optimization"]["stage"] = world_size == 1 ? 0 : g_stage;
   return ParseConfig(j, world_size);
 }
 
@@ -58,26 +79,28 @@ TEST(ZeroEquivalenceTest, LossesAndWeightsMatchOneProcess) {
     ASSERT_NEAR(p.grad_norm, s.grad_norm, 1e-5 * s.grad_norm) << "step " << step;
     ASSERT_EQ(p.tokens, s.tokens);
   }
-  for (const std::string& name : single.ParameterNames()) {
-    const Tensor a = parallel.Parameter(name), e = single.Parameter(name);
+  size_t compared = 0;
+  parallel.ForEachFullParameter([&](const std::string& name, const Tensor& a) {
+    const Tensor e = single.Parameter(name);
+    ASSERT_EQ(a.numel(), e.numel()) << name;
     for (int64_t i = 0; i < a.numel(); ++i) {
       const float x = a.data<float>()[i], y = e.data<float>()[i];
       ASSERT_NEAR(x, y, 1e-5 * (1.0 + std::fabs(y))) << name << "[" << i << "]";
     }
-  }
+    ++compared;
+  });
+  EXPECT_EQ(compared, single.ParameterNames().size());
+  // Evaluation (stage 3 gathers forward only) agrees too.
+  testing::OwnedBatch eval(b, 8, 11, 99);
+  EXPECT_NEAR(parallel.EvalLoss(eval.mb), single.EvalLoss(Rows(eval.mb, 0, b)), 1e-5);
 }
 
 TEST(ZeroEquivalenceTest, BytesPerStepMatchTheZeroFormula) {
   const int n = g_world->size();
   Engine parallel(MakeConfig(n, 2), nn::BuildGpt2(MakeConfig(n, 2).model), g_world);
+  const std::vector<int64_t> sizes = PaddedLayerSizes(parallel, n);
   int64_t padded = 0;  // Ψ with each layer padded to dp x 16 elements
-  for (const auto& layer : parallel.layers()) {
-    int64_t m = 0;
-    for (const nn::ParamSpec& s : layer->Params()) {
-      if (s.tied_to.empty()) m = (m + NumElements(s.shape) + 15) / 16 * 16;
-    }
-    padded += (m + 16 * n - 1) / (16 * n) * (16 * n);
-  }
+  for (int64_t x : sizes) padded += x;
   testing::OwnedBatch batch(2, 8, 11, 5);
   std::vector<nn::MicroBatch> micro(g_gas, batch.mb);
   const comm::CommStats before = g_world->stats();
@@ -88,9 +111,32 @@ TEST(ZeroEquivalenceTest, BytesPerStepMatchTheZeroFormula) {
   // reduce-scatter + all-gather); stage 2 reduce-scatters every micro-batch, so
   // (gas + 1)Ψ(N-1)/N, which is 2Ψ(N-1)/N without accumulation. The scalar all-reduces
   // (loss, norm, stop flag) add a few bytes.
-  const double passes = g_stage == 2 ? g_gas + 1 : 2;
-  const double expected = passes * (n - 1) / n * 4.0 * static_cast<double>(padded);
-  EXPECT_NEAR(moved, expected, 0.01 * expected) << "stage " << g_stage;
+  // Stage 3 gathers in forward and backward and reduce-scatters, 3Ψ per micro-batch; the
+  // LM head also gathers the tied embedding layer (sizes[0]) in forward and in backward.
+  // With the default limits every layer of this tiny model is under the persistence
+  // threshold: each is gathered once per step, (1 + gas)Ψ in all.
+  // With reduce_scatter off, stages 1 and 2 all-reduce (2Ψ) where they reduce-scatter (Ψ).
+  const double per_reduction = g_stage >= 1 && g_zero.value("reduce_scatter", true) == false ? 2 : 1;
+  double elements = (g_stage == 2 ? g_gas * per_reduction + 1 : 1 + per_reduction) *
+                    static_cast<double>(padded);
+  if (g_stage == 3) {
+    const bool persistent = ZeroKey("stage3_param_persistence_threshold", 100000) > sizes[0];
+    const bool tight = ZeroKey("stage3_max_live_parameters", 1000000000) == 0;
+    if (persistent) {
+      elements = (1.0 + g_gas) * static_cast<double>(padded);
+    } else if (tight) {
+      elements = g_gas * (3.0 * static_cast<double>(padded) + 2.0 * static_cast<double>(sizes[0]));
+    } else {
+      elements = -1;  // prefetch and reuse: between the two, checked below
+    }
+  }
+  const double scale = (n - 1.0) / n * 4.0;
+  if (elements >= 0) {
+    EXPECT_NEAR(moved, elements * scale, 0.01 * elements * scale) << "stage " << g_stage;
+  } else {
+    EXPECT_GE(moved, (1.0 + g_gas) * static_cast<double>(padded) * scale);
+    EXPECT_LE(moved, g_gas * (3.0 * static_cast<double>(padded) + 2.0 * sizes[0]) * scale * 1.01);
+  }
   if (g_stage == 0) {
     EXPECT_EQ(after.Bytes(comm::OpKind::kReduceScatter), before.Bytes(comm::OpKind::kReduceScatter));
   } else {
@@ -98,10 +144,11 @@ TEST(ZeroEquivalenceTest, BytesPerStepMatchTheZeroFormula) {
   }
 }
 
-TEST(ZeroEquivalenceTest, OptimizerStateIsShardedAsZeroSays) {
+TEST(ZeroEquivalenceTest, ModelStateIsShardedAsZeroSays) {
   const int n = g_world->size();
   Engine parallel(MakeConfig(n, 2), nn::BuildGpt2(MakeConfig(n, 2).model), g_world);
   Engine single(MakeConfig(1, 2), nn::BuildGpt2(MakeConfig(1, 2).model));
+  // fp32: m + v are 8 bytes per parameter, the parameters and gradients 4 each.
   const int64_t full = single.memory().Current(MemoryCategory::kOptimizerState);
   const int64_t mine = parallel.memory().Current(MemoryCategory::kOptimizerState);
   // Padding to dp x 16 elements per layer adds at most 16 elements per layer and rank.
@@ -111,15 +158,36 @@ TEST(ZeroEquivalenceTest, OptimizerStateIsShardedAsZeroSays) {
   } else {
     EXPECT_NEAR(mine, full / n, slack);
   }
-  // Stage 2 also keeps only the gradient shard between steps (fp32: half of m + v's bytes).
+  // Stages 2 and 3 keep only the gradient shard between steps; stage 3 also the parameters'.
   const int64_t grads = parallel.memory().Current(MemoryCategory::kGradients);
-  if (g_stage == 2) {
-    EXPECT_NEAR(grads, full / 2 / n, slack);
-  } else {
-    EXPECT_GE(grads, full / 2);
+  const int64_t params = parallel.memory().Current(MemoryCategory::kParameters);
+  // Stage 1 has the full local gradients and the reduced shard.
+  const int64_t expected_grads = g_stage >= 2 ? full / 2 / n : full / 2 + (g_stage == 1 ? full / 2 / n : 0);
+  EXPECT_NEAR(grads, expected_grads, g_stage >= 2 ? slack : slack * n);
+  EXPECT_NEAR(params, g_stage == 3 ? full / 2 / n : full / 2, g_stage == 3 ? slack : slack * n);
+  if (g_stage != 3) return;
+
+  // Stage 3 during a step: the gathered layers stay within stage3_max_live_parameters plus
+  // the largest layer use (a block, or the LM head with its tied embedding), plus persistent
+  // layers.
+  testing::OwnedBatch batch(2, 8, 11, 5);
+  std::vector<nn::MicroBatch> micro(g_gas, batch.mb);
+  parallel.TrainStep(micro);
+  EXPECT_EQ(parallel.memory().Current(MemoryCategory::kParameters), params)
+      << "gathered parameters outlived the step";
+  const std::vector<int64_t> sizes = PaddedLayerSizes(parallel, n);
+  const int64_t threshold = ZeroKey("stage3_param_persistence_threshold", 100000);
+  int64_t persistent = 0;
+  for (int64_t s : sizes) persistent += s < threshold ? s : 0;
+  int64_t largest_use = sizes.front() + sizes.back();
+  for (int64_t s : sizes) largest_use = std::max(largest_use, s);
+  const int64_t max_live = ZeroKey("stage3_max_live_parameters", 1000000000);
+  const int64_t gathered = parallel.memory().Peak(MemoryCategory::kParameters) - params;
+  EXPECT_GT(gathered, 0);
+  EXPECT_LE(gathered, 4 * (std::min(max_live, int64_t{1} << 40) + largest_use + persistent));
+  if (max_live == 0 && threshold == 0) {
+    EXPECT_EQ(gathered, 4 * largest_use);
   }
-  EXPECT_GE(parallel.memory().Current(MemoryCategory::kParameters),
-            single.memory().Current(MemoryCategory::kParameters));
 }
 
 }  // namespace
@@ -130,6 +198,11 @@ int main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; ++i) {
     if (std::strcmp(argv[i], "--stage") == 0) ztrain::g_stage = std::atoi(argv[i + 1]);
     if (std::strcmp(argv[i], "--gas") == 0) ztrain::g_gas = std::atoi(argv[i + 1]);
+    if (std::strcmp(argv[i], "--zero") == 0) {  // key=value, an integer or true/false
+      const std::string kv = argv[i + 1];
+      const size_t eq = kv.find('=');
+      ztrain::g_zero[kv.substr(0, eq)] = nlohmann::json::parse(kv.substr(eq + 1));
+    }
   }
   auto world = ztrain::comm::MakeMpiWorld(std::chrono::seconds(120));
   ztrain::g_world = world.get();
