@@ -9,14 +9,17 @@ install(TARGETS ztrain ztrain_core ztrain_kernels ztrain_nn ztrain_optim ztrain_
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/ztrain)
 install(TARGETS ztrain_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-# Public headers only: the MPI backend's internals include mpi.h and stay private; its one
-# public header (mpi_communicator.h) does not.
+# Public headers only: the MPI and NCCL backends' internals include mpi.h, cuda_runtime.h and
+# nccl.h and stay private; their one public header each (mpi_communicator.h,
+# nccl_communicator.h) does not.
 foreach(dir core kernels nn optim data engine parallel)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${dir}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/ztrain/${dir}
-          FILES_MATCHING PATTERN "*.h" PATTERN "comm/mpi" EXCLUDE)
+          FILES_MATCHING PATTERN "*.h" PATTERN "comm/mpi" EXCLUDE PATTERN "comm/nccl" EXCLUDE)
 endforeach()
 install(FILES ${PROJECT_SOURCE_DIR}/parallel/comm/mpi/mpi_communicator.h
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/ztrain/parallel/comm/mpi)
+install(FILES ${PROJECT_SOURCE_DIR}/parallel/comm/nccl/nccl_communicator.h
+        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/ztrain/parallel/comm/nccl)
 install(EXPORT ztrainTargets NAMESPACE ztrain:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/ztrain)
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/ztrainConfig.cmake.in
                               ${PROJECT_BINARY_DIR}/ztrainConfig.cmake

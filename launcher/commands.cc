@@ -13,6 +13,7 @@
 #include "launcher/build_info.h"
 #include "launcher/signals.h"
 #include "parallel/comm/mpi/mpi_communicator.h"
+#include "parallel/comm/nccl/nccl_communicator.h"
 #include "parallel/launch_env.h"
 
 namespace ztrain::launcher {
@@ -96,10 +97,16 @@ void PrintVersion() {
   std::printf("  CPU       yes (OpenBLAS %s, OpenMP)\n", ZTRAIN_BUILD_OPENBLAS);
   std::printf("  CUDA      no (toolkit found at configure: %s; CUDA kernels not built yet)\n",
               yes(ZTRAIN_BUILD_HAS_CUDA_TOOLKIT));
-  std::printf("  NCCL      no (library found at configure: %s; communicator not built yet)\n",
-              yes(ZTRAIN_BUILD_HAS_NCCL));
+  if (ZTRAIN_BUILD_HAS_NCCL) {
+    std::printf(
+        "  NCCL      built (device-memory communicator; CUDA devices visible now: %d; "
+        "training does not use it until the CUDA kernels are built)\n",
+        comm::VisibleCudaDevices());
+  } else {
+    std::printf("  NCCL      no (reconfigure with -DZTRAIN_WITH_NCCL=ON; needs CUDA and NCCL)\n");
+  }
   std::printf("  MPI       %s\n", ZTRAIN_BUILD_HAS_MPI
-                                     ? "yes (data parallel and ZeRO stages 0-2 under mpirun/srun)"
+                                     ? "yes (data parallel and ZeRO stages 0-3 under mpirun/srun)"
                                      : "no (reconfigure with -DZTRAIN_WITH_MPI=ON)");
   std::printf("  io_uring  no (library found at configure: %s; offload not built yet)\n",
               yes(ZTRAIN_BUILD_HAS_IO_URING));

@@ -56,14 +56,20 @@ void CountOp(CommStats& stats, OpKind kind, int64_t nbytes, int n) {
   stats.ops[static_cast<int>(kind)] += 1;
 }
 
-void CheckReduce(const Tensor& t, ReduceOp /*op*/) {
-  ZTRAIN_CHECK(t.dtype() == DType::kF32 || t.dtype() == DType::kI32,
-               "reductions take fp32 or int32 tensors, got ", DTypeName(t.dtype()),
-               " (convert 16-bit gradients to fp32 before reducing)");
+void CheckReduce(const Tensor& t, ReduceOp /*op*/, bool allow_16bit) {
+  const DType d = t.dtype();
+  if (allow_16bit) {
+    ZTRAIN_CHECK(d == DType::kF32 || d == DType::kI32 || d == DType::kBF16 || d == DType::kF16,
+                 "reductions take fp32, bf16, fp16 or int32 tensors, got ", DTypeName(d));
+    return;
+  }
+  ZTRAIN_CHECK(d == DType::kF32 || d == DType::kI32, "reductions take fp32 or int32 tensors, got ",
+               DTypeName(d), " (convert 16-bit gradients to fp32 before reducing)");
 }
 
-Alias CheckReduceScatter(const Tensor& in, const Tensor& out, ReduceOp op, int rank, int size) {
-  CheckReduce(in, op);
+Alias CheckReduceScatter(const Tensor& in, const Tensor& out, ReduceOp op, int rank, int size,
+                         bool allow_16bit) {
+  CheckReduce(in, op, allow_16bit);
   ZTRAIN_CHECK(in.dtype() == out.dtype(), "ReduceScatter: input is ", DTypeName(in.dtype()),
                " but output is ", DTypeName(out.dtype()));
   ZTRAIN_CHECK(in.numel() == out.numel() * size, "ReduceScatter: input has ", in.numel(),

@@ -23,10 +23,13 @@ void CountOp(CommStats& stats, OpKind kind, int64_t nbytes, int n);
 // Whether an op's output is its own buffer or aliases its rank's chunk of the input.
 enum class Alias { kDisjoint, kInPlace };
 
-void CheckReduce(const Tensor& t, ReduceOp op);
+// Reductions take fp32 or int32; `allow_16bit` adds bf16 and fp16 (the NCCL backend
+// reduces them on the device).
+void CheckReduce(const Tensor& t, ReduceOp op, bool allow_16bit = false);
 // `in` has size * out.numel() elements of out's dtype; out is disjoint from in or exactly
 // chunk `rank` of it.
-Alias CheckReduceScatter(const Tensor& in, const Tensor& out, ReduceOp op, int rank, int size);
+Alias CheckReduceScatter(const Tensor& in, const Tensor& out, ReduceOp op, int rank, int size,
+                         bool allow_16bit = false);
 // `out` has size * in.numel() elements of in's dtype; in is disjoint from out or exactly
 // chunk `rank` of it.
 Alias CheckAllGather(const Tensor& in, const Tensor& out, int rank, int size);

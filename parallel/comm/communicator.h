@@ -11,8 +11,9 @@
 // (all-reduce 2(N-1)/N of the buffer, reduce-scatter and all-gather (N-1)/N of the full
 // buffer, broadcast and send/recv the buffer), so volumes can be checked against the ZeRO
 // formulas. A Communicator is used from one thread (the engine's); its ops may run on others.
-// Reductions take fp32 or int32 tensors; the other ops move any dtype. Bad arguments (wrong
-// sizes, dtype, device, peer or root) throw ztrain::Error from the issuing call itself.
+// Reductions take fp32 or int32 tensors (the NCCL backend also bf16 and fp16); the other ops
+// move any dtype. Bad arguments (wrong sizes, dtype, device, peer or root) throw
+// ztrain::Error from the issuing call itself.
 #include <array>
 #include <chrono>
 #include <cstdint>
