@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the CPU benchmarks one after another so their figures share one machine state:
 # GPT-2 124M step vs OpenBLAS SGEMM peak, the same step in PyTorch (when python3-torch is
-# installed: apt-get install python3-torch), and AdamW vs STREAM.
+# installed: apt-get install python3-torch), AdamW vs STREAM, the per-op timings, and (when
+# the build has MPI) data-parallel scaling on 2 ranks against the 1-rank step.
 #   bash bench/run_cpu_benchmarks.sh [build-dir]
 set -euo pipefail
 build=${1:-build}
@@ -20,3 +21,9 @@ else
 fi
 "$build/bench/adam_bench"
 "$build/bench/kernels_bench" --benchmark_counters_tabular=true --benchmark_min_time=0.2
+if [ -x "$build/bench/dp_bench" ]; then
+  # Each rank takes its share of the cores, as the ztrain launcher gives it: OMP_NUM_THREADS
+  # (set above for the single-process benchmarks) would give every rank all of them.
+  env -u OMP_NUM_THREADS mpirun --allow-run-as-root --bind-to none --mca mpi_yield_when_idle 1 \
+    --mca btl self,vader -np 2 "$build/bench/dp_bench"
+fi
