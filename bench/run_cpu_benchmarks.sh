@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Runs the CPU benchmarks one after another so their figures share one machine state:
 # GPT-2 124M step vs OpenBLAS SGEMM peak, the same step in PyTorch (when python3-torch is
-# installed: apt-get install python3-torch), AdamW vs STREAM, the per-op timings, and (when
-# the build has MPI) data-parallel scaling on 2 ranks against the 1-rank step.
+# installed: apt-get install python3-torch), AdamW vs STREAM and PyTorch's AdamW, swap-file I/O
+# vs fio, the ZeRO-3 step with NVMe offload vs in memory, the per-op
+# timings, and (when the build has MPI) data-parallel scaling on 2 ranks against the 1-rank
+# step.
 #   bash bench/run_cpu_benchmarks.sh [build-dir]
 set -euo pipefail
 build=${1:-build}
@@ -19,7 +21,12 @@ if [ -n "$torch_python" ]; then
 else
   echo "PyTorch not installed: skipping the PyTorch reference (apt-get install python3-torch)"
 fi
-"$build/bench/adam_bench"
+"$build/bench/adam_bench" ${torch_python:+--python "$torch_python"}
+# Swap-file I/O against fio on the build directory's disk (1 GiB, deleted afterwards).
+"$build/bench/io_bench" --dir "$build"
+# ZeRO-3 step with parameters and optimizer state in swap files on the same disk against the
+# step in memory (swap files removed afterwards).
+"$build/bench/offload_bench" --dir "$build"
 "$build/bench/kernels_bench" --benchmark_counters_tabular=true --benchmark_min_time=0.2
 if [ -x "$build/bench/dp_bench" ]; then
   # Each rank takes its share of the cores, as the ztrain launcher gives it: OMP_NUM_THREADS

@@ -4,7 +4,9 @@
 // An Allocator hands out raw memory for one device and reports every allocation, by
 // category, to the MemoryTracker it was given (which must outlive it). Allocate throws
 // OutOfMemoryError naming the size and category; Free never throws. HostAllocator is thread
-// safe. Pinned-host and CUDA allocators live with the CUDA backend.
+// safe. PinnedHostAllocator locks its pages (mlock) for offloaded state; CUDA allocators live
+// with the CUDA backend.
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 
@@ -36,6 +38,25 @@ class HostAllocator final : public Allocator {
  private:
   MemoryTracker* tracker_;
   size_t alignment_;
+};
+
+// Page-locked host memory (ZeRO-Offload's `pin_memory`): HostAllocator's memory, mlock'ed so
+// the kernel never pages it out. Where RLIMIT_MEMLOCK is too small the memory stays pageable
+// (it works the same, only slower under memory pressure); pinned_bytes() and
+// unpinned_bytes() say how it went. Thread safe.
+class PinnedHostAllocator final : public Allocator {
+ public:
+  explicit PinnedHostAllocator(MemoryTracker* tracker) : host_(tracker) {}
+  void* Allocate(size_t bytes, MemoryCategory category) override;
+  void Free(void* ptr, size_t bytes, MemoryCategory category) noexcept override;
+  Device device() const override { return Device::Cpu(); }
+  MemoryTracker* tracker() const override { return host_.tracker(); }
+  int64_t pinned_bytes() const { return pinned_.load(); }
+  int64_t unpinned_bytes() const { return unpinned_.load(); }
+
+ private:
+  HostAllocator host_;
+  std::atomic<int64_t> pinned_{0}, unpinned_{0};
 };
 
 }  // namespace ztrain

@@ -130,8 +130,21 @@ ZeroConfig ZeroFrom(const json& z) {
   c.stage3_max_reuse_distance = z["stage3_max_reuse_distance"];
   c.stage3_prefetch_bucket_size = z["stage3_prefetch_bucket_size"];
   c.stage3_param_persistence_threshold = z["stage3_param_persistence_threshold"];
-  c.offload_param_device = z["offload_param"]["device"].get<std::string>();
-  c.offload_optimizer_device = z["offload_optimizer"]["device"].get<std::string>();
+  const json& op = z["offload_param"];
+  c.offload_param.device = op["device"].get<std::string>();
+  c.offload_param.nvme_path = op["nvme_path"].is_null() ? "" : op["nvme_path"].get<std::string>();
+  c.offload_param.buffer_count = op["buffer_count"];
+  c.offload_param.buffer_size = op["buffer_size"];
+  c.offload_param.max_in_cpu = op["max_in_cpu"];
+  c.offload_param.pin_memory = op["pin_memory"];
+  const json& oo = z["offload_optimizer"];
+  c.offload_optimizer.device = oo["device"].get<std::string>();
+  c.offload_optimizer.nvme_path =
+      oo["nvme_path"].is_null() ? "" : oo["nvme_path"].get<std::string>();
+  c.offload_optimizer.buffer_count = oo["buffer_count"];
+  c.offload_optimizer.pin_memory = oo["pin_memory"];
+  c.offload_optimizer.pipeline_read = oo["pipeline_read"];
+  c.offload_optimizer.pipeline_write = oo["pipeline_write"];
   return c;
 }
 
@@ -172,11 +185,20 @@ Config ConfigFrom(const json& t, int world_size) {
   return c;
 }
 
+// DeepSpeed's older aio.thread_count counts when aio.intra_op_parallelism is not given.
+void ResolveAioThreadCount(const json& input, json& tree) {
+  if (detail::Find(input, "aio.intra_op_parallelism") || !detail::Find(input, "aio.thread_count")) {
+    return;
+  }
+  At(tree, "aio.intra_op_parallelism") = At(tree, "aio.thread_count");
+}
+
 }  // namespace
 
 Config ParseConfig(const nlohmann::json& j, int world_size) {
   detail::ConfigErrors errors;
   json tree = detail::BuildResolvedTree(j, errors);
+  ResolveAioThreadCount(j, tree);
   detail::ResolveDerived(tree);
   detail::ResolveBatchSize(tree, world_size, errors);
   detail::CheckRefusals(tree, errors);

@@ -72,6 +72,26 @@ struct CsvMonitorConfig {
   std::string job_name = "DeepSpeedJobName";
 };
 
+// zero_optimization.offload_param (stage 3): where parameter shards live.
+struct OffloadParamConfig {
+  std::string device = "none";  // "none", "cpu", "nvme"
+  std::string nvme_path;        // swap files go to <nvme_path>/ztrain-<job>/rank<R>/
+  int64_t buffer_count = 5;     // swap buffers
+  int64_t buffer_size = 100000000;  // elements per swap buffer
+  int64_t max_in_cpu = 1000000000;  // elements kept in memory instead of on NVMe
+  bool pin_memory = false;
+};
+
+// zero_optimization.offload_optimizer (stages 1-3): where fp32 optimizer state lives.
+struct OffloadOptimizerConfig {
+  std::string device = "none";  // "none", "cpu", "nvme"
+  std::string nvme_path;
+  int64_t buffer_count = 4;
+  bool pin_memory = false;
+  bool pipeline_read = false;   // read tile k+1 while Adam runs on tile k
+  bool pipeline_write = false;  // write tile k-1 while Adam runs on tile k
+};
+
 struct ZeroConfig {
   int stage = 0;
   bool allgather_partitions = true;
@@ -85,8 +105,8 @@ struct ZeroConfig {
   int64_t stage3_max_reuse_distance = 1000000000;
   int64_t stage3_prefetch_bucket_size = 50000000;
   int64_t stage3_param_persistence_threshold = 100000;
-  std::string offload_param_device = "none";      // "none", "cpu", "nvme"
-  std::string offload_optimizer_device = "none";  // "none", "cpu", "nvme"
+  OffloadParamConfig offload_param;
+  OffloadOptimizerConfig offload_optimizer;
 };
 
 struct AioConfig {

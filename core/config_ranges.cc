@@ -17,7 +17,13 @@ double Num(const json& t, const std::string& path) { return At(t, path).get<doub
 
 void IntAtLeast(const json& t, const std::string& path, int64_t min, ConfigErrors& errors) {
   const json& v = At(t, path);
-  if (v.is_number_unsigned()) return;  // >= 0, and may not fit int64_t (training.seed)
+  // Unsigned: >= 0, and may not fit int64_t (training.seed); only a positive minimum can fail.
+  if (v.is_number_unsigned()) {
+    if (min > 0 && v.get<uint64_t>() < static_cast<uint64_t>(min)) {
+      errors.Add(path, StrCat("must be >= ", min, ", got ", v.get<uint64_t>()));
+    }
+    return;
+  }
   if (v.is_number() && v.get<int64_t>() < min) {
     errors.Add(path, StrCat("must be >= ", min, ", got ", v.get<int64_t>()));
   }
@@ -131,6 +137,45 @@ void CheckScheduler(const json& t, ConfigErrors& errors) {
   }
 }
 
+// Offload as DeepSpeed allows it: parameters at stage 3, optimizer state at stages 1-3, NVMe
+// with a directory.
+void CheckOffload(const json& t, int64_t stage, ConfigErrors& errors) {
+  const std::string z = "zero_optimization.";
+  const std::string param = At(t, z + "offload_param.device");
+  const std::string optimizer = At(t, z + "offload_optimizer.device");
+  if (param != "none" && stage != 3) {
+    errors.Add(z + "offload_param.device",
+               StrCat("parameter offload needs ZeRO stage 3 (parameters are sharded only "
+                      "there), got stage ", stage, "; set zero_optimization.stage to 3 or use "
+                      "offload_optimizer"));
+  }
+  if (optimizer != "none" && stage == 0) {
+    errors.Add(z + "offload_optimizer.device",
+               "optimizer offload needs ZeRO stage 1, 2 or 3 (the optimizer state is sharded "
+               "there); set zero_optimization.stage to 1 or more");
+  }
+  for (const auto& [section, device] : {std::pair{"offload_param", param},
+                                        std::pair{"offload_optimizer", optimizer}}) {
+    const json& path = At(t, z + section + ".nvme_path");
+    if (device == "nvme" && (!path.is_string() || path.get<std::string>().empty())) {
+      errors.Add(z + section + ".nvme_path",
+                 "must name a directory for the swap files when device is \"nvme\", e.g. "
+                 "\"/local_nvme\"");
+    }
+  }
+  const int64_t needed = 1 + (At(t, z + "offload_optimizer.pipeline_read") == true ? 1 : 0) +
+                         (At(t, z + "offload_optimizer.pipeline_write") == true ? 1 : 0);
+  if (optimizer == "nvme" && Int(t, z + "offload_optimizer.buffer_count") < needed) {
+    errors.Add(z + "offload_optimizer.buffer_count",
+               StrCat("must be >= ", needed, " (one buffer per tile being read, stepped or "
+                      "written with pipeline_read/pipeline_write), got ",
+                      Int(t, z + "offload_optimizer.buffer_count")));
+  }
+  if (param == "nvme" && Int(t, z + "offload_param.buffer_count") < 1) {
+    errors.Add(z + "offload_param.buffer_count", "must be >= 1");
+  }
+}
+
 void CheckParallelAndIo(const json& t, ConfigErrors& errors) {
   const int64_t stage = Int(t, "zero_optimization.stage");
   if (stage < 0 || stage > 3) {
@@ -144,6 +189,7 @@ void CheckParallelAndIo(const json& t, ConfigErrors& errors) {
     }
   }
   NumInRange(t, "zero_optimization.offload_optimizer.ratio", 0.0, 1.0, errors);
+  CheckOffload(t, stage, errors);
   for (const char* key : {"aio.block_size", "aio.queue_depth", "aio.intra_op_parallelism",
                           "aio.thread_count", "pipeline.stages", "tensor_parallel.size",
                           "tensor_parallel.tp.tp_size", "tensor_parallel.tp.tp_grain_size"}) {

@@ -68,10 +68,6 @@ std::vector<ConfigRefusal> BuildRefusals() {
   const std::string ac = "activation_checkpointing.";
   const std::string not_built = " is not built yet";
   std::vector<ConfigRefusal> r = {
-      R(z + "offload_param.device", "not \"none\"",
-        "parameter offload to {} is not built yet; use \"none\"", NotIn({"none"})),
-      R(z + "offload_optimizer.device", "not \"none\"",
-        "optimizer offload to {} is not built yet; use \"none\"", NotIn({"none"})),
       R(z + "zero_quantized_weights", "true", "ZeRO++ weight quantisation" + not_built, IsTrue()),
       R(z + "zero_quantized_nontrainable_weights", "true", "ZeRO++ weight quantisation" + not_built,
         IsTrue()),

@@ -232,13 +232,22 @@ std::vector<ConfigKey> ZeroKeys() {
 
 std::vector<ConfigKey> AioKeys() {
   return {
-      Key("aio", T::kSection, nullptr, "Asynchronous I/O for NVMe offload."),
-      Key("aio.block_size", T::kInt, 1048576, "Bytes per I/O request."),
-      Key("aio.queue_depth", T::kInt, 8, "Requests in flight."),
-      Key("aio.intra_op_parallelism", T::kInt, 1, "I/O threads per operation."),
-      Key("aio.thread_count", T::kInt, 1, "Older name of intra_op_parallelism."),
-      Key("aio.single_submit", T::kBool, false, "Submit requests one at a time."),
-      Key("aio.overlap_events", T::kBool, true, "Overlap submission and completion."),
+      Key("aio", T::kSection, nullptr,
+          "Asynchronous file I/O for NVMe offload: io_uring, or a pread/pwrite thread pool "
+          "where io_uring is unavailable."),
+      Key("aio.block_size", T::kInt, 1048576,
+          "Bytes per I/O piece: each swap read or write is cut into pieces of this size. A "
+          "multiple of 4096 (O_DIRECT)."),
+      Key("aio.queue_depth", T::kInt, 8, "Pieces in flight on the io_uring ring."),
+      Key("aio.intra_op_parallelism", T::kInt, 1,
+          "Threads of the pread/pwrite fallback pool (io_uring runs one ring on one thread)."),
+      Key("aio.thread_count", T::kInt, 1,
+          "Older name of intra_op_parallelism; used when intra_op_parallelism is not given."),
+      Key("aio.single_submit", T::kBool, false,
+          "io_uring: one submit call per piece instead of batches."),
+      Key("aio.overlap_events", T::kBool, true,
+          "io_uring: refill the ring as pieces complete; false waits for each batch of "
+          "queue_depth pieces to finish."),
       Key("aio.use_gds", T::kBool, false, "GPUDirect Storage."),
   };
 }

@@ -8,6 +8,10 @@
 
 #include "core/logging.h"
 #include "nn/init.h"
+#include "offload/io/io_engine.h"
+#include "offload/optimizer_swapper.h"
+#include "offload/param_swapper.h"
+#include "offload/swap_dir.h"
 #include "optim/adam.h"
 #include "optim/grad_clip.h"
 
@@ -49,6 +53,19 @@ struct Engine::Slot {
 // then backward n-1..0 per micro-batch, each layer needing its own buffer and those of the
 // layers it ties to. Gathers the plan prefetches run on the communicator while earlier
 // layers compute.
+// Note [Offload in the engine]
+// offload_optimizer {device: cpu} and offload_param {device: cpu} keep the state in host
+// memory, as the CPU backend always does; with pin_memory it comes from the pinned (mlock)
+// allocator. offload_param {device: nvme} (stage 3) gives no layer a `params` buffer: the
+// ParamSwapper holds the shards (the first max_in_cpu elements' worth in memory, the rest in
+// a swap file); a gather reads the shard into its own chunk of the gathered buffer and
+// all-gathers in place, and the swapper reads the next planned gathers ahead. The optimizer
+// step loads one layer's shard at a time (prefetching the next), steps it and stores it back.
+// offload_optimizer {device: nvme} gives no layer m and v buffers: the OptimizerSwapper holds
+// them in a file as one array over the layers' optimizer ranges in order, and the step runs
+// tile by tile (sub_group_size elements), each tile's parameters stepped from that array.
+// Every offload mode does the same arithmetic in the same order as no offload, so the
+// results are bitwise equal.
 struct Engine::LayerState {
   int64_t padded = 0;
   int64_t shard = 0;
@@ -93,6 +110,7 @@ Engine::Engine(Config config, std::vector<std::unique_ptr<nn::Layer>> layers,
       layers_(std::move(layers)),
       host_(&tracker_),
       raw_host_(nullptr),
+      pinned_(&tracker_),
       activations_(raw_host_, &tracker_),
       self_comm_(dp ? nullptr : comm::MakeSelfCommunicator()),
       dp_(dp ? dp : self_comm_.get()),
@@ -104,6 +122,7 @@ Engine::Engine(Config config, std::vector<std::unique_ptr<nn::Layer>> layers,
   ZTRAIN_CHECK(stage_ >= 0 && stage_ <= 3, "zero_optimization.stage is ", stage_,
                "; use 0, 1, 2 or 3");
   BuildStorage();
+  SetUpOffload();
   InitParameters();
 }
 
@@ -143,19 +162,31 @@ void Engine::BuildStorage() {
     st.opt_begin = stage_ >= 1 ? dp_->rank() * st.shard : 0;
     st.opt_len = stage_ >= 1 ? st.shard : st.padded;
     st.sharded = stage_ == 3;
-    st.params = Buffer(host_, DType::kF32, {st.sharded ? st.shard : st.padded},
-                       MemoryCategory::kParameters);
+    const OffloadParamConfig& op = config_.zero.offload_param;
+    const OffloadOptimizerConfig& oo = config_.zero.offload_optimizer;
+    Allocator& param_alloc = op.device == "cpu" && op.pin_memory ? static_cast<Allocator&>(pinned_)
+                                                                   : host_;
+    Allocator& opt_alloc = oo.device == "cpu" && oo.pin_memory ? static_cast<Allocator&>(pinned_)
+                                                                 : host_;
+    if (!(st.sharded && op.device == "nvme")) {  // on NVMe the ParamSwapper holds the shard
+      st.params = Buffer(param_alloc, DType::kF32, {st.sharded ? st.shard : st.padded},
+                         MemoryCategory::kParameters);
+      st.params.Zero();
+    }
     if (stage_ <= 1) {
       st.grads = Buffer(host_, DType::kF32, {st.padded}, MemoryCategory::kGradients);
       st.grads.Zero();
     }
-    st.exp_avg = Buffer(host_, DType::kF32, {st.opt_len}, MemoryCategory::kOptimizerState);
-    st.exp_avg_sq = Buffer(host_, DType::kF32, {st.opt_len}, MemoryCategory::kOptimizerState);
+    if (oo.device != "nvme") {  // on NVMe the OptimizerSwapper holds m and v
+      for (Buffer* b : {&st.exp_avg, &st.exp_avg_sq}) {
+        *b = Buffer(opt_alloc, DType::kF32, {st.opt_len}, MemoryCategory::kOptimizerState);
+        b->Zero();
+      }
+    }
     if (stage_ >= 1) {
       st.grad_shard = Buffer(host_, DType::kF32, {st.shard}, MemoryCategory::kGradients);
       st.grad_shard.Zero();
     }
-    for (Buffer* b : {&st.params, &st.exp_avg, &st.exp_avg_sq}) b->Zero();
     for (size_t i = 0; i < specs.size(); ++i) {
       const nn::ParamSpec& spec = specs[i];
       size_t slot = slots_.size();
@@ -217,19 +248,113 @@ void Engine::WaitFor(comm::Work& work) {
   comm_wait_seconds_ += SecondsBetween(start, std::chrono::steady_clock::now());
 }
 
+void Engine::SetUpOffload() {
+  const OffloadParamConfig& op = config_.zero.offload_param;
+  const OffloadOptimizerConfig& oo = config_.zero.offload_optimizer;
+  const bool param_nvme = stage_ == 3 && op.device == "nvme";
+  const bool opt_nvme = oo.device == "nvme";
+  if (op.device == "cpu" || oo.device == "cpu") {
+    Log().info("offload: {}{}{} in host memory{}",
+               oo.device == "cpu" ? "optimizer state" : "",
+               op.device == "cpu" && oo.device == "cpu" ? " and " : "",
+               op.device == "cpu" ? "parameter shards" : "",
+               pinned_.pinned_bytes() + pinned_.unpinned_bytes() == 0
+                   ? " (pin_memory off)"
+                   : fmt::format(", {} pinned{}", FormatBytes(pinned_.pinned_bytes()),
+                                 pinned_.unpinned_bytes() == 0
+                                     ? ""
+                                     : fmt::format(", {} not (RLIMIT_MEMLOCK too small: raise "
+                                                   "`ulimit -l`)",
+                                                   FormatBytes(pinned_.unpinned_bytes()))));
+  }
+  if (!param_nvme && !opt_nvme) return;
+  io_ = offload::IoEngine::Make(offload::IoOptionsFrom(config_.aio));
+  std::vector<int64_t> shards;
+  int64_t opt_elements = 0;
+  for (const auto& st : states_) {
+    shards.push_back(st->shard);
+    opt_elements += st->opt_len;
+  }
+  const int64_t param_bytes = param_nvme ? offload::ParamSwapper::FileBytes(shards, op.max_in_cpu) : 0;
+  const int64_t opt_bytes =
+      opt_nvme ? offload::OptimizerSwapper::FileBytes(opt_elements, config_.zero.sub_group_size) : 0;
+  // One swap directory per distinct nvme_path, checked for the bytes all its files need.
+  const bool shared = param_nvme && opt_nvme && op.nvme_path == oo.nvme_path;
+  auto make_dir = [&](const std::string& path, int64_t bytes, const std::string& what) {
+    swap_dirs_.push_back(std::make_unique<offload::SwapDir>(path, config_.training.job_name,
+                                                            dp_->rank(), bytes, what));
+    return swap_dirs_.back().get();
+  };
+  offload::SwapDir* param_dir = nullptr;
+  offload::SwapDir* opt_dir = nullptr;
+  if (shared) {
+    param_dir = opt_dir = make_dir(op.nvme_path, param_bytes + opt_bytes, "offload");
+  } else {
+    if (param_nvme) param_dir = make_dir(op.nvme_path, param_bytes, "offload_param");
+    if (opt_nvme) opt_dir = make_dir(oo.nvme_path, opt_bytes, "offload_optimizer");
+  }
+  if (param_nvme) {
+    const offload::ParamSwapOptions options{.buffer_count = static_cast<int>(op.buffer_count),
+                                            .buffer_elements = op.buffer_size,
+                                            .max_in_cpu = op.max_in_cpu};
+    param_swap_ = std::make_unique<offload::ParamSwapper>(*io_, param_dir->File("params.swp"),
+                                                          shards, options, host_);
+  }
+  if (opt_nvme) {
+    const offload::OptimizerSwapOptions options{.tile_elements = config_.zero.sub_group_size,
+                                                .pipeline_read = oo.pipeline_read,
+                                                .pipeline_write = oo.pipeline_write};
+    opt_swap_ = std::make_unique<offload::OptimizerSwapper>(*io_, opt_dir->File("optimizer.swp"),
+                                                            opt_elements, options, host_);
+  }
+  Log().info("offload: {}{}{}; I/O through {}",
+             param_nvme ? fmt::format("parameter shards on NVMe ({} swapped, {} kept in memory)",
+                                      FormatBytes(param_bytes),
+                                      FormatBytes(4 * param_swap_->resident_elements()))
+                        : "",
+             param_nvme && opt_nvme ? ", " : "",
+             opt_nvme ? fmt::format("optimizer state on NVMe ({} in tiles of {} elements, {} "
+                                    "buffers)", FormatBytes(opt_bytes),
+                                    opt_swap_->tile_elements(), opt_swap_->buffers())
+                      : "",
+             io_->backend());
+}
+
 void Engine::InitParameters() {
   // Each rank initialises the elements it holds; the values depend on (seed, name, index)
   // only, so every layout starts from the single-process model.
-  for (const Slot& s : slots_) {
-    const LayerState& st = *states_[s.layer];
+  for (size_t l = 0; l < states_.size(); ++l) {
+    const LayerState& st = *states_[l];
     const int64_t held_begin = st.sharded ? st.opt_begin : 0;
     const int64_t held_len = st.sharded ? st.shard : st.padded;
-    const int64_t begin = std::max(s.offset, held_begin);
-    const int64_t end = std::min(s.offset + NumElements(s.spec.shape), held_begin + held_len);
-    if (begin >= end) continue;
-    const Tensor out(st.params.data<float>() + (begin - held_begin), DType::kF32, {end - begin});
-    nn::InitParam(s.spec, config_.training.seed, out, begin - s.offset);
+    Buffer staging;  // parameters on NVMe: the shard is made here, then stored
+    float* held = st.params.data<float>();
+    if (param_swap_) {
+      staging = Buffer(activations_, DType::kF32, {held_len}, MemoryCategory::kParameters);
+      staging.Zero();
+      held = staging.data<float>();
+    }
+    for (size_t slot : st.owned) {
+      const Slot& s = slots_[slot];
+      const int64_t begin = std::max(s.offset, held_begin);
+      const int64_t end = std::min(s.offset + NumElements(s.spec.shape), held_begin + held_len);
+      if (begin >= end) continue;
+      const Tensor out(held + (begin - held_begin), DType::kF32, {end - begin});
+      nn::InitParam(s.spec, config_.training.seed, out, begin - s.offset);
+    }
+    if (param_swap_) param_swap_->Store(l, held);
   }
+  if (param_swap_) param_swap_->Flush();
+}
+
+// All-gathers layer l's shard into `whole` (its padded size). With parameters on NVMe the
+// shard is read into this rank's own chunk of `whole` and gathered in place.
+comm::WorkPtr Engine::LaunchGather(size_t l, const Buffer& whole) {
+  LayerState& st = *states_[l];
+  const Tensor out = st.Flat(whole, st.padded);
+  if (!param_swap_) return dp_->AllGather(st.Flat(st.params, st.shard), out);
+  param_swap_->CopyOut(l, whole.data<float>() + st.opt_begin);
+  return dp_->AllGather(out.Flat(st.opt_begin, {st.shard}), out);
 }
 
 const Engine::Slot& Engine::FindSlot(const std::string& name) const {
@@ -264,7 +389,7 @@ void Engine::ForEachFullParameter(
     const float* base = st.params.data<float>();
     if (st.sharded) {
       whole = Buffer(activations_, DType::kF32, {st.padded}, MemoryCategory::kParameters);
-      WaitFor(*dp_->AllGather(st.Flat(st.params, st.shard), st.Flat(whole, st.padded)));
+      WaitFor(*LaunchGather(l, whole));
       base = whole.data<float>();
     }
     for (size_t slot : st.owned) {
@@ -289,11 +414,14 @@ void Engine::SetFullParameters(
       const Slot& s = slots_[slot];
       fill(s.spec.name, Tensor(base + s.offset, DType::kF32, s.spec.shape));
     }
-    if (st.sharded) {
+    if (st.sharded && param_swap_) {
+      param_swap_->Store(l, whole.data<float>() + st.opt_begin);
+    } else if (st.sharded) {
       ops_->Copy(st.Flat(whole, st.padded).Flat(st.opt_begin, {st.shard}),
                  st.Flat(st.params, st.shard));
     }
   }
+  if (param_swap_) param_swap_->Flush();
 }
 
 std::vector<std::string> Engine::ParameterNames() const {
@@ -359,7 +487,16 @@ void Engine::GatherForUse(size_t l) {
   for (size_t u : plan_->actions[position_].fetch) {
     LayerState& st = *states_[u];
     st.gathered = Buffer(activations_, DType::kF32, {st.padded}, MemoryCategory::kParameters);
-    st.gather = dp_->AllGather(st.Flat(st.params, st.shard), st.Flat(st.gathered, st.padded));
+    st.gather = LaunchGather(u, st.gathered);
+  }
+  if (param_swap_) {
+    // Read the shards of the next planned gathers while this layer computes.
+    int ahead = static_cast<int>(config_.zero.offload_param.buffer_count);
+    for (size_t q = position_ + 1; q < plan_->actions.size() && ahead > 0; ++q) {
+      for (size_t u : plan_->actions[q].fetch) {
+        if (ahead-- > 0) param_swap_->Prefetch(u);
+      }
+    }
   }
   for (size_t u : states_[l]->units) {
     LayerState& st = *states_[u];
@@ -590,20 +727,82 @@ void Engine::OptimizerStep(double grad_norm, StepStats& stats) {
   const double lr = schedule_->LrAt(step_);
   const float coef = optim::ClipCoefficient(grad_norm, config_.gradient_clipping);
   ++step_;
+  // The parts of the parameters inside their layer's optimizer range (Note [ZeRO in the
+  // engine]), in model order, each with its index in the rank's concatenated optimizer
+  // elements (where NVMe optimizer offload keeps m and v).
+  struct Part {
+    const Slot* slot;
+    int64_t begin, end;  // in the layer's flat buffer
+    int64_t global;      // of `begin`
+  };
+  std::vector<Part> parts;
+  std::vector<int64_t> layer_base(states_.size());
+  for (size_t l = 0, base = 0; l < states_.size(); base += states_[l]->opt_len, ++l) {
+    layer_base[l] = static_cast<int64_t>(base);
+  }
   for (const Slot& s : slots_) {
-    // The part of this parameter inside the layer's optimizer range (Note [ZeRO in the engine]).
-    LayerState& st = *states_[s.layer];
+    const LayerState& st = *states_[s.layer];
     const int64_t begin = std::max(s.offset, st.opt_begin);
     const int64_t end = std::min(s.offset + NumElements(s.spec.shape), st.opt_begin + st.opt_len);
-    if (begin >= end) continue;
+    if (begin < end) parts.push_back({&s, begin, end, layer_base[s.layer] + begin - st.opt_begin});
+  }
+  // The fp32 master of a layer's optimizer range. With parameters on NVMe one layer's shard
+  // is loaded at a time (the next one read ahead) and stored back when the step moves on.
+  size_t loaded = states_.size();
+  Buffer staged;
+  auto store_loaded = [&] {
+    if (loaded < states_.size()) param_swap_->Store(loaded, staged.data<float>());
+  };
+  auto master = [&](size_t l) -> float* {
+    LayerState& st = *states_[l];
+    if (!param_swap_) return st.params.data<float>() + (st.sharded ? 0 : st.opt_begin);
+    if (loaded != l) {
+      store_loaded();
+      staged = Buffer(activations_, DType::kF32, {st.shard}, MemoryCategory::kParameters);
+      param_swap_->CopyOut(l, staged.data<float>());
+      if (l + 1 < states_.size()) param_swap_->Prefetch(l + 1);
+      loaded = l;
+    }
+    return staged.data<float>();
+  };
+  // Adam on elements [begin, end) of a part's layer, with their m and v.
+  auto adam = [&](const Part& p, int64_t begin, int64_t end, float* m, float* v) {
+    const Slot& s = *p.slot;
+    LayerState& st = *states_[s.layer];
     const int64_t local = begin - st.opt_begin;
     const float* grad = stage_ >= 1 ? st.grad_shard.data<float>() + local
                                     : st.grads.data<float>() + begin;
-    float* master = st.params.data<float>() + (st.sharded ? local : begin);
     const optim::AdamStepArgs args =
         optim::AdamArgsFor(config_.optimizer, lr, step_, coef, s.spec.weight_decay);
-    optim::AdamStep(args, master, grad, st.exp_avg.data<float>() + local,
-                    st.exp_avg_sq.data<float>() + local, end - begin);
+    optim::AdamStep(args, master(s.layer) + local, grad, m, v, end - begin);
+  };
+  if (opt_swap_) {
+    size_t first = 0;  // the first part not wholly in earlier tiles
+    opt_swap_->ForEachTile([&](int64_t tile_begin, int64_t count, float* m, float* v) {
+      const int64_t tile_end = tile_begin + count;
+      for (size_t i = first; i < parts.size(); ++i) {
+        const Part& p = parts[i];
+        const int64_t g0 = std::max(p.global, tile_begin);
+        const int64_t g1 = std::min(p.global + (p.end - p.begin), tile_end);
+        if (g0 >= tile_end) break;
+        if (g0 < g1) {
+          adam(p, p.begin + (g0 - p.global), p.begin + (g1 - p.global), m + (g0 - tile_begin),
+               v + (g0 - tile_begin));
+        }
+        if (g1 == p.global + (p.end - p.begin)) first = i + 1;
+      }
+    });
+  } else {
+    for (const Part& p : parts) {
+      LayerState& st = *states_[p.slot->layer];
+      const int64_t local = p.begin - st.opt_begin;
+      adam(p, p.begin, p.end, st.exp_avg.data<float>() + local,
+           st.exp_avg_sq.data<float>() + local);
+    }
+  }
+  if (param_swap_) {
+    store_loaded();
+    param_swap_->Flush();
   }
   if ((stage_ == 1 || stage_ == 2) && dp_->size() > 1) GatherParameters();
   stats.step = step_;

@@ -43,6 +43,13 @@
 
 namespace ztrain {
 
+namespace offload {
+class IoEngine;
+class OptimizerSwapper;
+class ParamSwapper;
+class SwapDir;
+}  // namespace offload
+
 struct StepStats {
   int64_t step = 0;          // 1-based number of the optimizer step just taken
   double loss = 0.0;         // mean per-token loss over the global batch, before the update
@@ -120,7 +127,9 @@ class Engine {
   struct Slot;
   struct LayerState;
   void BuildStorage();
+  void SetUpOffload();
   void InitParameters();
+  comm::WorkPtr LaunchGather(size_t layer, const Buffer& whole);
   double ForwardBackwardImpl(const nn::MicroBatch& mb, float loss_weight, StepStats* stats,
                              bool reduce);
   void BindLayer(size_t layer);
@@ -143,6 +152,7 @@ class Engine {
   MemoryTracker tracker_;
   HostAllocator host_;        // model state: parameters, gradients, optimizer state
   HostAllocator raw_host_;    // untracked upstream of the caching allocator
+  PinnedHostAllocator pinned_;  // offloaded state with pin_memory
   CachingAllocator activations_;
   std::unique_ptr<comm::Communicator> self_comm_;  // the dp group when none is given
   comm::Communicator* dp_;
@@ -162,6 +172,12 @@ class Engine {
   std::map<int, zero::GatherPlan> plans_;
   const zero::GatherPlan* plan_ = nullptr;
   size_t position_ = 0;
+  // Offload (Note [Offload in the engine]): the I/O engine, swap directories, and where
+  // parameter shards and optimizer state live when they are on NVMe.
+  std::unique_ptr<offload::IoEngine> io_;
+  std::vector<std::unique_ptr<offload::SwapDir>> swap_dirs_;
+  std::unique_ptr<offload::ParamSwapper> param_swap_;
+  std::unique_ptr<offload::OptimizerSwapper> opt_swap_;
 };
 
 }  // namespace ztrain

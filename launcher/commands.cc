@@ -108,8 +108,10 @@ void PrintVersion() {
   std::printf("  MPI       %s\n", ZTRAIN_BUILD_HAS_MPI
                                      ? "yes (data parallel and ZeRO stages 0-3 under mpirun/srun)"
                                      : "no (reconfigure with -DZTRAIN_WITH_MPI=ON)");
-  std::printf("  io_uring  no (library found at configure: %s; offload not built yet)\n",
-              yes(ZTRAIN_BUILD_HAS_IO_URING));
+  std::printf("  io_uring  %s\n", ZTRAIN_BUILD_HAS_IO_URING
+                                     ? "built (async file I/O for offload)"
+                                     : "no (offload file I/O uses pread/pwrite; install "
+                                       "liburing-dev and reconfigure with -DZTRAIN_WITH_IO_URING=ON)");
 }
 
 }  // namespace ztrain::launcher

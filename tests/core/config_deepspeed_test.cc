@@ -78,6 +78,22 @@ TEST(ConfigDeepSpeedTest, RealDeepSpeedConfigIsAccepted) {
   EXPECT_NE(ErrorOf(json::parse(kDeepSpeedConfig), 2).find("64 != "), std::string::npos);
 }
 
+TEST(ConfigDeepSpeedTest, AioThreadCountIsTheOlderNameOfIntraOpParallelism) {
+  auto threads = [](const char* aio) {
+    json j = json::parse(R"({"train_micro_batch_size_per_gpu": 1})");
+    j["aio"] = json::parse(aio);
+    return ParseConfig(j).aio.intra_op_parallelism;
+  };
+  EXPECT_EQ(threads("{}"), 1);
+  EXPECT_EQ(threads(R"({"thread_count": 3})"), 3);
+  EXPECT_EQ(threads(R"({"intra_op_parallelism": 2})"), 2);
+  EXPECT_EQ(threads(R"({"intra_op_parallelism": 2, "thread_count": 3})"), 2);  // the newer wins
+  EXPECT_NE(ErrorOf(json::parse(R"({"train_micro_batch_size_per_gpu": 1,
+                                   "aio": {"thread_count": -1}})"))
+                .find("aio.thread_count"),
+            std::string::npos);
+}
+
 TEST(ConfigDeepSpeedTest, HuggingFaceAutoConfigIsAccepted) {
   const json j = json::parse(R"({
     "fp16": {"enabled": "auto"}, "bf16": {"enabled": "auto"},
@@ -109,11 +125,12 @@ struct Refused {
 
 TEST(ConfigDeepSpeedTest, EachRefusedFeatureNamesItsKey) {
   const Refused cases[] = {
+      // Offload where DeepSpeed does not allow it (these configs are at stage 0).
       {"/zero_optimization/offload_optimizer",
        {{"device", "cpu"}, {"pin_memory", true}},
-       "zero_optimization.offload_optimizer.device: optimizer offload to cpu is not built yet"},
-      {"/zero_optimization/offload_param/device", "nvme",
-       "zero_optimization.offload_param.device: parameter offload to nvme is not built yet"},
+       "zero_optimization.offload_optimizer.device: optimizer offload needs ZeRO stage 1, 2 or 3"},
+      {"/zero_optimization/offload_param/device", "cpu",
+       "zero_optimization.offload_param.device: parameter offload needs ZeRO stage 3"},
       {"/fp16/enabled", true, "fp16.enabled: fp16 training is not built yet"},
       {"/bf16", {{"enabled", true}}, "bf16.enabled: bf16 training is not built yet"},
       {"/amp", {{"enabled", true}, {"opt_level", "O1"}}, "amp.enabled: Apex AMP is not available"},
@@ -164,6 +181,41 @@ TEST(ConfigDeepSpeedTest, EachRefusedFeatureNamesItsKey) {
         << r.pointer << " gave:\n"
         << e;
   }
+}
+
+TEST(ConfigDeepSpeedTest, OffloadIsParsedAndCheckedAsDeepSpeedAllowsIt) {
+  const json ok = json::parse(R"({"train_micro_batch_size_per_gpu": 1,
+    "zero_optimization": {"stage": 3,
+      "offload_param": {"device": "nvme", "nvme_path": "/nvme", "buffer_count": 3,
+                        "buffer_size": 1000, "max_in_cpu": 10, "pin_memory": true},
+      "offload_optimizer": {"device": "nvme", "nvme_path": "/nvme2", "pipeline_read": true,
+                            "pipeline_write": true}}})");
+  const Config c = ParseConfig(ok);
+  EXPECT_EQ(c.zero.offload_param.device, "nvme");
+  EXPECT_EQ(c.zero.offload_param.nvme_path, "/nvme");
+  EXPECT_EQ(c.zero.offload_param.buffer_count, 3);
+  EXPECT_EQ(c.zero.offload_param.buffer_size, 1000);
+  EXPECT_EQ(c.zero.offload_param.max_in_cpu, 10);
+  EXPECT_TRUE(c.zero.offload_param.pin_memory);
+  EXPECT_EQ(c.zero.offload_optimizer.nvme_path, "/nvme2");
+  EXPECT_TRUE(c.zero.offload_optimizer.pipeline_read);
+  EXPECT_TRUE(c.zero.offload_optimizer.pipeline_write);
+  json no_path = ok;
+  no_path["zero_optimization"]["offload_param"].erase("nvme_path");
+  EXPECT_NE(ErrorOf(no_path).find("zero_optimization.offload_param.nvme_path: must name a "
+                                  "directory for the swap files"),
+            std::string::npos);
+  json few_buffers = ok;
+  few_buffers["zero_optimization"]["offload_optimizer"]["buffer_count"] = 2;
+  EXPECT_NE(ErrorOf(few_buffers).find("zero_optimization.offload_optimizer.buffer_count: must "
+                                      "be >= 3"),
+            std::string::npos);
+  json no_depth = ok;  // 0 parses as an unsigned JSON number: still checked
+  no_depth["aio"] = {{"queue_depth", 0}};
+  EXPECT_NE(ErrorOf(no_depth).find("aio.queue_depth: must be >= 1, got 0"), std::string::npos);
+  json stage2 = ok;
+  stage2["zero_optimization"]["stage"] = 2;
+  EXPECT_NE(ErrorOf(stage2).find("parameter offload needs ZeRO stage 3"), std::string::npos);
 }
 
 TEST(ConfigDeepSpeedTest, RefusalsLookAtSchemaKeys) {

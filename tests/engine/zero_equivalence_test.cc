@@ -2,14 +2,20 @@
 // trains its slice of each global batch with the dp engine and, beside it, the whole batch
 // with a single-process engine; the losses at every step and the final weights must agree.
 // Run with any number of ranks; the stage, accumulation and any other zero_optimization key
-// come from the command line:
+// come from the command line; --offload-param / --offload-optimizer cpu|nvme put the state in
+// pinned memory or in swap files under a fresh directory:
 //   mpirun -np 4 zero_equivalence_test --stage 3 --gas 2 --zero stage3_max_live_parameters=0
+//   mpirun -np 2 zero_equivalence_test --stage 3 --offload-param nvme --zero max_in_cpu=2000
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
+
+#include <unistd.h>
 
 #include "engine/engine.h"
 #include "nn/gpt2.h"
@@ -21,6 +27,8 @@ namespace {
 
 int g_stage = 0, g_gas = 1;
 nlohmann::json g_zero = nlohmann::json::object();  // extra zero_optimization keys
+std::string g_offload_param = "none", g_offload_optimizer = "none";
+std::string g_nvme_dir;  // made by main when a device is nvme
 comm::Communicator* g_world = nullptr;
 
 int64_t ZeroKey(const std::string& key, int64_t fallback) {
@@ -44,8 +52,8 @@ nn::MicroBatch Rows(const nn::MicroBatch& mb, int64_t begin, int64_t end) {
   return {mb.tokens.Slice(begin, end), mb.targets.Slice(begin, end)};
 }
 
-// The reference (world size 1) is always the plain single-process run, stage 0.
-Config MakeConfig(int world_size, int64_t micro) {
+// The reference is always the plain single-process run: stage 0, no offload.
+Config MakeConfig(int world_size, int64_t micro, bool reference = false) {
   // n_embd 24 makes flat buffers that do not divide evenly by 4 ranks: padding is exercised.
   nlohmann::json j = testing::TinyConfigJson(2, 24, 2, 11, 8);
   j["train_micro_batch_size_per_gpu"] = micro;
@@ -54,7 +62,29 @@ Config MakeConfig(int world_size, int64_t micro) {
   j["gradient_clipping"] = 0.5;
   j["optimizer"]["params"]["weight_decay"] = 0.1;
   j["zero_optimization"] = g_zero;
-  j["zero_optimization"]["stage"] = world_size == 1 ? 0 : g_stage;
+  j["zero_optimization"]["stage"] = reference ? 0 : g_stage;
+  j["training"]["job_name"] = "zero_equivalence";
+  if (!reference) {
+    // Offload: the buffer and tile sizes come from --zero (e.g. sub_group_size=1000); the
+    // keys below only name where the state goes.
+    for (const auto& [section, device] : {std::pair{"offload_param", g_offload_param},
+                                          std::pair{"offload_optimizer", g_offload_optimizer}}) {
+      nlohmann::json o = {{"device", device}, {"pin_memory", true}};
+      if (device == "nvme") o["nvme_path"] = g_nvme_dir;
+      for (const char* key : {"buffer_count", "buffer_size", "max_in_cpu", "pipeline_read",
+                              "pipeline_write"}) {
+        const bool for_param = std::string(key).rfind("pipeline", 0) != 0;
+        if (g_zero.contains(key) && for_param == (std::string(section) == "offload_param")) {
+          o[key] = g_zero[key];
+        }
+      }
+      j["zero_optimization"][section] = o;
+    }
+  }
+  for (const char* key : {"buffer_count", "buffer_size", "max_in_cpu", "pipeline_read",
+                          "pipeline_write"}) {
+    j["zero_optimization"].erase(key);
+  }
   return ParseConfig(j, world_size);
 }
 
@@ -63,7 +93,7 @@ TEST(ZeroEquivalenceTest, LossesAndWeightsMatchOneProcess) {
   const int64_t b = 2;  // rows per rank per micro-batch
   Engine parallel(MakeConfig(n, b), nn::BuildGpt2(MakeConfig(n, b).model), g_world);
   nlohmann::json single_json;
-  Engine single(MakeConfig(1, b * n), nn::BuildGpt2(MakeConfig(1, b * n).model));
+  Engine single(MakeConfig(1, b * n, true), nn::BuildGpt2(MakeConfig(1, b * n, true).model));
   for (int step = 0; step < 20; ++step) {
     // The same global micro-batches on every rank; rank r takes rows [r*b, (r+1)*b).
     std::vector<testing::OwnedBatch> global;
@@ -139,7 +169,7 @@ TEST(ZeroEquivalenceTest, BytesPerStepMatchTheZeroFormula) {
   }
   if (g_stage == 0) {
     EXPECT_EQ(after.Bytes(comm::OpKind::kReduceScatter), before.Bytes(comm::OpKind::kReduceScatter));
-  } else {
+  } else if (n > 1) {
     EXPECT_GT(after.Bytes(comm::OpKind::kAllGather), before.Bytes(comm::OpKind::kAllGather));
   }
 }
@@ -147,10 +177,33 @@ TEST(ZeroEquivalenceTest, BytesPerStepMatchTheZeroFormula) {
 TEST(ZeroEquivalenceTest, ModelStateIsShardedAsZeroSays) {
   const int n = g_world->size();
   Engine parallel(MakeConfig(n, 2), nn::BuildGpt2(MakeConfig(n, 2).model), g_world);
-  Engine single(MakeConfig(1, 2), nn::BuildGpt2(MakeConfig(1, 2).model));
+  Engine single(MakeConfig(1, 2, true), nn::BuildGpt2(MakeConfig(1, 2, true).model));
   // fp32: m + v are 8 bytes per parameter, the parameters and gradients 4 each.
   const int64_t full = single.memory().Current(MemoryCategory::kOptimizerState);
   const int64_t mine = parallel.memory().Current(MemoryCategory::kOptimizerState);
+  const bool nvme = g_offload_param == "nvme" || g_offload_optimizer == "nvme";
+  EXPECT_EQ(parallel.memory().Peak(MemoryCategory::kSwapBuffers) > 0, nvme);
+  if (g_offload_optimizer == "nvme") {
+    EXPECT_EQ(mine, 0) << "m and v belong in the swap file";
+    return;
+  }
+  if (g_offload_param == "nvme") {
+    // Resident parameter bytes: the layers kept in memory (max_in_cpu) and the swap buffers
+    // (buffer_count x buffer_size, each rounded up to the 4 KiB of O_DIRECT); nothing else
+    // between steps, and the same after one.
+    const int64_t kept = 4 * ZeroKey("max_in_cpu", 1000000000);
+    const int64_t buffers =
+        ZeroKey("buffer_count", 5) * (4 * ZeroKey("buffer_size", 100000000) + 4096);
+    EXPECT_LE(parallel.memory().Current(MemoryCategory::kParameters), kept);
+    testing::OwnedBatch batch(2, 8, 11, 5);
+    std::vector<nn::MicroBatch> micro(g_gas, batch.mb);
+    parallel.TrainStep(micro);
+    EXPECT_LE(parallel.memory().Current(MemoryCategory::kParameters), kept);
+    if (g_offload_optimizer == "none") {
+      EXPECT_LE(parallel.memory().Peak(MemoryCategory::kSwapBuffers), buffers);
+    }
+    return;
+  }
   // Padding to dp x 16 elements per layer adds at most 16 elements per layer and rank.
   const int64_t slack = static_cast<int64_t>(parallel.layers().size()) * 16 * 8;
   if (g_stage == 0) {
@@ -198,6 +251,8 @@ int main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; ++i) {
     if (std::strcmp(argv[i], "--stage") == 0) ztrain::g_stage = std::atoi(argv[i + 1]);
     if (std::strcmp(argv[i], "--gas") == 0) ztrain::g_gas = std::atoi(argv[i + 1]);
+    if (std::strcmp(argv[i], "--offload-param") == 0) ztrain::g_offload_param = argv[i + 1];
+    if (std::strcmp(argv[i], "--offload-optimizer") == 0) ztrain::g_offload_optimizer = argv[i + 1];
     if (std::strcmp(argv[i], "--zero") == 0) {  // key=value, an integer or true/false
       const std::string kv = argv[i + 1];
       const size_t eq = kv.find('=');
@@ -206,12 +261,30 @@ int main(int argc, char** argv) {
   }
   auto world = ztrain::comm::MakeMpiWorld(std::chrono::seconds(120));
   ztrain::g_world = world.get();
+  // Swap files go to a directory of this run; each rank gets its own rank<R> below it, and
+  // the engine removes them.
+  if (ztrain::g_offload_param == "nvme" || ztrain::g_offload_optimizer == "nvme") {
+    int32_t pid = world->rank() == 0 ? static_cast<int32_t>(getpid()) : 0;
+    world->Broadcast(ztrain::Tensor(&pid, ztrain::DType::kI32, {1}), 0)->Wait();
+    ztrain::g_nvme_dir = "/tmp/ztrain_zero_nvme_" + std::to_string(pid);
+    std::filesystem::create_directories(ztrain::g_nvme_dir);
+  }
+
   // Only rank 0 prints; every rank's result counts through the exit code.
   if (world->rank() != 0) {
     auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
     delete listeners.Release(listeners.default_result_printer());
   }
-  const int failed = RUN_ALL_TESTS();
+  int failed = RUN_ALL_TESTS();
+  world->Barrier()->Wait();
+  if (!ztrain::g_nvme_dir.empty() && world->rank() == 0) {
+    // Every engine is gone: so must be every swap file and directory.
+    if (!std::filesystem::is_empty(ztrain::g_nvme_dir)) {
+      std::fprintf(stderr, "swap files left behind under %s\n", ztrain::g_nvme_dir.c_str());
+      failed = 1;
+    }
+    std::filesystem::remove_all(ztrain::g_nvme_dir);
+  }
   float any = static_cast<float>(failed);
   world->AllReduce(ztrain::Tensor(&any, ztrain::DType::kF32, {1}))->Wait();
   return any > 0 ? 1 : 0;

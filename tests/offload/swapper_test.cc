@@ -1,0 +1,199 @@
+// The parameter and optimizer swappers against in-memory references: every value written
+// comes back, in every pipelining and buffering variant, across many steps; and the swap
+// directory's up-front space check and clean-up.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <vector>
+
+#include "core/allocator.h"
+#include "core/error.h"
+#include "core/memory_tracker.h"
+#include "io_test_util.h"
+#include "offload/io/io_engine.h"
+#include "offload/optimizer_swapper.h"
+#include "offload/param_swapper.h"
+#include "offload/swap_dir.h"
+
+namespace ztrain::offload {
+namespace {
+
+using test_util::TempDir;
+
+struct Env {
+  MemoryTracker tracker;
+  HostAllocator host{&tracker};
+  std::unique_ptr<IoEngine> io;
+  explicit Env(bool fallback) {
+    IoOptions o;
+    o.block_size = 8192;  // several pieces per record
+    o.force_fallback = fallback;
+    io = IoEngine::Make(o);
+  }
+};
+
+class OptimizerSwapperTest : public ::testing::TestWithParam<std::tuple<bool, bool, bool>> {};
+
+// Each step adds the step number to every m and v element; after several steps each element
+// holds exactly what an in-memory array would.
+TEST_P(OptimizerSwapperTest, TilesRoundTripAcrossSteps) {
+  const auto [read_ahead, write_behind, fallback] = GetParam();
+  Env env(fallback);
+  TempDir dir;
+  const int64_t elements = 10007;  // 4 tiles, the last one short
+  OptimizerSwapper swap(*env.io, dir.File("opt.swp"), elements,
+                        {.tile_elements = 3000, .pipeline_read = read_ahead,
+                         .pipeline_write = write_behind},
+                        env.host);
+  EXPECT_EQ(swap.buffers(), 1 + read_ahead + write_behind);
+  std::vector<float> m(elements, 0.0f), v(elements, 0.0f);
+  for (int step = 1; step <= 4; ++step) {
+    int64_t seen = 0;
+    swap.ForEachTile([&](int64_t begin, int64_t count, float* tm, float* tv) {
+      ASSERT_EQ(begin, seen);
+      for (int64_t i = 0; i < count; ++i) {
+        ASSERT_EQ(tm[i], m[begin + i]) << "m[" << begin + i << "] at step " << step;
+        ASSERT_EQ(tv[i], v[begin + i]) << "v[" << begin + i << "] at step " << step;
+        tm[i] += static_cast<float>(step * (begin + i));
+        tv[i] -= static_cast<float>(step);
+        m[begin + i] = tm[i];
+        v[begin + i] = tv[i];
+      }
+      seen += count;
+    });
+    ASSERT_EQ(seen, elements);
+  }
+  EXPECT_GT(env.tracker.Peak(MemoryCategory::kSwapBuffers), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Pipelining, OptimizerSwapperTest,
+                         ::testing::Combine(::testing::Bool(), ::testing::Bool(),
+                                            ::testing::Bool()));
+
+TEST(OptimizerSwapperTest, AnErrorInTheStepLeavesTheFileConsistent) {
+  Env env(false);
+  TempDir dir;
+  OptimizerSwapper swap(*env.io, dir.File("opt.swp"), 9000,
+                        {.tile_elements = 3000, .pipeline_read = true, .pipeline_write = true},
+                        env.host);
+  swap.ForEachTile([](int64_t, int64_t count, float* m, float*) {
+    std::fill(m, m + count, 1.0f);
+  });
+  // The second tile's step throws: tiles before it were written, the rest untouched.
+  EXPECT_THROW(swap.ForEachTile([](int64_t begin, int64_t count, float* m, float*) {
+                 if (begin == 3000) throw Error("step failed");
+                 std::fill(m, m + count, 2.0f);
+               }),
+               Error);
+  std::vector<float> firsts;
+  swap.ForEachTile([&](int64_t, int64_t, float* m, float*) { firsts.push_back(m[0]); });
+  EXPECT_EQ(firsts, (std::vector<float>{2.0f, 1.0f, 1.0f}));
+}
+
+class ParamSwapperTest : public ::testing::TestWithParam<std::tuple<int, int64_t, bool>> {};
+
+// Random stores, prefetches and reads against a reference: a read always returns the latest
+// store, whether the layer is in memory, read ahead, evicted or being written.
+TEST_P(ParamSwapperTest, ReadsReturnTheLatestStore) {
+  const auto [buffer_count, max_in_cpu, fallback] = GetParam();
+  Env env(fallback);
+  TempDir dir;
+  const std::vector<int64_t> shards = {1000, 3000, 17, 2500, 4096, 1};
+  ParamSwapper swap(*env.io, dir.File("params.swp"), shards,
+                    {.buffer_count = buffer_count, .buffer_elements = 5000,
+                     .max_in_cpu = max_in_cpu},
+                    env.host);
+  std::vector<std::vector<float>> ref(shards.size());
+  std::mt19937 rng(11);
+  for (size_t l = 0; l < shards.size(); ++l) {
+    ref[l].resize(shards[l]);
+    for (float& x : ref[l]) x = static_cast<float>(rng() % 1000);
+    swap.Store(l, ref[l].data());
+  }
+  std::vector<float> out;
+  for (int op = 0; op < 400; ++op) {
+    const size_t l = rng() % shards.size();
+    switch (rng() % 3) {
+      case 0:
+        swap.Prefetch(l);
+        break;
+      case 1:
+        out.assign(shards[l], -1.0f);
+        swap.CopyOut(l, out.data());
+        ASSERT_EQ(out, ref[l]) << "layer " << l << " at op " << op;
+        break;
+      default:
+        for (float& x : ref[l]) x += 1.0f;
+        swap.Store(l, ref[l].data());
+        break;
+    }
+  }
+  swap.Flush();
+  for (size_t l = 0; l < shards.size(); ++l) {
+    out.assign(shards[l], -1.0f);
+    swap.CopyOut(l, out.data());
+    ASSERT_EQ(out, ref[l]) << "layer " << l;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Buffers, ParamSwapperTest,
+                         ::testing::Combine(::testing::Values(1, 2, 5),
+                                            ::testing::Values<int64_t>(0, 4100),
+                                            ::testing::Bool()));
+
+TEST(ParamSwapperTest, MaxInCpuKeepsTheFirstLayersInMemory) {
+  Env env(false);
+  TempDir dir;
+  ParamSwapper swap(*env.io, dir.File("params.swp"), {100, 200, 300},
+                    {.buffer_count = 1, .buffer_elements = 1000, .max_in_cpu = 300}, env.host);
+  EXPECT_TRUE(swap.resident(0));
+  EXPECT_TRUE(swap.resident(1));
+  EXPECT_FALSE(swap.resident(2));
+  EXPECT_EQ(swap.resident_elements(), 300);
+  EXPECT_EQ(ParamSwapper::FileBytes({100, 200, 300}, 300), kIoAlignment);
+}
+
+TEST(ParamSwapperTest, AShardLargerThanTheBufferSizeNamesTheSizeNeeded) {
+  Env env(false);
+  TempDir dir;
+  try {
+    ParamSwapper swap(*env.io, dir.File("params.swp"), {100, 7000},
+                      {.buffer_count = 2, .buffer_elements = 5000, .max_in_cpu = 0}, env.host);
+    FAIL() << "expected a ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("set buffer_size to at least 7000"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(SwapDirTest, ChecksTheSpaceUpFrontAndCleansUp) {
+  TempDir dir;
+  std::string path;
+  {
+    SwapDir swap(dir.path(), "job", 3, 4096, "offload_param");
+    path = swap.path();
+    EXPECT_EQ(path, dir.path() + "/ztrain-job/rank3");
+    EXPECT_TRUE(std::filesystem::is_directory(path));
+    std::ofstream(swap.File("x.swp")) << "data";
+  }
+  EXPECT_FALSE(std::filesystem::exists(path));
+  EXPECT_FALSE(std::filesystem::exists(dir.path() + "/ztrain-job"));
+  // More than any disk has: refused before anything is made, with the bytes needed.
+  try {
+    SwapDir swap(dir.path(), "job", 0, int64_t{1} << 62, "offload_optimizer");
+    FAIL() << "expected an IoError";
+  } catch (const IoError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("offload_optimizer needs"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("4611686018427387904 bytes"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("are free"), std::string::npos) << msg;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir.path() + "/ztrain-job"));
+  EXPECT_THROW(SwapDir(dir.File("missing"), "job", 0, 1, "offload_param"), IoError);
+}
+
+}  // namespace
+}  // namespace ztrain::offload
