@@ -20,6 +20,11 @@
 // the stage3_* limits) and releasing it after. Flat buffers are padded so they split into N
 // equal shards. Every layout trains the same model as one process with the global batch.
 //
+// Offload (Note [Offload in the engine]): zero_optimization.offload_optimizer / offload_param
+// put m and v (stages 1-3) and the parameter shards (stage 3) in pinned host memory or in
+// swap files under nvme_path, streamed through by the offload/ swappers; results are
+// bitwise those of the same layout without offload.
+//
 // The engine knows nothing of the CLI, files or data sources: it is the piece research code
 // embeds (examples/custom_layer). Not thread safe; one step at a time. Errors throw.
 #include <functional>
