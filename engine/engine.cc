@@ -4,9 +4,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
-#include <deque>
 
 #include "core/logging.h"
+#include "engine/engine_state.h"
 #include "nn/init.h"
 #include "offload/io/io_engine.h"
 #include "offload/optimizer_swapper.h"
@@ -16,76 +16,6 @@
 #include "optim/grad_clip.h"
 
 namespace ztrain {
-
-// Where one parameter lives: layer, index in the layer's Params(), offset in its flat buffer.
-struct Engine::Slot {
-  nn::ParamSpec spec;
-  size_t layer = 0;
-  int64_t offset = 0;
-};
-
-// Note [ZeRO in the engine]
-// Each layer has one flat parameter buffer and a mirroring full gradient buffer of `padded`
-// elements, a multiple of dp * 16, so the layer splits into dp equal shards of `shard`
-// elements; rank r's shard is [r * shard, (r + 1) * shard). Padding is zero and stays zero.
-// The optimizer owns the range `opt_begin` + [0, opt_len): the whole layer at stage 0, the
-// rank's shard at stage >= 1; m and v cover only that range. At stage >= 1 the reduced
-// gradient of the range lands in `grad_shard` (reduce-scatter) and, at stages 1 and 2, the
-// updated range is all-gathered back into the full parameters (at most
-// allgather_bucket_size elements in flight). Gradients are pre-scaled by 1/dp through the
-// loss weight, so the sum-reduction yields the gradient of the global-batch mean.
-//
-// Gradient reductions go in buckets: a layer whose gradients are final (its own backward ran;
-// tied uses sit in later layers, whose backward came first) joins the pending bucket, which
-// is launched once it holds reduce_bucket_size elements or backward reached layer 0. Stage 0
-// reduces during the last micro-batch's backward and always overlaps; stages 1-3 wait for
-// each bucket at once unless overlap_comm.
-//
-// Stages 2 and 3 keep no full gradient buffers between micro-batches: a layer's full buffer is
-// allocated (zeroed) just before its backward, reduce-scattered in its bucket, added into
-// `grad_shard` and freed when the next bucket launches — so at most two buckets' full
-// gradients exist (plus those of layers whose weights are tied into later layers, which must
-// live through the whole backward).
-//
-// Stage 3 also keeps only the shard of the parameters (`params` is shard-sized and is the
-// fp32 master the optimizer updates). The whole layer exists only while it is gathered
-// (`gathered`), as planned by zero::PlanGathers over the step's positions: forward 0..n-1
-// then backward n-1..0 per micro-batch, each layer needing its own buffer and those of the
-// layers it ties to. Gathers the plan prefetches run on the communicator while earlier
-// layers compute.
-// Note [Offload in the engine]
-// offload_optimizer {device: cpu} and offload_param {device: cpu} keep the state in host
-// memory, as the CPU backend always does; with pin_memory it comes from the pinned (mlock)
-// allocator. offload_param {device: nvme} (stage 3) gives no layer a `params` buffer: the
-// ParamSwapper holds the shards (the first max_in_cpu elements' worth in memory, the rest in
-// a swap file); a gather reads the shard into its own chunk of the gathered buffer and
-// all-gathers in place, and the swapper reads the next planned gathers ahead. The optimizer
-// step loads one layer's shard at a time (prefetching the next), steps it and stores it back.
-// offload_optimizer {device: nvme} gives no layer m and v buffers: the OptimizerSwapper holds
-// them in a file as one array over the layers' optimizer ranges in order, and the step runs
-// tile by tile (sub_group_size elements), each tile's parameters stepped from that array.
-// Every offload mode does the same arithmetic in the same order as no offload, so the
-// results are bitwise equal.
-struct Engine::LayerState {
-  int64_t padded = 0;
-  int64_t shard = 0;
-  int64_t opt_begin = 0, opt_len = 0;
-  Buffer params;              // the whole layer; at stage 3 only this rank's shard
-  Buffer gathered;            // stage 3: the whole layer while gathered
-  comm::WorkPtr gather;       // stage 3: the all-gather filling `gathered`
-  Buffer grads, exp_avg, exp_avg_sq;
-  Buffer grad_shard;          // stage >= 1: this rank's reduced gradient range
-  Buffer grad_recv;           // stages 2, 3: a micro-batch's reduced range, added to grad_shard
-  comm::WorkPtr reduction;    // the gradient reduction in flight
-  std::vector<size_t> owned;  // indices into slots_
-  std::vector<size_t> bound;  // the slot of each of the layer's Params() (ties resolved)
-  std::vector<size_t> units;  // layers whose buffers hold the bound parameters, no repeats
-  bool tie_owner = false;     // a later layer uses one of this layer's parameters
-  bool sharded = false;       // stage 3: `params` holds only the shard
-  Tensor Flat(const Buffer& b, int64_t n) const { return b.AsTensor(DType::kF32, {n}); }
-  // The whole layer's parameters: `params`, or at stage 3 `gathered` (null while absent).
-  const Buffer& Whole() const { return sharded ? gathered : params; }
-};
 
 namespace {
 constexpr int64_t kParamAlignment = 16;  // elements: each parameter starts on a 64-byte line
@@ -454,129 +384,6 @@ double Engine::ForwardBackward(const nn::MicroBatch& mb, float loss_weight, Step
   return ForwardBackwardImpl(mb, loss_weight, stats, /*reduce=*/false);
 }
 
-// --- Stage 3: gathering parameters by plan (Note [ZeRO in the engine]) -------------------
-
-void Engine::StartGatherPlan(int micro_batches, bool backward) {
-  ReleaseAllGathered();
-  const int key = micro_batches * 2 + (backward ? 1 : 0);
-  auto it = plans_.find(key);
-  if (it == plans_.end()) {
-    std::vector<int64_t> sizes;
-    for (const auto& st : states_) sizes.push_back(st->padded);
-    std::vector<zero::UnitUse> uses;
-    const size_t n = layers_.size();
-    for (int m = 0; m < micro_batches; ++m) {
-      for (size_t l = 0; l < n; ++l) uses.push_back(states_[l]->units);
-      if (!backward) continue;
-      for (size_t l = n; l-- > 0;) uses.push_back(states_[l]->units);
-    }
-    const ZeroConfig& z = config_.zero;
-    const zero::GatherLimits limits{.prefetch_bucket = z.stage3_prefetch_bucket_size,
-                                    .max_live = z.stage3_max_live_parameters,
-                                    .max_reuse_distance = z.stage3_max_reuse_distance,
-                                    .persistence_threshold = z.stage3_param_persistence_threshold};
-    it = plans_.emplace(key, zero::PlanGathers(sizes, uses, limits)).first;
-  }
-  plan_ = &it->second;
-  position_ = 0;
-}
-
-// Launches the plan's gathers for the next position and waits for the units layer l needs.
-void Engine::GatherForUse(size_t l) {
-  ZTRAIN_ASSERT(plan_ != nullptr && position_ < plan_->actions.size());
-  for (size_t u : plan_->actions[position_].fetch) {
-    LayerState& st = *states_[u];
-    st.gathered = Buffer(activations_, DType::kF32, {st.padded}, MemoryCategory::kParameters);
-    st.gather = LaunchGather(u, st.gathered);
-  }
-  if (param_swap_) {
-    // Read the shards of the next planned gathers while this layer computes.
-    int ahead = static_cast<int>(config_.zero.offload_param.buffer_count);
-    for (size_t q = position_ + 1; q < plan_->actions.size() && ahead > 0; ++q) {
-      for (size_t u : plan_->actions[q].fetch) {
-        if (ahead-- > 0) param_swap_->Prefetch(u);
-      }
-    }
-  }
-  for (size_t u : states_[l]->units) {
-    LayerState& st = *states_[u];
-    ZTRAIN_ASSERT(st.gathered.data() != nullptr);
-    if (!st.gather) continue;
-    WaitFor(*st.gather);
-    st.gather.reset();
-  }
-}
-
-void Engine::ReleaseAfterUse() {
-  for (size_t u : plan_->actions[position_].release) {
-    ZTRAIN_ASSERT(!states_[u]->gather);
-    states_[u]->gathered.Reset();
-  }
-  if (++position_ == plan_->actions.size()) plan_ = nullptr;
-}
-
-// Drops every gathered layer (after an error left a plan half done).
-void Engine::ReleaseAllGathered() {
-  for (auto& st : states_) {
-    if (st->gather) WaitFor(*st->gather);
-    st->gather.reset();
-    st->gathered.Reset();
-  }
-  plan_ = nullptr;
-}
-
-// --- Gradient reduction in buckets ----------------------------------------------------------
-
-void Engine::OnGradientsReady(size_t l) {
-  pending_.push_back(l);
-  pending_elements_ += states_[l]->padded;
-  if (pending_elements_ >= config_.zero.reduce_bucket_size || l == 0) LaunchBucket();
-}
-
-void Engine::LaunchBucket() {
-  // Stages 2 and 3: the previous bucket finishes (and frees its full gradients) before the
-  // next one launches, so at most two buckets' full gradients exist at a time.
-  if (stage_ >= 2) FinishReductions();
-  for (size_t l : pending_) {
-    LayerState& st = *states_[l];
-    const Tensor grads = st.Flat(st.grads, st.padded);
-    if (stage_ == 0 || !config_.zero.reduce_scatter) {
-      st.reduction = dp_->AllReduce(grads);
-    } else if (stage_ == 1) {
-      st.reduction = dp_->ReduceScatter(grads, st.Flat(st.grad_shard, st.shard));
-    } else {
-      st.grad_recv = Buffer(activations_, DType::kF32, {st.shard}, MemoryCategory::kCommunication);
-      st.reduction = dp_->ReduceScatter(grads, st.Flat(st.grad_recv, st.shard));
-    }
-    launched_.push_back(l);
-  }
-  pending_.clear();
-  pending_elements_ = 0;
-  if (!overlap_) FinishReductions();
-}
-
-// Waits for the launched reductions and moves each result into the rank's gradient shard.
-void Engine::FinishReductions() {
-  for (size_t l : launched_) {
-    LayerState& st = *states_[l];
-    WaitFor(*st.reduction);
-    st.reduction.reset();
-    if (stage_ == 0) continue;
-    // With reduce_scatter off the whole layer was all-reduced: the rank's range is a slice.
-    const Tensor reduced = config_.zero.reduce_scatter
-                               ? st.Flat(stage_ == 1 ? st.grad_shard : st.grad_recv, st.shard)
-                               : st.Flat(st.grads, st.padded).Flat(st.opt_begin, {st.shard});
-    if (stage_ == 1) {
-      if (!config_.zero.reduce_scatter) ops_->Copy(reduced, st.Flat(st.grad_shard, st.shard));
-      continue;
-    }
-    ops_->AddInPlace(st.Flat(st.grad_shard, st.shard), reduced);
-    st.grad_recv.Reset();
-    st.grads.Reset();
-  }
-  launched_.clear();
-}
-
 double Engine::MeanOverDp(double value) {
   if (dp_->size() == 1) return value;
   float v = static_cast<float>(value);
@@ -691,36 +498,6 @@ double Engine::GradNorm() const {
   float sum = static_cast<float>(optim::GradSquaredSum(grads));
   dp_->AllReduce(Tensor(&sum, DType::kF32, {1}))->Wait();
   return std::sqrt(static_cast<double>(sum));
-}
-
-// Stages 1 and 2: all-gathers every layer's updated shard back into the full parameters,
-// with at most allgather_bucket_size gathered elements in flight.
-void Engine::GatherParameters() {
-  struct InFlight {
-    Buffer send;
-    comm::WorkPtr work;
-    int64_t elements;
-  };
-  std::deque<InFlight> flight;
-  int64_t in_flight = 0;
-  auto wait_oldest = [&] {
-    WaitFor(*flight.front().work);
-    in_flight -= flight.front().elements;
-    flight.pop_front();
-  };
-  for (auto& st : states_) {
-    while (!flight.empty() && in_flight + st->padded > config_.zero.allgather_bucket_size) {
-      wait_oldest();
-    }
-    // The send buffer is a copy: the gathered output covers this rank's own range too.
-    Buffer send(activations_, DType::kF32, Shape{st->shard}, MemoryCategory::kCommunication);
-    const Tensor send_view = send.AsTensor(DType::kF32, {st->shard});
-    ops_->Copy(st->Flat(st->params, st->padded).Flat(st->opt_begin, {st->shard}), send_view);
-    comm::WorkPtr work = dp_->AllGather(send_view, st->Flat(st->params, st->padded));
-    flight.push_back({std::move(send), std::move(work), st->padded});
-    in_flight += st->padded;
-  }
-  while (!flight.empty()) wait_oldest();
 }
 
 void Engine::OptimizerStep(double grad_norm, StepStats& stats) {

@@ -1,0 +1,85 @@
+#pragma once
+// Engine internals shared by engine.cc and engine_zero.cc: where each parameter lives and
+// the per-layer state (flat buffers, shards, communication in flight). Private to engine/.
+#include <cstdint>
+#include <vector>
+
+#include "core/buffer.h"
+#include "core/tensor.h"
+#include "engine/engine.h"
+#include "nn/layer.h"
+#include "parallel/comm/communicator.h"
+
+namespace ztrain {
+
+// Where one parameter lives: layer, index in the layer's Params(), offset in its flat buffer.
+struct Engine::Slot {
+  nn::ParamSpec spec;
+  size_t layer = 0;
+  int64_t offset = 0;
+};
+
+// Note [ZeRO in the engine]
+// Each layer has one flat parameter buffer and a mirroring full gradient buffer of `padded`
+// elements, a multiple of dp * 16, so the layer splits into dp equal shards of `shard`
+// elements; rank r's shard is [r * shard, (r + 1) * shard). Padding is zero and stays zero.
+// The optimizer owns the range `opt_begin` + [0, opt_len): the whole layer at stage 0, the
+// rank's shard at stage >= 1; m and v cover only that range. At stage >= 1 the reduced
+// gradient of the range lands in `grad_shard` (reduce-scatter) and, at stages 1 and 2, the
+// updated range is all-gathered back into the full parameters (at most
+// allgather_bucket_size elements in flight). Gradients are pre-scaled by 1/dp through the
+// loss weight, so the sum-reduction yields the gradient of the global-batch mean.
+//
+// Gradient reductions go in buckets: a layer whose gradients are final (its own backward ran;
+// tied uses sit in later layers, whose backward came first) joins the pending bucket, which
+// is launched once it holds reduce_bucket_size elements or backward reached layer 0. Stage 0
+// reduces during the last micro-batch's backward and always overlaps; stages 1-3 wait for
+// each bucket at once unless overlap_comm.
+//
+// Stages 2 and 3 keep no full gradient buffers between micro-batches: a layer's full buffer is
+// allocated (zeroed) just before its backward, reduce-scattered in its bucket, added into
+// `grad_shard` and freed when the next bucket launches — so at most two buckets' full
+// gradients exist (plus those of layers whose weights are tied into later layers, which must
+// live through the whole backward).
+//
+// Stage 3 also keeps only the shard of the parameters (`params` is shard-sized and is the
+// fp32 master the optimizer updates). The whole layer exists only while it is gathered
+// (`gathered`), as planned by zero::PlanGathers over the step's positions: forward 0..n-1
+// then backward n-1..0 per micro-batch, each layer needing its own buffer and those of the
+// layers it ties to. Gathers the plan prefetches run on the communicator while earlier
+// layers compute.
+// Note [Offload in the engine]
+// offload_optimizer {device: cpu} and offload_param {device: cpu} keep the state in host
+// memory, as the CPU backend always does; with pin_memory it comes from the pinned (mlock)
+// allocator. offload_param {device: nvme} (stage 3) gives no layer a `params` buffer: the
+// ParamSwapper holds the shards (the first max_in_cpu elements' worth in memory, the rest in
+// a swap file); a gather reads the shard into its own chunk of the gathered buffer and
+// all-gathers in place, and the swapper reads the next planned gathers ahead. The optimizer
+// step loads one layer's shard at a time (prefetching the next), steps it and stores it back.
+// offload_optimizer {device: nvme} gives no layer m and v buffers: the OptimizerSwapper holds
+// them in a file as one array over the layers' optimizer ranges in order, and the step runs
+// tile by tile (sub_group_size elements), each tile's parameters stepped from that array.
+// Every offload mode does the same arithmetic in the same order as no offload, so the
+// results are bitwise equal.
+struct Engine::LayerState {
+  int64_t padded = 0;
+  int64_t shard = 0;
+  int64_t opt_begin = 0, opt_len = 0;
+  Buffer params;              // the whole layer; at stage 3 only this rank's shard
+  Buffer gathered;            // stage 3: the whole layer while gathered
+  comm::WorkPtr gather;       // stage 3: the all-gather filling `gathered`
+  Buffer grads, exp_avg, exp_avg_sq;
+  Buffer grad_shard;          // stage >= 1: this rank's reduced gradient range
+  Buffer grad_recv;           // stages 2, 3: a micro-batch's reduced range, added to grad_shard
+  comm::WorkPtr reduction;    // the gradient reduction in flight
+  std::vector<size_t> owned;  // indices into slots_
+  std::vector<size_t> bound;  // the slot of each of the layer's Params() (ties resolved)
+  std::vector<size_t> units;  // layers whose buffers hold the bound parameters, no repeats
+  bool tie_owner = false;     // a later layer uses one of this layer's parameters
+  bool sharded = false;       // stage 3: `params` holds only the shard
+  Tensor Flat(const Buffer& b, int64_t n) const { return b.AsTensor(DType::kF32, {n}); }
+  // The whole layer's parameters: `params`, or at stage 3 `gathered` (null while absent).
+  const Buffer& Whole() const { return sharded ? gathered : params; }
+};
+
+}  // namespace ztrain

@@ -1,0 +1,166 @@
+// The engine's ZeRO communication: gradient buckets (all stages) and the stage 3 parameter
+// gathers that follow a zero::PlanGathers plan, plus the stage 1/2 parameter all-gather
+// after the step (Note [ZeRO in the engine], engine_state.h).
+#include <algorithm>
+#include <deque>
+
+#include "engine/engine.h"
+#include "engine/engine_state.h"
+#include "offload/param_swapper.h"
+
+namespace ztrain {
+
+// --- Stage 3: gathering parameters by plan (Note [ZeRO in the engine]) -------------------
+
+void Engine::StartGatherPlan(int micro_batches, bool backward) {
+  ReleaseAllGathered();
+  const int key = micro_batches * 2 + (backward ? 1 : 0);
+  auto it = plans_.find(key);
+  if (it == plans_.end()) {
+    std::vector<int64_t> sizes;
+    for (const auto& st : states_) sizes.push_back(st->padded);
+    std::vector<zero::UnitUse> uses;
+    const size_t n = layers_.size();
+    for (int m = 0; m < micro_batches; ++m) {
+      for (size_t l = 0; l < n; ++l) uses.push_back(states_[l]->units);
+      if (!backward) continue;
+      for (size_t l = n; l-- > 0;) uses.push_back(states_[l]->units);
+    }
+    const ZeroConfig& z = config_.zero;
+    const zero::GatherLimits limits{.prefetch_bucket = z.stage3_prefetch_bucket_size,
+                                    .max_live = z.stage3_max_live_parameters,
+                                    .max_reuse_distance = z.stage3_max_reuse_distance,
+                                    .persistence_threshold = z.stage3_param_persistence_threshold};
+    it = plans_.emplace(key, zero::PlanGathers(sizes, uses, limits)).first;
+  }
+  plan_ = &it->second;
+  position_ = 0;
+}
+
+// Launches the plan's gathers for the next position and waits for the units layer l needs.
+void Engine::GatherForUse(size_t l) {
+  ZTRAIN_ASSERT(plan_ != nullptr && position_ < plan_->actions.size());
+  for (size_t u : plan_->actions[position_].fetch) {
+    LayerState& st = *states_[u];
+    st.gathered = Buffer(activations_, DType::kF32, {st.padded}, MemoryCategory::kParameters);
+    st.gather = LaunchGather(u, st.gathered);
+  }
+  if (param_swap_) {
+    // Read the shards of the next planned gathers while this layer computes.
+    int ahead = static_cast<int>(config_.zero.offload_param.buffer_count);
+    for (size_t q = position_ + 1; q < plan_->actions.size() && ahead > 0; ++q) {
+      for (size_t u : plan_->actions[q].fetch) {
+        if (ahead-- > 0) param_swap_->Prefetch(u);
+      }
+    }
+  }
+  for (size_t u : states_[l]->units) {
+    LayerState& st = *states_[u];
+    ZTRAIN_ASSERT(st.gathered.data() != nullptr);
+    if (!st.gather) continue;
+    WaitFor(*st.gather);
+    st.gather.reset();
+  }
+}
+
+void Engine::ReleaseAfterUse() {
+  for (size_t u : plan_->actions[position_].release) {
+    ZTRAIN_ASSERT(!states_[u]->gather);
+    states_[u]->gathered.Reset();
+  }
+  if (++position_ == plan_->actions.size()) plan_ = nullptr;
+}
+
+// Drops every gathered layer (after an error left a plan half done).
+void Engine::ReleaseAllGathered() {
+  for (auto& st : states_) {
+    if (st->gather) WaitFor(*st->gather);
+    st->gather.reset();
+    st->gathered.Reset();
+  }
+  plan_ = nullptr;
+}
+
+// --- Gradient reduction in buckets ----------------------------------------------------------
+
+void Engine::OnGradientsReady(size_t l) {
+  pending_.push_back(l);
+  pending_elements_ += states_[l]->padded;
+  if (pending_elements_ >= config_.zero.reduce_bucket_size || l == 0) LaunchBucket();
+}
+
+void Engine::LaunchBucket() {
+  // Stages 2 and 3: the previous bucket finishes (and frees its full gradients) before the
+  // next one launches, so at most two buckets' full gradients exist at a time.
+  if (stage_ >= 2) FinishReductions();
+  for (size_t l : pending_) {
+    LayerState& st = *states_[l];
+    const Tensor grads = st.Flat(st.grads, st.padded);
+    if (stage_ == 0 || !config_.zero.reduce_scatter) {
+      st.reduction = dp_->AllReduce(grads);
+    } else if (stage_ == 1) {
+      st.reduction = dp_->ReduceScatter(grads, st.Flat(st.grad_shard, st.shard));
+    } else {
+      st.grad_recv = Buffer(activations_, DType::kF32, {st.shard}, MemoryCategory::kCommunication);
+      st.reduction = dp_->ReduceScatter(grads, st.Flat(st.grad_recv, st.shard));
+    }
+    launched_.push_back(l);
+  }
+  pending_.clear();
+  pending_elements_ = 0;
+  if (!overlap_) FinishReductions();
+}
+
+// Waits for the launched reductions and moves each result into the rank's gradient shard.
+void Engine::FinishReductions() {
+  for (size_t l : launched_) {
+    LayerState& st = *states_[l];
+    WaitFor(*st.reduction);
+    st.reduction.reset();
+    if (stage_ == 0) continue;
+    // With reduce_scatter off the whole layer was all-reduced: the rank's range is a slice.
+    const Tensor reduced = config_.zero.reduce_scatter
+                               ? st.Flat(stage_ == 1 ? st.grad_shard : st.grad_recv, st.shard)
+                               : st.Flat(st.grads, st.padded).Flat(st.opt_begin, {st.shard});
+    if (stage_ == 1) {
+      if (!config_.zero.reduce_scatter) ops_->Copy(reduced, st.Flat(st.grad_shard, st.shard));
+      continue;
+    }
+    ops_->AddInPlace(st.Flat(st.grad_shard, st.shard), reduced);
+    st.grad_recv.Reset();
+    st.grads.Reset();
+  }
+  launched_.clear();
+}
+
+// Stages 1 and 2: all-gathers every layer's updated shard back into the full parameters,
+// with at most allgather_bucket_size gathered elements in flight.
+void Engine::GatherParameters() {
+  struct InFlight {
+    Buffer send;
+    comm::WorkPtr work;
+    int64_t elements;
+  };
+  std::deque<InFlight> flight;
+  int64_t in_flight = 0;
+  auto wait_oldest = [&] {
+    WaitFor(*flight.front().work);
+    in_flight -= flight.front().elements;
+    flight.pop_front();
+  };
+  for (auto& st : states_) {
+    while (!flight.empty() && in_flight + st->padded > config_.zero.allgather_bucket_size) {
+      wait_oldest();
+    }
+    // The send buffer is a copy: the gathered output covers this rank's own range too.
+    Buffer send(activations_, DType::kF32, Shape{st->shard}, MemoryCategory::kCommunication);
+    const Tensor send_view = send.AsTensor(DType::kF32, {st->shard});
+    ops_->Copy(st->Flat(st->params, st->padded).Flat(st->opt_begin, {st->shard}), send_view);
+    comm::WorkPtr work = dp_->AllGather(send_view, st->Flat(st->params, st->padded));
+    flight.push_back({std::move(send), std::move(work), st->padded});
+    in_flight += st->padded;
+  }
+  while (!flight.empty()) wait_oldest();
+}
+
+}  // namespace ztrain
