@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "tests/expect_error.h"
+
 namespace ztrain::data::test_util {
 
 class TempDir {
@@ -45,20 +47,6 @@ inline void WriteBytes(const std::string& path, const std::vector<uint8_t>& byte
             static_cast<std::streamsize>(bytes.size()));
 }
 
-// Expects `f()` to throw E whose message contains every string in `parts`.
-template <typename E, typename F>
-void ExpectErrorWith(F&& f, const std::vector<std::string>& parts) {
-  try {
-    f();
-    ADD_FAILURE() << "expected an exception";
-  } catch (const E& e) {
-    const std::string what = e.what();
-    for (const std::string& part : parts) {
-      EXPECT_NE(what.find(part), std::string::npos) << "'" << part << "' not in: " << what;
-    }
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type: " << e.what();
-  }
-}
+using ztrain::testing::ExpectErrorWith;
 
 }  // namespace ztrain::data::test_util

@@ -12,6 +12,7 @@
 #include <ostream>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/allocator.h"
@@ -20,6 +21,7 @@
 #include "offload/io/io_buffer.h"
 #include "offload/io/io_engine.h"
 #include "offload/io/swap_file.h"
+#include "tests/expect_error.h"
 
 namespace ztrain::offload::test_util {
 
@@ -107,17 +109,7 @@ inline std::vector<EngineVariant> EngineVariants() {
 // Expects `f()` to throw IoError whose message contains every string in `parts`.
 template <typename F>
 void ExpectIoErrorWith(F&& f, const std::vector<std::string>& parts) {
-  try {
-    f();
-    ADD_FAILURE() << "expected an IoError";
-  } catch (const IoError& e) {
-    const std::string what = e.what();
-    for (const std::string& part : parts) {
-      EXPECT_NE(what.find(part), std::string::npos) << "'" << part << "' not in: " << what;
-    }
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type: " << e.what();
-  }
+  ztrain::testing::ExpectErrorWith<IoError>(std::forward<F>(f), parts);
 }
 
 }  // namespace ztrain::offload::test_util
