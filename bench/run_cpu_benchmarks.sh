@@ -23,7 +23,7 @@ else
 fi
 "$build/bench/adam_bench" ${torch_python:+--python "$torch_python"}
 # Swap-file I/O against fio on the build directory's disk (1 GiB, deleted afterwards).
-"$build/bench/io_bench" --dir "$build"
+"$build/bench/io_bench" --dir "$build" --reps 5
 # ZeRO-3 step with parameters and optimizer state in swap files on the same disk against the
 # step in memory (swap files removed afterwards).
 "$build/bench/offload_bench" --dir "$build"

@@ -25,7 +25,10 @@ OptimizerSwapper::OptimizerSwapper(IoEngine& io, const std::string& path, int64_
                elements, " elements in tiles of ", options.tile_elements, ")");
   file_ = SwapFile::Create(io, path, FileBytes(elements, tile_));
   const int n = 1 + (options.pipeline_read ? 1 : 0) + (options.pipeline_write ? 1 : 0);
-  for (int i = 0; i < n; ++i) buffers_.emplace_back(allocator, RecordBytes());
+  for (int i = 0; i < n; ++i) {
+    buffers_.emplace_back(allocator, RecordBytes());
+    buffers_.back().Register(io);
+  }
 }
 
 OptimizerSwapper::~OptimizerSwapper() = default;

@@ -63,6 +63,7 @@ ParamSwapper::ParamSwapper(IoEngine& io, const std::string& path,
   slots_.resize(static_cast<size_t>(options.buffer_count));
   for (Slot& s : slots_) {
     s.buffer = IoBuffer(allocator, largest * static_cast<int64_t>(sizeof(float)));
+    s.buffer.Register(io);
   }
 }
 

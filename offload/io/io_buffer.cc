@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/logging.h"
+#include "offload/io/io_engine.h"
 #include "offload/io/io_options.h"
 
 namespace ztrain::offload {
@@ -38,11 +39,28 @@ IoBuffer& IoBuffer::operator=(IoBuffer&& other) noexcept {
     buffer_ = std::move(other.buffer_);
     size_ = std::exchange(other.size_, 0);
     pinned_ = std::exchange(other.pinned_, false);
+    engine_ = std::exchange(other.engine_, nullptr);
+    slot_ = std::exchange(other.slot_, -1);
   }
   return *this;
 }
 
+bool IoBuffer::Register(IoEngine& engine) {
+  ZTRAIN_CHECK(size_ > 0, "register an I/O buffer after allocating it");
+  Unregister();
+  slot_ = engine.RegisterBuffer(data(), capacity());
+  if (slot_ >= 0) engine_ = &engine;
+  return registered();
+}
+
+void IoBuffer::Unregister() noexcept {
+  if (slot_ >= 0) engine_->UnregisterBuffer(slot_);
+  slot_ = -1;
+  engine_ = nullptr;
+}
+
 void IoBuffer::Reset() noexcept {
+  Unregister();
   if (pinned_) munlock(buffer_.data(), buffer_.nbytes());
   pinned_ = false;
   size_ = 0;

@@ -7,6 +7,8 @@
 // transfer; pinned() says whether that worked (an unpinned buffer works the same, a little
 // slower under memory pressure). The padding past size() is zeroed, so a transfer rounded up
 // to the alignment writes zeros, not stale memory, after the data.
+// Register(engine) also registers the buffer with an io_uring engine (IoEngine::RegisterBuffer)
+// until Reset or destruction; the engine must outlive the buffer.
 // Move-only; the allocator must return kIoAlignment-aligned memory (HostAllocator does) and
 // outlive the buffer. Not thread safe; never touch a buffer while I/O on it is in flight.
 #include <cstdint>
@@ -15,6 +17,8 @@
 #include "core/buffer.h"
 
 namespace ztrain::offload {
+
+class IoEngine;
 
 class IoBuffer {
  public:
@@ -31,12 +35,20 @@ class IoBuffer {
   int64_t size() const { return size_; }
   int64_t capacity() const { return static_cast<int64_t>(buffer_.nbytes()); }
   bool pinned() const { return pinned_; }
+  // Registers the buffer with `engine` for fixed-buffer I/O (at most one engine at a time);
+  // returns registered(). A buffer that cannot be registered works as before.
+  bool Register(IoEngine& engine);
+  bool registered() const { return slot_ >= 0; }
   void Reset() noexcept;
 
  private:
+  void Unregister() noexcept;
+
   Buffer buffer_;
   int64_t size_ = 0;
   bool pinned_ = false;
+  IoEngine* engine_ = nullptr;  // where the buffer is registered, with slot_ >= 0
+  int slot_ = -1;
 };
 
 }  // namespace ztrain::offload

@@ -61,6 +61,7 @@ IoStats IoEngine::stats() const {
   s.failures = counters_.failures.load();
   s.bytes_read = counters_.bytes_read.load();
   s.bytes_written = counters_.bytes_written.load();
+  s.fixed_pieces = counters_.fixed_pieces.load();
   return s;
 }
 

@@ -53,12 +53,13 @@ struct IoStats {
   int64_t failures = 0;    // requests that completed with an IoError
   int64_t bytes_read = 0;  // bytes the kernel reported transferred
   int64_t bytes_written = 0;
+  int64_t fixed_pieces = 0;  // pieces issued as io_uring fixed-buffer reads and writes
 };
 
 namespace detail {
 struct IoCounters {
   std::atomic<int64_t> requests{0}, pieces{0}, resubmits{0}, failures{0};
-  std::atomic<int64_t> bytes_read{0}, bytes_written{0};
+  std::atomic<int64_t> bytes_read{0}, bytes_written{0}, fixed_pieces{0};
 };
 }  // namespace detail
 
@@ -80,6 +81,22 @@ class IoEngine {
   virtual bool uses_io_uring() const = 0;
   const IoOptions& options() const { return options_; }
   IoStats stats() const;
+
+  // Registered buffers (io_uring_register_buffers): the kernel pins a registered buffer's
+  // pages once, not on every transfer, and pieces inside it go out as READ_FIXED/WRITE_FIXED.
+  // RegisterBuffer returns the buffer's slot, or -1 when it stays a plain buffer: the backend
+  // has none (pread/pwrite), RLIMIT_MEMLOCK is too small for the pinned pages, the buffer is
+  // over 1 GiB, or every slot is taken. Either way I/O on it works the same. Call
+  // UnregisterBuffer(slot) before the memory is freed, with no I/O on it in flight. IoBuffer::
+  // Register does both. Thread safe. fixed_buffers() says what this engine does, e.g.
+  // "registered buffers (64 slots)" or "plain buffers (io_uring register: ...)".
+  virtual int RegisterBuffer(char* data, int64_t bytes) {
+    (void)data;
+    (void)bytes;
+    return -1;
+  }
+  virtual void UnregisterBuffer(int slot) { (void)slot; }
+  virtual std::string fixed_buffers() const { return "plain buffers (pread/pwrite)"; }
 
  protected:
   explicit IoEngine(const IoOptions& options) : options_(options) {}

@@ -4,17 +4,26 @@
 // Issuing threads queue requests under mu_ and write an eventfd; the worker keeps one read of
 // that eventfd on the ring, so the io_uring_wait_cqe that waits for pieces also wakes it for
 // new requests. Each piece in flight holds one of queue_depth slots, whose address is the
-// SQE's user_data (null is the eventfd read). Buffers are not registered with the ring
-// (io_uring_register_buffers): an IoBuffer is made and freed independently of any engine, so
-// the engine cannot know its buffers up front, and at 1 MiB pieces the per-request page
-// pinning that fixed buffers save is a small part of the transfer time.
+// SQE's user_data (null is the eventfd read).
+//
+// Note [registered buffers]: Init registers a sparse table of kBufferSlots empty buffer slots
+// (io_uring_register_buffers_sparse, Linux 5.19); RegisterBuffer fills one with an IoBuffer's
+// memory (io_uring_register_buffers_update_tag, which needs no quiesced ring) from any thread,
+// and the kernel pins those pages once. The table of registered ranges, guarded by reg_mu_,
+// is filled after the kernel accepts a buffer and emptied before the kernel drops it, so the
+// worker, which looks up each piece's address there, only names slots the kernel holds; a
+// piece inside a registered range goes out as READ_FIXED/WRITE_FIXED, any other as a plain
+// READ/WRITE. For users without CAP_IPC_LOCK the pinned pages count against RLIMIT_MEMLOCK;
+// a buffer over it is not registered (said once) and works as a plain one.
 #include "offload/io/uring/uring_engine.h"
 
 #include <liburing.h>
 #include <sys/eventfd.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
@@ -32,6 +41,9 @@ namespace ztrain::offload::detail {
 namespace {
 
 using ::ztrain::detail::StrCat;
+
+constexpr int kBufferSlots = 64;
+constexpr int64_t kMaxRegisteredBytes = int64_t{1} << 30;  // the kernel's limit per buffer
 
 class UringEngine final : public IoEngine {
  public:
@@ -65,6 +77,12 @@ class UringEngine final : public IoEngine {
                      io_uring_opcode_supported(probe, IORING_OP_WRITE);
     if (probe) io_uring_free_probe(probe);
     if (!ops) return "io_uring unavailable: the kernel lacks IORING_OP_READ/WRITE (Linux < 5.6)";
+    const int reg = io_uring_register_buffers_sparse(&ring_, kBufferSlots);
+    if (reg < 0) {
+      fixed_why_ = "io_uring_register_buffers_sparse: " + ErrnoText(-reg);
+    } else {
+      registered_.resize(kBufferSlots);
+    }
     wake_fd_ = eventfd(0, EFD_CLOEXEC);
     if (wake_fd_ < 0) return "io_uring unavailable: eventfd: " + ErrnoText(errno);
     worker_ = std::thread([this] { Run(); });
@@ -80,7 +98,63 @@ class UringEngine final : public IoEngine {
   }
   bool uses_io_uring() const override { return true; }
 
+  int RegisterBuffer(char* data, int64_t bytes) override {
+    if (bytes <= 0 || bytes > kMaxRegisteredBytes) return -1;
+    std::lock_guard<std::mutex> lock(reg_mu_);
+    const auto free_slot = std::find_if(registered_.begin(), registered_.end(),
+                                        [](const Range& r) { return r.begin == nullptr; });
+    if (free_slot == registered_.end()) return -1;
+    const int slot = static_cast<int>(free_slot - registered_.begin());
+    iovec iov{data, static_cast<size_t>(bytes)};
+    const int ret =
+        io_uring_register_buffers_update_tag(&ring_, static_cast<unsigned>(slot), &iov, nullptr, 1);
+    if (ret != 1) {
+      static std::atomic<bool> said{false};
+      if (!said.exchange(true)) {
+        Log().info(
+            "offload I/O: a {} buffer stays unregistered with io_uring ({}); I/O works the same. "
+            "Raise the locked-memory limit (ulimit -l, RLIMIT_MEMLOCK) to register swap buffers",
+            FormatBytes(bytes), ErrnoText(ret < 0 ? -ret : EINVAL));
+      }
+      return -1;
+    }
+    *free_slot = Range{data, data + bytes};
+    return slot;
+  }
+
+  void UnregisterBuffer(int slot) override {
+    std::lock_guard<std::mutex> lock(reg_mu_);
+    if (slot < 0 || slot >= static_cast<int>(registered_.size())) return;
+    registered_[static_cast<size_t>(slot)] = Range{};
+    iovec iov{nullptr, 0};
+    const int ret =
+        io_uring_register_buffers_update_tag(&ring_, static_cast<unsigned>(slot), &iov, nullptr, 1);
+    if (ret != 1) Log().debug("offload I/O: unregistering buffer slot {}: {}", slot, ret);
+  }
+
+  std::string fixed_buffers() const override {
+    if (!fixed_why_.empty()) return "plain buffers (" + fixed_why_ + ")";
+    return StrCat("registered buffers (", kBufferSlots, " slots)");
+  }
+
  private:
+  struct Range {
+    char* begin = nullptr;
+    char* end = nullptr;
+  };
+
+  // The registered slot holding [data, data + bytes), or -1.
+  int FixedSlot(const char* data, int64_t bytes) {
+    std::lock_guard<std::mutex> lock(reg_mu_);
+    for (size_t i = 0; i < registered_.size(); ++i) {
+      const Range& r = registered_[i];
+      if (r.begin != nullptr && data >= r.begin && data + bytes <= r.end) {
+        return static_cast<int>(i);
+      }
+    }
+    return -1;
+  }
+
   void Submit(std::shared_ptr<IoRequest> request) override {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -164,14 +238,22 @@ class UringEngine final : public IoEngine {
     }
     if (!p) {
       io_uring_prep_read(sqe, wake_fd_, &wake_value_, sizeof wake_value_, 0);
-    } else if (p->request->op() == IoOp::kRead) {
-      io_uring_prep_read(sqe, p->request->file().fd(), p->next_data(),
-                         static_cast<unsigned>(p->remaining()),
-                         static_cast<uint64_t>(p->next_offset()));
     } else {
-      io_uring_prep_write(sqe, p->request->file().fd(), p->next_data(),
-                          static_cast<unsigned>(p->remaining()),
-                          static_cast<uint64_t>(p->next_offset()));
+      const int fd = p->request->file().fd();
+      const auto n = static_cast<unsigned>(p->remaining());
+      const auto offset = static_cast<uint64_t>(p->next_offset());
+      const int slot = FixedSlot(p->next_data(), p->remaining());
+      const bool read = p->request->op() == IoOp::kRead;
+      if (slot < 0 && read) {
+        io_uring_prep_read(sqe, fd, p->next_data(), n, offset);
+      } else if (slot < 0) {
+        io_uring_prep_write(sqe, fd, p->next_data(), n, offset);
+      } else if (read) {
+        io_uring_prep_read_fixed(sqe, fd, p->next_data(), n, offset, slot);
+      } else {
+        io_uring_prep_write_fixed(sqe, fd, p->next_data(), n, offset, slot);
+      }
+      if (slot >= 0 && p->done == 0) ++counters().fixed_pieces;
     }
     io_uring_sqe_set_data(sqe, p);
     unsubmitted_.push_back(p);
@@ -280,6 +362,10 @@ class UringEngine final : public IoEngine {
   bool wake_armed_ = false;
   bool broken_ = false;
   std::string broken_error_;
+
+  std::string fixed_why_;  // why buffers cannot be registered; empty when they can
+  mutable std::mutex reg_mu_;
+  std::vector<Range> registered_;  // by slot; empty without registered buffers
 
   std::mutex mu_;  // guards incoming_ and stop_
   std::condition_variable cv_;
