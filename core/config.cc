@@ -2,6 +2,7 @@
 // the typed Config.
 #include "core/config.h"
 
+#include <algorithm>
 #include <cctype>
 
 #include "core/config_internal.h"
@@ -179,8 +180,14 @@ Config ConfigFrom(const json& t, int world_size) {
   c.memory_breakdown = t["memory_breakdown"];
   c.dump_state = t["dump_state"];
   c.pipeline_stages = At(t, "pipeline.stages");
+  c.pipeline_partition = At(t, "pipeline.partition");
+  std::string schedule = At(t, "pipeline.schedule");
+  std::transform(schedule.begin(), schedule.end(), schedule.begin(),
+                 [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+  c.pipeline_schedule = schedule;
   c.tensor_parallel_size = At(t, "tensor_parallel.size");
   c.world_size = world_size;
+  c.dp_size = world_size / (c.pipeline_stages * c.tensor_parallel_size);
   c.resolved = t;
   return c;
 }
@@ -193,6 +200,27 @@ void ResolveAioThreadCount(const json& input, json& tree) {
   At(tree, "aio.intra_op_parallelism") = At(tree, "aio.thread_count");
 }
 
+// The data-parallel size: world_size / (pipeline.stages x tensor_parallel.size). A world that
+// does not divide is an error; the batch is then resolved for the whole world so that the
+// other checks still run.
+int DataParallelSize(const json& tree, int world_size, detail::ConfigErrors& errors) {
+  const json& pp = At(tree, "pipeline.stages");
+  const json& tp = At(tree, "tensor_parallel.size");
+  if (!pp.is_number_integer() || !tp.is_number_integer() || pp.get<int64_t>() < 1 ||
+      tp.get<int64_t>() < 1 || world_size < 1) {
+    return world_size;  // the range checks name the bad value
+  }
+  const int64_t model_parallel = pp.get<int64_t>() * tp.get<int64_t>();
+  if (world_size % model_parallel != 0) {
+    errors.Add("pipeline.stages",
+               detail::StrCat("the world of ", world_size, " ranks does not divide into pipeline.stages ",
+                      pp.get<int64_t>(), " x tensor_parallel.size ", tp.get<int64_t>(),
+                      "; launch a multiple of ", model_parallel, " ranks (dp x pp x tp)"));
+    return world_size;
+  }
+  return static_cast<int>(world_size / model_parallel);
+}
+
 }  // namespace
 
 Config ParseConfig(const nlohmann::json& j, int world_size) {
@@ -200,7 +228,7 @@ Config ParseConfig(const nlohmann::json& j, int world_size) {
   json tree = detail::BuildResolvedTree(j, errors);
   ResolveAioThreadCount(j, tree);
   detail::ResolveDerived(tree);
-  detail::ResolveBatchSize(tree, world_size, errors);
+  detail::ResolveBatchSize(tree, DataParallelSize(tree, world_size, errors), errors);
   detail::CheckRefusals(tree, errors);
   detail::CheckRanges(tree, errors);
   errors.ThrowIfAny();

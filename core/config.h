@@ -146,12 +146,16 @@ struct Config {
   bool memory_breakdown = false;
   bool dump_state = false;
   int pipeline_stages = 1;
+  std::string pipeline_partition = "parameters";  // "parameters" | "uniform"
+  std::string pipeline_schedule = "1f1b";         // "1f1b" | "gpipe" (lower case)
   int tensor_parallel_size = 1;
-  int world_size = 1;       // data-parallel size the batch triple was resolved for
+  int world_size = 1;  // ranks in all: dp_size x pipeline_stages x tensor_parallel_size
+  int dp_size = 1;     // data-parallel ranks, the size the batch triple was resolved for
   nlohmann::json resolved;  // the full config with every default and "auto" filled in
 };
 
-// Parses and validates `j` for a data-parallel world of `world_size` ranks. Throws
+// Parses and validates `j` for a world of `world_size` ranks (dp = world_size /
+// (pipeline.stages x tensor_parallel.size), the batch triple resolved for dp). Throws
 // ConfigError listing every problem found (one per line), not just the first.
 Config ParseConfig(const nlohmann::json& j, int world_size = 1);
 // Reads a JSON file (syntax errors name the line and column) and parses it.

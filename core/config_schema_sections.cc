@@ -103,10 +103,14 @@ std::vector<ConfigKey> CheckpointAndParallelKeys() {
           "Pipeline stages write in parallel."),
       Key("pipeline", T::kSection, nullptr, "Pipeline parallelism."),
       Key("pipeline.stages", T::kInt, "auto", "Pipeline stages (`\"auto\"`: 1).").Auto(),
-      Key("pipeline.partition", T::kString, "best",
-          "How layers are split: `parameters`, `uniform`, `best` or `type:REGEX`."),
-      Key("pipeline.schedule", T::kString, "1F1B", "ztrain: `1F1B` or `GPipe`.")
-          .Choices({"1F1B", "GPipe"}),
+      Key("pipeline.partition", T::kString, "parameters",
+          "ztrain: how layers are split into stages: `parameters` (balanced parameter counts) "
+          "or `uniform` (balanced layer counts).")
+          .Choices({"parameters", "uniform"}),
+      Key("pipeline.schedule", T::kString, "1f1b",
+          "ztrain: `1f1b` (at most stages - s micro-batches in flight on stage s) or `gpipe` "
+          "(all forwards, then all backwards).")
+          .Choices({"1f1b", "gpipe", "1F1B", "GPipe"}),
       Key("pipeline.seed_layers", T::kBool, false, "Seed each layer by its index."),
       Key("pipeline.activation_checkpoint_interval", T::kInt, 0,
           "Checkpoint every this many layers (0 = off)."),

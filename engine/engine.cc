@@ -35,22 +35,26 @@ double MeanOf(const Tensor& t) {
 }  // namespace
 
 Engine::Engine(Config config, std::vector<std::unique_ptr<nn::Layer>> layers,
-               comm::Communicator* dp)
+               ParallelGroups groups)
     : config_(std::move(config)),
-      layers_(std::move(layers)),
       host_(&tracker_),
       raw_host_(nullptr),
       pinned_(&tracker_),
       activations_(raw_host_, &tracker_),
-      self_comm_(dp ? nullptr : comm::MakeSelfCommunicator()),
-      dp_(dp ? dp : self_comm_.get()),
+      self_comm_(groups.dp ? nullptr : comm::MakeSelfCommunicator()),
+      dp_(groups.dp ? groups.dp : self_comm_.get()),
+      self_pp_(groups.pp ? nullptr : comm::MakeSelfCommunicator()),
+      pp_(groups.pp ? groups.pp : self_pp_.get()),
+      self_tp_(groups.tp ? nullptr : comm::MakeSelfCommunicator()),
+      tp_(groups.tp ? groups.tp : self_tp_.get()),
       stage_(config_.zero.stage),
       overlap_(stage_ == 0 || config_.zero.overlap_comm),
       ops_(kernels::MakeCpuOps()),
       schedule_(optim::MakeLrSchedule(config_.scheduler, config_.optimizer.lr)) {
-  ZTRAIN_CHECK(!layers_.empty(), "the model has no layers");
+  ZTRAIN_CHECK(!layers.empty(), "the model has no layers");
   ZTRAIN_CHECK(stage_ >= 0 && stage_ <= 3, "zero_optimization.stage is ", stage_,
                "; use 0, 1, 2 or 3");
+  SelectStage(std::move(layers));
   BuildStorage();
   SetUpOffload();
   InitParameters();
@@ -75,17 +79,33 @@ void Engine::BuildStorage() {
   for (size_t l = 0; l < layers_.size(); ++l) {
     auto state = std::make_unique<LayerState>();
     std::vector<nn::ParamSpec> specs = layers_[l]->Params();
-    std::vector<int64_t> offsets;
-    for (const nn::ParamSpec& spec : specs) {
-      if (!spec.tied_to.empty()) {
-        offsets.push_back(-1);
-        continue;
-      }
-      ZTRAIN_CHECK(slot_by_name_.count(spec.name) == 0, "parameter name '", spec.name,
-                   "' is used twice; parameter names must be unique in the model");
-      offsets.push_back(state->padded);
-      state->padded = AlignUp(state->padded + NumElements(spec.shape), kParamAlignment);
+    // A weight tied across pipeline stages sits at offset 0 in both stages' layers; the stage
+    // holding the copy stores it under the owner's name (Note [Pipeline in the engine]).
+    const StageTie* tie = nullptr;
+    for (const StageTie& t : stage_ties_) {
+      if (t.layer == l) tie = &t;
     }
+    size_t first = specs.size();
+    for (size_t i = 0; i < specs.size(); ++i) {
+      nn::ParamSpec& spec = specs[i];
+      if (tie && tie->copy && spec.tied_to == tie->name) {
+        spec.name = spec.tied_to;
+        spec.tied_to.clear();
+      }
+      if (tie && spec.tied_to.empty() && spec.name == tie->name) first = i;
+    }
+    std::vector<int64_t> offsets(specs.size(), -1);
+    auto place = [&](size_t i) {
+      ZTRAIN_CHECK(slot_by_name_.count(specs[i].name) == 0, "parameter name '", specs[i].name,
+                   "' is used twice; parameter names must be unique in the model");
+      offsets[i] = state->padded;
+      state->padded = AlignUp(state->padded + NumElements(specs[i].shape), kParamAlignment);
+    };
+    if (first < specs.size()) place(first);
+    for (size_t i = 0; i < specs.size(); ++i) {
+      if (specs[i].tied_to.empty() && i != first) place(i);
+    }
+    state->padded = std::max(state->padded, min_padded_[l]);
     LayerState& st = *state;
     st.padded = AlignUp(st.padded, kParamAlignment * n_dp);
     st.shard = st.padded / n_dp;
@@ -133,7 +153,7 @@ void Engine::BuildStorage() {
       } else {
         slot_by_name_[spec.name] = slot;
         st.owned.push_back(slot);
-        slots_.push_back({spec, l, offsets[i]});
+        slots_.push_back({spec, l, offsets[i], tie != nullptr && tie->copy && i == first});
       }
       st.bound.push_back(slot);
       const size_t unit = slots_[slot].layer;
@@ -210,9 +230,12 @@ void Engine::SetUpOffload() {
       opt_nvme ? offload::OptimizerSwapper::FileBytes(opt_elements, config_.zero.sub_group_size) : 0;
   // One swap directory per distinct nvme_path, checked for the bytes all its files need.
   const bool shared = param_nvme && opt_nvme && op.nvme_path == oo.nvme_path;
+  // The rank's place in the dp x pp x tp grid (its world rank, ProcessGrid's order) names its
+  // swap directory, so no two ranks of a job share one.
+  const int grid_rank = (pp_->rank() * dp_->size() + dp_->rank()) * tp_->size() + tp_->rank();
   auto make_dir = [&](const std::string& path, int64_t bytes, const std::string& what) {
     swap_dirs_.push_back(std::make_unique<offload::SwapDir>(path, config_.training.job_name,
-                                                            dp_->rank(), bytes, what));
+                                                            grid_rank, bytes, what));
     return swap_dirs_.back().get();
   };
   offload::SwapDir* param_dir = nullptr;
@@ -269,8 +292,14 @@ void Engine::InitParameters() {
       const int64_t begin = std::max(s.offset, held_begin);
       const int64_t end = std::min(s.offset + NumElements(s.spec.shape), held_begin + held_len);
       if (begin >= end) continue;
-      const Tensor out(held + (begin - held_begin), DType::kF32, {end - begin});
-      nn::InitParam(s.spec, config_.training.seed, out, begin - s.offset);
+      // A tensor-parallel slice takes the whole parameter's values at its runs' indices.
+      nn::ForEachSliceRun(s.spec.tp, s.spec.shape, [&](int64_t local, int64_t full, int64_t n) {
+        const int64_t a = std::max(begin - s.offset, local);
+        const int64_t b = std::min(end - s.offset, local + n);
+        if (a >= b) return;
+        const Tensor out(held + (s.offset + a - held_begin), DType::kF32, {b - a});
+        nn::InitParam(s.spec, config_.training.seed, out, full + (a - local));
+      });
     }
     if (param_swap_) param_swap_->Store(l, held);
   }
@@ -311,6 +340,23 @@ Tensor Engine::Gradient(const std::string& name) const {
       .Flat(s.offset, s.spec.shape);
 }
 
+Shape Engine::FullShape(const nn::ParamSpec& spec) {
+  return spec.tp.split() ? spec.tp.full_shape : spec.shape;
+}
+
+// Copies between a rank's slice (`local`) and the whole parameter (`full`) along the slice's
+// runs; `to_full` says which way.
+void Engine::CopySlice(const nn::TensorSlice& slice, const Shape& local_shape, float* local,
+                       float* full, bool to_full) {
+  nn::ForEachSliceRun(slice, local_shape, [&](int64_t l, int64_t f, int64_t n) {
+    if (to_full) {
+      std::memcpy(full + f, local + l, static_cast<size_t>(n) * sizeof(float));
+    } else {
+      std::memcpy(local + l, full + f, static_cast<size_t>(n) * sizeof(float));
+    }
+  });
+}
+
 void Engine::ForEachFullParameter(
     const std::function<void(const std::string&, const Tensor&)>& fn) {
   for (size_t l = 0; l < states_.size(); ++l) {
@@ -324,7 +370,25 @@ void Engine::ForEachFullParameter(
     }
     for (size_t slot : st.owned) {
       const Slot& s = slots_[slot];
-      fn(s.spec.name, Tensor(const_cast<float*>(base) + s.offset, DType::kF32, s.spec.shape));
+      const Tensor local(const_cast<float*>(base) + s.offset, DType::kF32, s.spec.shape);
+      if (!s.spec.tp.split()) {
+        fn(s.spec.name, local);
+        continue;
+      }
+      // A tensor-parallel slice: gather every rank's slice, then put each in its place.
+      const int t = tp_->size();
+      const int64_t n = local.numel();
+      Buffer slices(activations_, DType::kF32, {t * n}, MemoryCategory::kWorkspace);
+      WaitFor(*tp_->AllGather(local, slices.AsTensor(DType::kF32, {t * n})));
+      const Shape full_shape = FullShape(s.spec);
+      Buffer full(activations_, DType::kF32, full_shape, MemoryCategory::kWorkspace);
+      nn::TensorSlice slice = s.spec.tp;
+      for (int r = 0; r < t; ++r) {
+        slice.part = r;
+        CopySlice(slice, s.spec.shape, slices.data<float>() + r * n, full.data<float>(),
+                  /*to_full=*/true);
+      }
+      fn(s.spec.name, full.AsTensor(DType::kF32, full_shape));
     }
   }
 }
@@ -342,7 +406,14 @@ void Engine::SetFullParameters(
     }
     for (size_t slot : st.owned) {
       const Slot& s = slots_[slot];
-      fill(s.spec.name, Tensor(base + s.offset, DType::kF32, s.spec.shape));
+      if (!s.spec.tp.split()) {
+        fill(s.spec.name, Tensor(base + s.offset, DType::kF32, s.spec.shape));
+        continue;
+      }
+      const Shape full_shape = FullShape(s.spec);
+      Buffer full(activations_, DType::kF32, full_shape, MemoryCategory::kWorkspace);
+      fill(s.spec.name, full.AsTensor(DType::kF32, full_shape));
+      CopySlice(s.spec.tp, s.spec.shape, base + s.offset, full.data<float>(), /*to_full=*/false);
     }
     if (st.sharded && param_swap_) {
       param_swap_->Store(l, whole.data<float>() + st.opt_begin);
@@ -393,38 +464,57 @@ double Engine::MeanOverDp(double value) {
 
 double Engine::ForwardBackwardImpl(const nn::MicroBatch& mb, float loss_weight,
                                    StepStats* stats, bool reduce) {
-  const auto start = std::chrono::steady_clock::now();
+  ZTRAIN_CHECK(pp_->size() == 1, "ForwardBackward runs the whole model; a pipeline stage runs "
+               "its part inside TrainStep");
   const double wait_before = comm_wait_seconds_;
+  MicroBatchRun run;
+  RunForward(mb, mb.tokens, run, stats);
+  const Tensor losses = run.out_views.back();
+  const double loss = MeanOf(losses);
+  RunBackward(mb, LossGradient(losses.shape(), loss_weight), run, reduce, stats);
+  if (stats) stats->comm_wait_seconds += comm_wait_seconds_ - wait_before;
+  return loss;
+}
+
+Buffer Engine::LossGradient(const Shape& shape, float loss_weight) {
+  Buffer dout(activations_, DType::kF32, shape, MemoryCategory::kActivations);
+  float* d = dout.data<float>();
+  const int64_t n = NumElements(shape);
+  const float v = loss_weight / static_cast<float>(n);
+  for (int64_t i = 0; i < n; ++i) d[i] = v;
+  return dout;
+}
+
+void Engine::RunForward(const nn::MicroBatch& mb, const Tensor& input, MicroBatchRun& run,
+                        StepStats* stats) {
+  const auto start = std::chrono::steady_clock::now();
   const size_t n_layers = layers_.size();
-  std::vector<nn::LayerContext> ctx;
-  ctx.reserve(n_layers);
+  run.input = input;
+  run.ctx.reserve(n_layers);
   // outputs[i] is layer i's output, kept until layer i+1's backward has used it.
-  std::vector<Buffer> outputs(n_layers);
-  Tensor input = mb.tokens;
-  std::vector<Tensor> out_views(n_layers);
+  run.outputs.resize(n_layers);
+  run.out_views.resize(n_layers);
+  Tensor x = input;
   for (size_t i = 0; i < n_layers; ++i) {
-    ctx.emplace_back(*ops_, activations_);
-    const Shape shape = layers_[i]->OutputShape(input.shape());
-    outputs[i] = Buffer(activations_, DType::kF32, shape, MemoryCategory::kActivations);
-    out_views[i] = outputs[i].AsTensor(DType::kF32, shape);
+    run.ctx.emplace_back(*ops_, activations_);
+    const Shape shape = layers_[i]->OutputShape(x.shape());
+    run.outputs[i] = Buffer(activations_, DType::kF32, shape, MemoryCategory::kActivations);
+    run.out_views[i] = run.outputs[i].AsTensor(DType::kF32, shape);
     if (stage_ == 3) {
       GatherForUse(i);
       BindLayer(i);
     }
-    layers_[i]->Forward(mb, input, out_views[i], ctx[i]);
+    layers_[i]->Forward(mb, x, run.out_views[i], run.ctx[i]);
     if (stage_ == 3) ReleaseAfterUse();
-    input = out_views[i];
+    x = run.out_views[i];
   }
-  const Tensor losses = out_views.back();
-  const double loss = MeanOf(losses);
-  const auto forward_done = std::chrono::steady_clock::now();
-  // d(objective)/d(loss per token): the objective is loss_weight * mean(losses).
-  Buffer dout(activations_, DType::kF32, losses.shape(), MemoryCategory::kActivations);
-  {
-    float* d = dout.data<float>();
-    const float v = loss_weight / static_cast<float>(losses.numel());
-    for (int64_t i = 0; i < losses.numel(); ++i) d[i] = v;
-  }
+  if (stats) stats->forward_seconds += SecondsBetween(start, std::chrono::steady_clock::now());
+}
+
+Buffer Engine::RunBackward(const nn::MicroBatch& mb, Buffer dout, MicroBatchRun& run,
+                           bool reduce, StepStats* stats) {
+  const auto start = std::chrono::steady_clock::now();
+  const size_t n_layers = layers_.size();
   // Stages 2 and 3 reduce every micro-batch (Note [ZeRO in the engine]).
   reduce = reduce || stage_ >= 2;
   if (stage_ >= 2) {
@@ -433,22 +523,23 @@ double Engine::ForwardBackwardImpl(const nn::MicroBatch& mb, float loss_weight,
     }
   }
   for (size_t i = n_layers; i-- > 0;) {
-    const Tensor layer_in = i == 0 ? mb.tokens : out_views[i - 1];
+    const Tensor layer_in = i == 0 ? run.input : run.out_views[i - 1];
     if (stage_ == 3) GatherForUse(i);
     if (stage_ >= 2) AllocateFullGradients(i);
     if (stage_ >= 2) BindLayer(i);
+    // The model's first layer takes token ids: it has no input gradient.
     Buffer din;
     Tensor din_view;
-    if (i > 0) {
+    if (i > 0 || !first_stage()) {
       din = Buffer(activations_, DType::kF32, layer_in.shape(), MemoryCategory::kActivations);
       din_view = din.AsTensor(DType::kF32, layer_in.shape());
     }
-    layers_[i]->Backward(mb, layer_in, dout.AsTensor(DType::kF32, out_views[i].shape()), din_view,
-                         ctx[i]);
+    layers_[i]->Backward(mb, layer_in, dout.AsTensor(DType::kF32, run.out_views[i].shape()),
+                         din_view, run.ctx[i]);
     if (stage_ == 3) ReleaseAfterUse();
     if (reduce) OnGradientsReady(i);
-    ctx[i].Release();
-    outputs[i].Reset();
+    run.ctx[i].Release();
+    run.outputs[i].Reset();
     dout = std::move(din);
   }
   if (reduce) FinishReductions();
@@ -456,15 +547,12 @@ double Engine::ForwardBackwardImpl(const nn::MicroBatch& mb, float loss_weight,
     // The full gradient (and gathered parameter) buffers are gone: no layer may keep a view.
     for (size_t l = 0; l < n_layers; ++l) BindLayer(l);
   }
-  if (stats) {
-    stats->forward_seconds += SecondsBetween(start, forward_done);
-    stats->backward_seconds += SecondsBetween(forward_done, std::chrono::steady_clock::now());
-    stats->comm_wait_seconds += comm_wait_seconds_ - wait_before;
-  }
-  return loss;
+  if (stats) stats->backward_seconds += SecondsBetween(start, std::chrono::steady_clock::now());
+  return dout;
 }
 
 double Engine::EvalLoss(const nn::MicroBatch& mb) {
+  if (pp_->size() > 1) return EvalLossPipelined(mb);
   if (stage_ == 3) StartGatherPlan(1, /*backward=*/false);
   Tensor input = mb.tokens;
   Buffer previous;
@@ -490,14 +578,49 @@ double Engine::EvalLoss(const nn::MicroBatch& mb) {
 }
 
 double Engine::GradNorm() const {
+  // Each element once: a pipeline stage's copy of a weight another stage owns is left out.
   std::vector<Tensor> grads;
-  for (const auto& s : states_) {
-    grads.push_back(stage_ >= 1 ? s->Flat(s->grad_shard, s->shard) : s->Flat(s->grads, s->padded));
+  for (size_t l = 0; l < states_.size(); ++l) {
+    const LayerState& st = *states_[l];
+    const Tensor g = stage_ >= 1 ? st.Flat(st.grad_shard, st.shard) : st.Flat(st.grads, st.padded);
+    int64_t skip = 0;  // leading elements of g that belong to a copy
+    for (const StageTie& tie : stage_ties_) {
+      if (tie.copy && tie.layer == l) {
+        skip = std::clamp<int64_t>(tie.elements - (stage_ >= 1 ? st.opt_begin : 0), 0, g.numel());
+      }
+    }
+    if (skip < g.numel()) grads.push_back(g.Flat(skip, {g.numel() - skip}));
   }
-  if (stage_ == 0) return optim::GlobalNorm(grads);
-  float sum = static_cast<float>(optim::GradSquaredSum(grads));
-  dp_->AllReduce(Tensor(&sum, DType::kF32, {1}))->Wait();
+  if (stage_ == 0 && pp_->size() == 1 && tp_->size() == 1) return optim::GlobalNorm(grads);
+  double squares = optim::GradSquaredSum(grads);
+  if (tp_->size() > 1) {
+    // Parameters whole on every tp rank (layernorms, row-parallel biases) have equal
+    // gradients there: each rank counts 1/tp of them, so the tp sum counts them once.
+    squares -= (1.0 - 1.0 / tp_->size()) * ReplicatedSquares();
+  }
+  float sum = static_cast<float>(squares);
+  if (stage_ >= 1) dp_->AllReduce(Tensor(&sum, DType::kF32, {1}))->Wait();
+  if (pp_->size() > 1) pp_->AllReduce(Tensor(&sum, DType::kF32, {1}))->Wait();
+  if (tp_->size() > 1) tp_->AllReduce(Tensor(&sum, DType::kF32, {1}))->Wait();
   return std::sqrt(static_cast<double>(sum));
+}
+
+// The squared gradient elements of this rank's parameters that tensor parallelism does not
+// split, within the rank's gradient range (copies of tied weights left out, as in GradNorm).
+double Engine::ReplicatedSquares() const {
+  std::vector<Tensor> parts;
+  for (const Slot& s : slots_) {
+    if (s.spec.tp.split() || s.stage_copy) continue;
+    const LayerState& st = *states_[s.layer];
+    const int64_t range_begin = stage_ >= 1 ? st.opt_begin : 0;
+    const int64_t range_len = stage_ >= 1 ? st.shard : st.padded;
+    const int64_t a = std::max(s.offset, range_begin);
+    const int64_t b = std::min(s.offset + NumElements(s.spec.shape), range_begin + range_len);
+    if (a >= b) continue;
+    const Tensor g = stage_ >= 1 ? st.Flat(st.grad_shard, st.shard) : st.Flat(st.grads, st.padded);
+    parts.push_back(g.Flat(a - range_begin, {b - a}));
+  }
+  return optim::GradSquaredSum(parts);
 }
 
 void Engine::OptimizerStep(double grad_norm, StepStats& stats) {
@@ -590,6 +713,7 @@ void Engine::OptimizerStep(double grad_norm, StepStats& stats) {
 
 StepStats Engine::TrainStep(std::span<const nn::MicroBatch> micro_batches) {
   ZTRAIN_CHECK(!micro_batches.empty(), "TrainStep needs at least one micro-batch");
+  if (pp_->size() > 1) return TrainStepPipelined(micro_batches);
   const auto start = std::chrono::steady_clock::now();
   const double wait_before = comm_wait_seconds_;
   StepStats stats;

@@ -25,6 +25,19 @@
 // swap files under nvme_path, streamed through by the offload/ swappers; results are
 // bitwise those of the same layout without offload.
 //
+// Pipeline parallelism (Note [Pipeline in the engine], engine_pipeline.cc): given a pipeline
+// group of P ranks, the engine is handed the whole model, partitions it into P contiguous
+// layer ranges (pipeline.partition) and keeps the range of its stage (its pp rank); TrainStep
+// runs the stage's instruction list (pipeline.schedule: 1F1B or GPipe), passing activations
+// and their gradients to the neighbouring stages. A weight tied across stages (GPT-2's token
+// embedding and LM head) is held by both stages, laid out identically, and its gradients are
+// summed between them before the step, so both copies stay equal.
+//
+// Tensor parallelism: given a tp group, the layers are the tensor-parallel ones, which run
+// their own collectives on it; the engine initialises each slice from the whole parameter's
+// indices (ParamSpec::tp), gathers slices when whole values are asked for, and counts
+// parameters that every tp rank holds whole once in the gradient norm.
+//
 // The engine knows nothing of the CLI, files or data sources: it is the piece research code
 // embeds (examples/custom_layer). Not thread safe; one step at a time. Errors throw.
 #include <functional>
@@ -33,6 +46,7 @@
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "core/allocator.h"
@@ -72,23 +86,37 @@ struct StepStats {
   double comm_wait_seconds = 0.0;
 };
 
+// The groups a rank trains in (not owned; they must outlive the engine). Null: a group of one.
+struct ParallelGroups {
+  comm::Communicator* dp = nullptr;  // the ranks holding the same layers (data parallel)
+  comm::Communicator* pp = nullptr;  // the rank's pipeline: stage s is pp rank s
+  comm::Communicator* tp = nullptr;  // the ranks splitting each layer (tensor parallel)
+};
+
 class Engine {
  public:
+  // `layers` is the whole model; with a pipeline group of P > 1 ranks the engine keeps its
+  // stage's layers only. With a tp group the layers are the tensor-parallel ones
+  // (tensor::BuildParallelGpt2): each parameter is the rank's slice (ParamSpec::tp).
+  Engine(Config config, std::vector<std::unique_ptr<nn::Layer>> layers, ParallelGroups groups);
   // `dp` is the data-parallel group (not owned; must outlive the engine); null = one process.
   Engine(Config config, std::vector<std::unique_ptr<nn::Layer>> layers,
-         comm::Communicator* dp = nullptr);
+         comm::Communicator* dp = nullptr)
+      : Engine(std::move(config), std::move(layers), ParallelGroups{dp, nullptr, nullptr}) {}
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
   // One optimizer step over this rank's `micro_batches` (normally gradient_accumulation_steps
-  // of them); every rank of the dp group calls it with the same number. The loss and token
-  // count in the result are over the global batch (all ranks).
+  // of them); every rank of the dp group calls it with the same number, and every stage of a
+  // pipeline with the same micro-batches. The loss and token count in the result are over
+  // the global batch (all ranks), on every stage.
   StepStats TrainStep(std::span<const nn::MicroBatch> micro_batches);
-  // Mean per-token loss of one micro-batch without touching gradients or parameters.
+  // Mean per-token loss of one micro-batch without touching gradients or parameters (every
+  // stage of a pipeline calls it and gets the loss).
   double EvalLoss(const nn::MicroBatch& mb);
 
-  // Building blocks of TrainStep, for tests and custom loops.
+  // Building blocks of TrainStep, for tests and custom loops (one pipeline stage only).
   void ZeroGrad();
   // Forward + backward of one micro-batch; gradients of the objective
   // loss_weight * mean(per-token loss) accumulate locally (no communication). Returns the mean
@@ -109,12 +137,20 @@ class Engine {
   Shape ParameterShape(const std::string& name) const;
   // Calls fn(name, value) for every owned parameter, in model order, with its whole value
   // (valid during the call only). At stage 3 this is collective: every rank of the dp group
-  // calls it, and each layer is gathered in turn.
+  // calls it, and each layer is gathered in turn; so it is over the tp group, which gathers
+  // the slices of split parameters.
   void ForEachFullParameter(const std::function<void(const std::string&, const Tensor&)>& fn);
   // Sets every owned parameter: fill(name, destination) writes its whole value. Every rank
-  // must write the same values; at stage 3 each keeps its shard. Not collective.
+  // must write the same values; at stage 3 each keeps its shard, under tensor parallelism
+  // its slice. Not collective.
   void SetFullParameters(const std::function<void(const std::string&, const Tensor&)>& fill);
   std::vector<std::string> ParameterNames() const;  // owned parameters, model order
+  // The whole model's parameters (every stage's, each tied weight once), in model order.
+  std::vector<std::pair<std::string, Shape>> ModelParameters() const;
+  // Calls fn(name, value) for every parameter of ModelParameters(), whole, on the rank at
+  // dp 0, pp 0, tp 0, and for none elsewhere: later stages send theirs. Collective over the
+  // dp, pp and tp groups.
+  void ForEachModelParameter(const std::function<void(const std::string&, const Tensor&)>& fn);
   int64_t NumParameters() const;                    // owned elements, without padding
   // Matmul FLOPs of forward + backward per token at sequence length T (3x forward).
   double TrainFlopsPerToken(int64_t seq_len) const;
@@ -123,6 +159,16 @@ class Engine {
   int dp_rank() const { return dp_->rank(); }
   int dp_size() const { return dp_->size(); }
   comm::Communicator& dp() { return *dp_; }
+  int pp_rank() const { return pp_->rank(); }
+  int pp_size() const { return pp_->size(); }
+  comm::Communicator& pp() { return *pp_; }
+  int tp_rank() const { return tp_->rank(); }
+  int tp_size() const { return tp_->size(); }
+  comm::Communicator& tp() { return *tp_; }
+  bool first_stage() const { return pp_->rank() == 0; }
+  bool last_stage() const { return pp_->rank() == pp_->size() - 1; }
+  // Model layer index of this stage's first layer; layers() holds the stage's layers.
+  size_t first_layer() const { return stage_begin_; }
   const Config& config() const { return config_; }
   MemoryTracker& memory() { return tracker_; }
   kernels::Ops& ops() { return *ops_; }
@@ -131,12 +177,29 @@ class Engine {
  private:
   struct Slot;
   struct LayerState;
+  struct MicroBatchRun;
+  void SelectStage(std::vector<std::unique_ptr<nn::Layer>> model);
   void BuildStorage();
   void SetUpOffload();
   void InitParameters();
   comm::WorkPtr LaunchGather(size_t layer, const Buffer& whole);
   double ForwardBackwardImpl(const nn::MicroBatch& mb, float loss_weight, StepStats* stats,
                              bool reduce);
+  // The stage's forward of one micro-batch from `input` (the tokens on the first stage), and
+  // its backward from the gradient of the stage's output; RunBackward returns the gradient of
+  // the stage's input (empty on the first stage).
+  void RunForward(const nn::MicroBatch& mb, const Tensor& input, MicroBatchRun& run,
+                  StepStats* stats);
+  Buffer RunBackward(const nn::MicroBatch& mb, Buffer dout, MicroBatchRun& run, bool reduce,
+                     StepStats* stats);
+  // The gradient of the objective loss_weight * mean(per-token loss) w.r.t. the losses.
+  Buffer LossGradient(const Shape& shape, float loss_weight);
+  // Pipeline (engine_pipeline.cc).
+  StepStats TrainStepPipelined(std::span<const nn::MicroBatch> micro_batches);
+  double EvalLossPipelined(const nn::MicroBatch& mb);
+  Shape StageInputShape(const nn::MicroBatch& mb) const;
+  void SumStageTiedGradients();
+  double SumOverPipeline(double value);
   void BindLayer(size_t layer);
   void AllocateFullGradients(size_t layer);
   void WaitFor(comm::Work& work);
@@ -147,10 +210,17 @@ class Engine {
   void GatherParameters();
   // Stage 3 parameter gathering.
   void StartGatherPlan(int micro_batches, bool backward);
+  // The plan for a step whose phases (per micro-batch forward = false, backward = true) run
+  // in this order.
+  void StartGatherPlan(const std::vector<bool>& phases);
   void GatherForUse(size_t layer);
   void ReleaseAfterUse();
   void ReleaseAllGathered();
   const Slot& FindSlot(const std::string& name) const;
+  double ReplicatedSquares() const;
+  static Shape FullShape(const nn::ParamSpec& spec);
+  static void CopySlice(const nn::TensorSlice& slice, const Shape& local_shape, float* local,
+                        float* full, bool to_full);
 
   Config config_;
   std::vector<std::unique_ptr<nn::Layer>> layers_;
@@ -161,6 +231,26 @@ class Engine {
   CachingAllocator activations_;
   std::unique_ptr<comm::Communicator> self_comm_;  // the dp group when none is given
   comm::Communicator* dp_;
+  std::unique_ptr<comm::Communicator> self_pp_;  // the pp group when none is given
+  comm::Communicator* pp_;
+  std::unique_ptr<comm::Communicator> self_tp_;  // the tp group when none is given
+  comm::Communicator* tp_;
+  // Pipeline: the model's parameters by layer (to name and shape what other stages hold), the
+  // stage boundaries, the layers before this stage (for the shape of its input), and the
+  // weights this stage shares with another stage (Note [Pipeline in the engine]).
+  std::vector<std::vector<nn::ParamSpec>> model_specs_;
+  std::vector<int> stage_bounds_;
+  size_t stage_begin_ = 0;
+  std::vector<std::unique_ptr<nn::Layer>> earlier_layers_;
+  struct StageTie {
+    size_t layer;        // the stage's layer holding it (at offset 0 of its flat buffer)
+    int64_t elements;    // its size
+    int peer;            // the pp rank of the other stage holding it
+    bool copy;           // this stage holds the copy (the owner sits on another stage)
+    std::string name;    // the tied parameter's (owner's) name
+  };
+  std::vector<StageTie> stage_ties_;
+  std::vector<int64_t> min_padded_;  // per stage layer: the least flat size (tied layouts)
   int stage_;
   bool overlap_;  // let gradient reductions run behind backward (stage 0, or overlap_comm)
   std::unique_ptr<kernels::Ops> ops_;
@@ -173,8 +263,8 @@ class Engine {
   // Gradient buckets: layers waiting to be reduced, and layers whose reduction is in flight.
   std::vector<size_t> pending_, launched_;
   int64_t pending_elements_ = 0;
-  // Stage 3: gather plans by (micro-batches, with backward), the one running and its position.
-  std::map<int, zero::GatherPlan> plans_;
+  // Stage 3: gather plans by the step's phases, the one running and its position.
+  std::map<std::vector<bool>, zero::GatherPlan> plans_;
   const zero::GatherPlan* plan_ = nullptr;
   size_t position_ = 0;
   // Offload (Note [Offload in the engine]): the I/O engine, swap directories, and where

@@ -8,6 +8,7 @@
 #include "core/tensor.h"
 #include "engine/engine.h"
 #include "nn/layer.h"
+#include "nn/layer_context.h"
 #include "parallel/comm/communicator.h"
 
 namespace ztrain {
@@ -17,6 +18,17 @@ struct Engine::Slot {
   nn::ParamSpec spec;
   size_t layer = 0;
   int64_t offset = 0;
+  bool stage_copy = false;  // this stage's copy of a weight another stage owns (pipeline)
+};
+
+// One micro-batch in flight through the stage: each layer's saved context and output, kept
+// from its forward until its backward.
+struct Engine::MicroBatchRun {
+  std::vector<nn::LayerContext> ctx;
+  std::vector<Buffer> outputs;
+  std::vector<Tensor> out_views;
+  Tensor input;     // the stage's input: the tokens on the first stage
+  Buffer received;  // owns a received input activation (later stages)
 };
 
 // Note [ZeRO in the engine]

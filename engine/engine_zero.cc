@@ -13,25 +13,31 @@ namespace ztrain {
 // --- Stage 3: gathering parameters by plan (Note [ZeRO in the engine]) -------------------
 
 void Engine::StartGatherPlan(int micro_batches, bool backward) {
+  std::vector<bool> phases;
+  for (int m = 0; m < micro_batches; ++m) {
+    phases.push_back(false);
+    if (backward) phases.push_back(true);
+  }
+  StartGatherPlan(phases);
+}
+
+void Engine::StartGatherPlan(const std::vector<bool>& phases) {
   ReleaseAllGathered();
-  const int key = micro_batches * 2 + (backward ? 1 : 0);
-  auto it = plans_.find(key);
+  auto it = plans_.find(phases);
   if (it == plans_.end()) {
     std::vector<int64_t> sizes;
     for (const auto& st : states_) sizes.push_back(st->padded);
     std::vector<zero::UnitUse> uses;
     const size_t n = layers_.size();
-    for (int m = 0; m < micro_batches; ++m) {
-      for (size_t l = 0; l < n; ++l) uses.push_back(states_[l]->units);
-      if (!backward) continue;
-      for (size_t l = n; l-- > 0;) uses.push_back(states_[l]->units);
+    for (const bool backward : phases) {
+      for (size_t i = 0; i < n; ++i) uses.push_back(states_[backward ? n - 1 - i : i]->units);
     }
     const ZeroConfig& z = config_.zero;
     const zero::GatherLimits limits{.prefetch_bucket = z.stage3_prefetch_bucket_size,
                                     .max_live = z.stage3_max_live_parameters,
                                     .max_reuse_distance = z.stage3_max_reuse_distance,
                                     .persistence_threshold = z.stage3_param_persistence_threshold};
-    it = plans_.emplace(key, zero::PlanGathers(sizes, uses, limits)).first;
+    it = plans_.emplace(phases, zero::PlanGathers(sizes, uses, limits)).first;
   }
   plan_ = &it->second;
   position_ = 0;

@@ -10,6 +10,7 @@
 #include "core/logging.h"
 #include "nn/gpt2.h"
 #include "nn/llmc_model_file.h"
+#include "parallel/tensor/tp_layers.h"
 #include "optim/adam.h"
 
 namespace ztrain {
@@ -49,30 +50,32 @@ std::string MemoryBreakdown(const MemorySnapshot& mem, bool with_current) {
 using StagedModel = std::map<std::string, std::vector<float>>;
 
 nn::ParamLookup LookupIn(StagedModel& staged, const Engine& e) {
-  return [&staged, &e](const std::string& name) {
+  std::map<std::string, Shape> shapes;
+  for (const auto& [name, shape] : e.ModelParameters()) shapes[name] = shape;
+  return [&staged, shapes](const std::string& name) {
     auto it = staged.find(name);
     ZTRAIN_CHECK(it != staged.end(), "the model has no parameter '", name, "'");
-    return Tensor(it->second.data(), DType::kF32, e.ParameterShape(name));
+    return Tensor(it->second.data(), DType::kF32, shapes.at(name));
   };
 }
 
+// Every rank reads the whole file; each keeps what its stage holds.
 void LoadWeights(const std::string& path, const ModelConfig& model, Engine& e) {
   StagedModel staged;
-  for (const std::string& name : e.ParameterNames()) {
-    staged[name].resize(NumElements(e.ParameterShape(name)));
-  }
+  for (const auto& [name, shape] : e.ModelParameters()) staged[name].resize(NumElements(shape));
   nn::LoadLlmcModel(path, model, LookupIn(staged, e));
   e.SetFullParameters([&staged](const std::string& name, const Tensor& out) {
     std::memcpy(out.data(), staged.at(name).data(), out.nbytes());
   });
 }
 
-// Collective at ZeRO stage 3: every rank gathers, rank 0 writes.
+// Collective over the dp and pp groups: the first rank of the first stage collects the whole
+// model (Engine::ForEachModelParameter) and writes it.
 void SaveWeights(const std::string& path, const ModelConfig& model, Engine& e) {
   StagedModel staged;
-  const bool writer = e.dp_rank() == 0;
-  e.ForEachFullParameter([&](const std::string& name, const Tensor& value) {
-    if (!writer) return;
+  bool writer = false;
+  e.ForEachModelParameter([&](const std::string& name, const Tensor& value) {
+    writer = true;
     const float* p = value.data<float>();
     staged[name].assign(p, p + value.numel());
   });
@@ -81,16 +84,31 @@ void SaveWeights(const std::string& path, const ModelConfig& model, Engine& e) {
 
 }  // namespace
 
-Trainer::Trainer(Config config, comm::Communicator* dp) : config_(std::move(config)) {
-  engine_ = std::make_unique<Engine>(config_, nn::BuildGpt2(config_.model), dp);
-  const int rank = engine_->dp_rank(), world = engine_->dp_size();
+Trainer::Trainer(Config config, comm::Communicator* world)
+    : config_(std::move(config)), world_(world) {
+  const int world_size = world ? world->size() : 1;
+  grid_ = std::make_unique<ProcessGrid>(world_size, world_size / (config_.pipeline_stages *
+                                                                  config_.tensor_parallel_size),
+                                        config_.pipeline_stages, config_.tensor_parallel_size);
+  ParallelGroups groups{world, nullptr, nullptr};
+  if (world && (config_.pipeline_stages > 1 || config_.tensor_parallel_size > 1)) {
+    groups_ = MakeGridCommunicators(*world, *grid_);
+    groups = ParallelGroups{groups_.dp.get(), groups_.pp.get(), groups_.tp.get()};
+  }
+  engine_ = std::make_unique<Engine>(
+      config_,
+      config_.tensor_parallel_size > 1 ? tensor::BuildParallelGpt2(config_.model, *groups.tp)
+                                       : nn::BuildGpt2(config_.model),
+      groups);
   if (!config_.model.init_from.empty()) {
     LoadWeights(config_.model.init_from, config_.model, *engine_);
     Log().info("loaded weights from {}", config_.model.init_from);
   }
-  train_loader_ = MakeLoader(config_, data::Split::kTrain, rank, world);
-  val_loader_ = MakeLoader(config_, data::Split::kVal, rank, world);
-  if (config_.csv_monitor.enabled && rank == 0) csv_ = std::make_unique<CsvMonitor>(config_.csv_monitor);
+  train_loader_ = MakeLoader(config_, data::Split::kTrain, engine_->dp_rank(), engine_->dp_size());
+  val_loader_ = MakeLoader(config_, data::Split::kVal, engine_->dp_rank(), engine_->dp_size());
+  if (config_.csv_monitor.enabled && (!world_ || world_->rank() == 0)) {
+    csv_ = std::make_unique<CsvMonitor>(config_.csv_monitor);
+  }
   const int64_t b = config_.train_micro_batch_size_per_gpu, t = config_.data.seq_len;
   const int64_t gas = config_.gradient_accumulation_steps;
   tokens_.resize(gas * b * t);
@@ -125,14 +143,20 @@ void Trainer::LogStart() const {
     Log().info("comms_logger: a single process has no communication to log");
   }
   const ModelConfig& m = config_.model;
+  int64_t params = 0;
+  for (const auto& [name, shape] : engine_->ModelParameters()) params += NumElements(shape);
   Log().info("ztrain: {} layers, {} heads, {} wide, vocab {} (padded {}), {} parameters",
-             m.n_layer, m.n_head, m.n_embd, m.vocab_size, m.padded_vocab_size,
-             engine_->NumParameters());
+             m.n_layer, m.n_head, m.n_embd, m.vocab_size, m.padded_vocab_size, params);
   Log().info("batch: {} x {} tokens per micro-batch, {} micro-batches per step, {} data-parallel "
              "ranks (ZeRO stage {}), {} steps",
              config_.train_micro_batch_size_per_gpu, config_.data.seq_len,
              config_.gradient_accumulation_steps, engine_->dp_size(), config_.zero.stage,
              config_.training.steps);
+  if (grid_->pp_size() > 1 || grid_->tp_size() > 1) {
+    Log().info("layout: dp {} x pp {} x tp {} = {} ranks; pipeline schedule {}, partition {}",
+               grid_->dp_size(), grid_->pp_size(), grid_->tp_size(), grid_->world(),
+               config_.pipeline_schedule, config_.pipeline_partition);
+  }
   Log().info("data: {} ({} tokens, {} batches per epoch){}",
              config_.data.train.empty() ? "built-in synthetic corpus" : config_.data.train,
              train_loader_->source().num_tokens(), train_loader_->batches_per_epoch(),
@@ -148,19 +172,32 @@ void Trainer::LogStart() const {
              FormatBytes(mem.Current(MemoryCategory::kOptimizerState)));
 }
 
-// This rank's peak memory, or every rank's ("r0 32.14 MiB, r1 32.10 MiB") in a dp group;
-// collective, so every rank calls it at the same steps.
+std::string Trainer::RankName(int rank) const {
+  if (grid_->pp_size() == 1 && grid_->tp_size() == 1) return fmt::format("r{}", rank);
+  const GridCoord c = grid_->Coord(rank);
+  return fmt::format("r{} (dp {}, pp {}, tp {})", rank, c.dp, c.pp, c.tp);
+}
+
+bool Trainer::AnyRank(bool value) {
+  if (!world_ || world_->size() == 1) return value;
+  float v = value ? 1.0f : 0.0f;
+  world_->AllReduce(Tensor(&v, DType::kF32, {1}))->Wait();
+  return v > 0.0f;
+}
+
+// This rank's peak memory, or every rank's ("r0 32.14 MiB, r1 32.10 MiB", with grid
+// coordinates under a pipeline or tensor parallelism); collective over the world, so every
+// rank calls it at the same steps.
 std::string Trainer::PeakMemoryPerRank() {
-  const int n = engine_->dp_size();
+  const int n = world_ ? world_->size() : 1;
   const int64_t peak = engine_->memory().TotalPeak();
   if (n == 1) return FormatBytes(peak);
   float mine = static_cast<float>(static_cast<double>(peak) / 1024.0);  // KiB: exact in fp32
   std::vector<float> all(n);
-  engine_->dp().AllGather(Tensor(&mine, DType::kF32, {1}), Tensor(all.data(), DType::kF32, {n}))
-      ->Wait();
+  world_->AllGather(Tensor(&mine, DType::kF32, {1}), Tensor(all.data(), DType::kF32, {n}))->Wait();
   std::string out;
   for (int r = 0; r < n; ++r) {
-    out += fmt::format("{}r{} {}", r ? ", " : "", r,
+    out += fmt::format("{}{} {}", r ? ", " : "", RankName(r),
                        FormatBytes(static_cast<int64_t>(all[r]) * 1024));
   }
   return out;
@@ -199,9 +236,12 @@ TrainSummary Trainer::Run(const std::atomic<bool>* stop) {
     for (size_t i = 0; i < micro_batches_.size(); ++i) {
       train_loader_->NextBatch(tokens_.data() + i * b * t, targets_.data() + i * b * t);
     }
-    const int64_t comm_before = engine_->dp().stats().TotalBytes();
+    const int64_t comm_before = engine_->dp().stats().TotalBytes() +
+                                (engine_->pp_size() > 1 ? engine_->pp().stats().TotalBytes() : 0);
     const StepStats s = engine_->TrainStep(micro_batches_);
-    comm_bytes_per_step_.push_back(engine_->dp().stats().TotalBytes() - comm_before);
+    comm_bytes_per_step_.push_back(engine_->dp().stats().TotalBytes() +
+                                   (engine_->pp_size() > 1 ? engine_->pp().stats().TotalBytes() : 0) -
+                                   comm_before);
     if (step == 1) summary.first_loss = s.loss;
     summary.final_loss = s.loss;
     summary.steps = step;
@@ -210,7 +250,7 @@ TrainSummary Trainer::Run(const std::atomic<bool>* stop) {
     total_tokens += s.tokens;
     if (csv_) csv_->Write(s);
     // Ranks agree on stopping, so no rank waits in a collective for one that left.
-    const bool interrupted = engine_->MeanOverDp(stop && stop->load() ? 1.0 : 0.0) > 0.0;
+    const bool interrupted = AnyRank(stop && stop->load());
     if (step == 1 || step % every == 0 || step == steps || interrupted) {
       LogProgress(s, window_seconds, window_tokens);
       window_seconds = 0.0;
@@ -237,15 +277,23 @@ TrainSummary Trainer::Run(const std::atomic<bool>* stop) {
 // (bytes moved per op kind, and per step).
 void Trainer::WriteReports() const {
   const std::filesystem::path dir(config_.training.output_dir);
-  const std::string rank = std::to_string(engine_->dp_rank());
+  const int world_rank = world_ ? world_->rank() : 0;
+  const std::string rank = std::to_string(world_rank);
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  const comm::CommStats stats = engine_->dp().stats();
-  nlohmann::json comm = {{"rank", engine_->dp_rank()}, {"dp_size", engine_->dp_size()},
+  const GridCoord coord = grid_->Coord(world_rank);
+  nlohmann::json comm = {{"rank", world_rank},
+                         {"dp_rank", coord.dp},
+                         {"pp_rank", coord.pp},
+                         {"tp_rank", coord.tp},
+                         {"dp_size", engine_->dp_size()},
+                         {"pp_size", engine_->pp_size()},
                          {"bytes_per_step", comm_bytes_per_step_}};
+  const comm::CommStats dp = engine_->dp().stats();
+  const comm::CommStats pp = engine_->pp_size() > 1 ? engine_->pp().stats() : comm::CommStats{};
   for (int k = 0; k < comm::kNumOpKinds; ++k) {
-    comm["ops"][comm::OpKindName(static_cast<comm::OpKind>(k))] = {{"bytes", stats.bytes[k]},
-                                                                  {"count", stats.ops[k]}};
+    comm["ops"][comm::OpKindName(static_cast<comm::OpKind>(k))] = {
+        {"bytes", dp.bytes[k] + pp.bytes[k]}, {"count", dp.ops[k] + pp.ops[k]}};
   }
   const std::pair<std::string, std::string> reports[] = {
       {"memory_rank" + rank + ".json", engine_->memory().Snapshot().ToJson()},

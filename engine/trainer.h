@@ -13,6 +13,7 @@
 #include "data/data_loader.h"
 #include "engine/csv_monitor.h"
 #include "engine/engine.h"
+#include "parallel/process_grid.h"
 
 namespace ztrain {
 
@@ -28,9 +29,10 @@ struct TrainSummary {
 
 class Trainer {
  public:
-  // `dp` is the data-parallel group (not owned); null trains in one process. Every rank
-  // builds the same Trainer; rank r reads rows r*B.. of each global batch.
-  explicit Trainer(Config config, comm::Communicator* dp = nullptr);
+  // `world` is every rank of the job (not owned); null trains in one process. The ranks form
+  // the dp x pp x tp grid of the config (ProcessGrid); every rank builds the same Trainer,
+  // and the ranks at data-parallel coordinate d read rows d*B.. of each global batch.
+  explicit Trainer(Config config, comm::Communicator* world = nullptr);
   // Runs training.steps steps (fewer if *stop becomes true on any rank: the ranks agree after
   // each step and stop together).
   TrainSummary Run(const std::atomic<bool>* stop = nullptr);
@@ -46,7 +48,14 @@ class Trainer {
   void Finish(const TrainSummary& summary);
   void WriteReports() const;
 
+  // "r0 (dp 0, pp 1, tp 0)": a rank and its grid coordinates, for messages.
+  std::string RankName(int rank) const;
+  bool AnyRank(bool value);  // collective over the world
+
   Config config_;
+  comm::Communicator* world_;  // null: one process
+  std::unique_ptr<ProcessGrid> grid_;
+  GridCommunicators groups_;   // set when the grid has a pipeline or tensor parallelism
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<data::DataLoader> train_loader_;
   std::unique_ptr<data::DataLoader> val_loader_;  // null without a validation split

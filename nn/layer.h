@@ -9,6 +9,7 @@
 // the input gradient and ACCUMULATES into the parameter gradients. A layer knows nothing of
 // ranks, ZeRO or the engine; the same layer object runs many micro-batches, each with its
 // own context. Not thread safe: one micro-batch at a time.
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -19,8 +20,28 @@ namespace ztrain::nn {
 
 enum class Init { kZeros, kOnes, kNormal };
 
-// How tensor parallelism will split a parameter (used from the tensor-parallel issue on).
-enum class TensorSplit { kNone, kColumn, kRow, kVocab };
+// Tensor parallelism: a parameter that is one rank's slice of a whole parameter of shape
+// `full_shape`. Along dimension `dim` the whole is `groups` equal blocks (a fused QKV weight:
+// 3, one each for q, k and v), each block cut into `parts` equal pieces (the tp size); this
+// rank holds piece `part` of every block, in block order. A column-parallel weight [out, in]
+// is dim 0, a row-parallel one dim 1, a vocabulary-parallel embedding dim 0. An empty
+// full_shape means the parameter is whole: replicated on every rank of the tp group, with
+// equal values and equal gradients there.
+struct TensorSlice {
+  Shape full_shape;
+  int dim = 0;
+  int groups = 1;
+  int parts = 1;
+  int part = 0;
+  bool split() const { return !full_shape.empty(); }
+};
+
+// Calls fn(local_begin, full_begin, count) for each maximal contiguous run of the slice: the
+// run's elements [local_begin, local_begin + count) of the local tensor (shape `local_shape`,
+// row-major) are elements [full_begin, full_begin + count) of the whole parameter. Runs come in
+// local order and cover the local tensor once. An unsplit slice is one run.
+void ForEachSliceRun(const TensorSlice& slice, const Shape& local_shape,
+                     const std::function<void(int64_t, int64_t, int64_t)>& fn);
 
 struct ParamSpec {
   std::string name;  // unique in the model, e.g. "h.3.attn.c_attn.weight"
@@ -28,7 +49,7 @@ struct ParamSpec {
   Init init = Init::kNormal;
   float init_std = 0.02f;
   bool weight_decay = true;
-  TensorSplit split = TensorSplit::kNone;
+  TensorSlice tp;  // the tensor-parallel slice this rank holds (default: the whole parameter)
   // Non-empty: this parameter IS the named parameter of an earlier layer (tied weights, e.g.
   // the LM head and the token embedding). It gets no storage of its own: the engine binds the
   // owner's parameter and gradient views, so gradients from both uses accumulate in one place.

@@ -134,9 +134,8 @@ TEST(ConfigDeepSpeedTest, EachRefusedFeatureNamesItsKey) {
       {"/fp16/enabled", true, "fp16.enabled: fp16 training is not built yet"},
       {"/bf16", {{"enabled", true}}, "bf16.enabled: bf16 training is not built yet"},
       {"/amp", {{"enabled", true}, {"opt_level", "O1"}}, "amp.enabled: Apex AMP is not available"},
-      {"/pipeline/stages", 2, "pipeline.stages: pipeline parallelism is not built yet"},
-      {"/tensor_parallel/size", 2, "tensor_parallel.size: tensor parallelism is not built yet"},
-      {"/tensor_parallel/autotp_size", 4, "tensor_parallel.autotp_size: tensor parallelism"},
+      {"/tensor_parallel/autotp_size", 4,
+       "tensor_parallel.autotp_size: DeepSpeed's AutoTP is not built yet; use tensor_parallel.size"},
       {"/activation_checkpointing/partition_activations", true,
        "activation_checkpointing.partition_activations: activation checkpointing is not built"},
       {"/activation_checkpointing/cpu_checkpointing", true,
@@ -294,6 +293,13 @@ TEST_F(ConfigFileTest, RepositoryConfigsParse) {
     EXPECT_EQ(zero.zero.stage, stage);
     EXPECT_EQ(zero.training.output_dir, "runs/zero" + std::to_string(stage));
   }
+  const Config pipeline = LoadConfigFile(dir + "pipeline.json", 4);
+  EXPECT_EQ(pipeline.pipeline_stages, 2);
+  EXPECT_EQ(pipeline.dp_size, 2);
+  EXPECT_EQ(pipeline.train_batch_size, 8 * 4 * 2);
+  const Config three_d = LoadConfigFile(dir + "3d.json", 8);
+  EXPECT_EQ(three_d.tensor_parallel_size, 2);
+  EXPECT_EQ(three_d.dp_size, 2);
 }
 
 // --- the generated reference -----------------------------------------------------------------

@@ -363,3 +363,38 @@ TEST(ConfigRangeTest, ModelAndDataShapes) {
 
 }  // namespace
 }  // namespace ztrain
+
+namespace ztrain {
+namespace {
+
+using nlohmann::json;
+
+// The batch triple is resolved for the data-parallel size world / (pp x tp), as DeepSpeed does.
+TEST(ConfigLayoutTest, PipelineAndTensorSizesDivideTheWorld) {
+  json j = DefaultConfigJson();
+  j["pipeline"] = {{"stages", 2}, {"partition", "uniform"}, {"schedule", "GPipe"}};
+  j["train_micro_batch_size_per_gpu"] = 2;
+  j["gradient_accumulation_steps"] = 3;
+  j.erase("train_batch_size");
+  const Config c = ParseConfig(j, 8);
+  EXPECT_EQ(c.world_size, 8);
+  EXPECT_EQ(c.dp_size, 4);
+  EXPECT_EQ(c.train_batch_size, 2 * 3 * 4);
+  EXPECT_EQ(c.pipeline_stages, 2);
+  EXPECT_EQ(c.pipeline_partition, "uniform");
+  EXPECT_EQ(c.pipeline_schedule, "gpipe");
+  const Config d = ParseConfig(DefaultConfigJson(), 1);
+  EXPECT_EQ(d.pipeline_partition, "parameters");
+  EXPECT_EQ(d.pipeline_schedule, "1f1b");
+
+  const std::string e = testing::ConfigErrorOf(j, 5);
+  EXPECT_NE(e.find("pipeline.stages: the world of 5 ranks does not divide into pipeline.stages 2 "
+                   "x tensor_parallel.size 1; launch a multiple of 2 ranks"),
+            std::string::npos)
+      << e;
+  j["pipeline"]["partition"] = "type:transformer";
+  EXPECT_NE(testing::ConfigErrorOf(j, 8).find("pipeline.partition"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ztrain

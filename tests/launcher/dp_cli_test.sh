@@ -3,10 +3,19 @@
 # per-step losses in train.csv and the saved final weights must agree (the equivalence rule
 # at the command line), and every rank writes its memory and communication reports.
 # With a fifth argument "nvme" the dp run also keeps its parameter shards (stage 3) and
-# optimizer state in swap files, which must be gone when it exits.
-#   dp_cli_test.sh <ztrain binary> <mpiexec> <np> <zero stage> [nvme]
+# optimizer state in swap files, which must be gone when it exits; with "ppP" the N ranks
+# form P pipeline stages of N/P data-parallel ranks each (4 micro-batches per step, 1F1B), with
+# "tpT" tensor-parallel groups of T, and the progress line must show each rank's grid
+# coordinates.
+#   dp_cli_test.sh <ztrain binary> <mpiexec> <np> <zero stage> [nvme|ppP|tpT]
 set -euo pipefail
 ztrain=$1 mpiexec=$2 np=$3 stage=$4 offload=${5:-none}
+pp=1 tp=1 gas=1
+case "$offload" in
+  pp*) pp=${offload#pp}; gas=4;;
+  tp*) tp=${offload#tp};;
+esac
+dp=$((np / pp / tp))
 work=$(mktemp -d /tmp/ztrain_dp_XXXXXX)
 trap '[ -n "${KEEP:-}" ] || rm -rf "$work"' EXIT
 # Adam's eps is 1e-6, not 1e-8: the attention key bias gets a gradient that is zero but for
@@ -24,8 +33,11 @@ zero() {  # job name: the zero_optimization section
   fi
 }
 config() {  # micro-batch, job name
+  local stages=1 tensor=1
+  [ "$2" = dp ] && stages=$pp tensor=$tp
   cat <<JSON
-{"train_micro_batch_size_per_gpu": $1, "gradient_accumulation_steps": 1, "steps_per_print": 10,
+{"train_micro_batch_size_per_gpu": $1, "gradient_accumulation_steps": $gas, "steps_per_print": 10,
+ "pipeline": {"stages": $stages}, "tensor_parallel": {"size": $tensor},
  "gradient_clipping": 1.0, "zero_optimization": $(zero "$2"),
  "optimizer": {"type": "AdamW", "params": {"lr": 0.003, "weight_decay": 0.1, "eps": 1e-6}},
  "model": {"n_layer": 2, "n_head": 4, "n_embd": 64, "vocab_size": 256, "max_seq_len": 32},
@@ -35,7 +47,7 @@ config() {  # micro-batch, job name
 JSON
 }
 mkdir -p "$work/nvme"
-config $((8 * np)) single > "$work/single.json"
+config $((8 * dp)) single > "$work/single.json"
 config 8 dp > "$work/dp.json"
 OMP_NUM_THREADS=1 "$ztrain" --config "$work/single.json" > "$work/single.log" 2>&1
 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 \
@@ -44,6 +56,9 @@ OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 \
 if [ "$offload" = nvme ]; then
   grep -q "on NVMe" "$work/dp.log" || { cat "$work/dp.log"; echo "no NVMe offload in the log"; exit 1; }
   [ -z "$(ls -A "$work/nvme")" ] || { ls -R "$work/nvme"; echo "swap files left behind"; exit 1; }
+fi
+if [ $((pp * tp)) -gt 1 ]; then
+  grep -q "(dp 0, pp $((pp - 1)), tp $((tp - 1)))" "$work/dp.log" || { cat "$work/dp.log"; echo "no grid coordinates in the progress line"; exit 1; }
 fi
 for r in $(seq 0 $((np - 1))); do
   for report in memory comm; do
@@ -64,4 +79,4 @@ paste <(weights "$work/single.bin") <(weights "$work/dp.bin") | awk '
     if (d > 1e-5 * (1 + m)) { printf "weight %d: %s (1 process) vs %s (dp)\n", NR, $1, $2; bad = 1; exit }
     n++ }
   END { if (n < 1000) { print "only " n " weights compared"; exit 1 }; exit bad }'
-echo "dp=$np stage $stage (offload $offload): 20 losses and the final weights equal the single-process run"
+echo "np=$np stage $stage ($offload): 20 losses and the final weights equal the single-process run"

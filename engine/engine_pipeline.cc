@@ -1,0 +1,358 @@
+// The engine's pipeline parallelism: choosing the stage's layers, running the stage's
+// instruction list for a step, evaluation through the stages, the weights tied across stages,
+// and collecting the whole model from every stage.
+//
+// Note [Pipeline in the engine]
+// Every rank builds the whole model as layers (cheap: a layer declares its parameters and
+// owns no storage) and pipeline::PartitionLayers cuts it into pp contiguous ranges; the
+// engine keeps its stage's layers, the layers before them (only to know the shape of the
+// stage's input) and the parameter specs of all layers (to name and shape what other stages
+// hold). A step runs pipeline::MakeSchedule's list for the stage: a forward of micro-batch m
+// takes the tokens (first stage) or the activation received from stage s-1, keeps each
+// layer's context until the backward of m, and sends the stage's output to stage s+1; the
+// last stage computes the per-token losses instead and starts the backward from
+// loss_weight / numel, exactly as the single process does. Backward receives the gradient of
+// the stage's output and sends the gradient of its input back. Sends are issued and left in
+// flight (their buffers kept) and all are waited for before the gradients are reduced;
+// receives wait at once, since the next instruction needs them. Activations move on the pp
+// group with tag 2m (forward) and 2m+1 (backward).
+//
+// ZeRO works per stage on the stage's dp group as without a pipeline: gradients are reduced
+// by bucket during the last backward of the list (stages 0 and 1) or during every backward
+// (stages 2 and 3), and at stage 3 the gather plan follows the list's order of forwards and
+// backwards.
+//
+// A weight used on two stages (GPT-2's token embedding, owned by the first layer, tied into
+// the LM head on the last stage) is held by both: the later stage stores a copy under the
+// owner's name, initialised from the same (seed, name, index), so both start equal. Both
+// layers lay the weight out at offset 0 of their flat buffer and are padded to the same
+// size, so a dp rank's shard covers the same elements of it on both stages. After the
+// gradients are reduced, the two stages exchange their gradient of it (over the pp group)
+// and both add the other's: a + b is b + a in floating point, so both hold the same sum,
+// take the same AdamW step and stay bitwise equal. The gradient norm counts the copy once.
+// Everything else a step reports (the loss, the norm) is summed over the pp group.
+#include <algorithm>
+#include <chrono>
+#include <unordered_map>
+
+#include "core/logging.h"
+#include "engine/engine.h"
+#include "engine/engine_state.h"
+#include "parallel/pipeline/partition.h"
+#include "parallel/pipeline/schedule.h"
+
+namespace ztrain {
+namespace {
+
+constexpr int kTieTag = 30000;  // above every activation tag 2m, 2m+1 of a step
+
+int ActivationTag(int micro_batch) { return 2 * micro_batch; }
+int GradTag(int micro_batch) { return 2 * micro_batch + 1; }
+
+int64_t AlignUp(int64_t n, int64_t a) { return (n + a - 1) / a * a; }
+
+// The flat size of a layer whose parameter `first` (tied across stages) is stored at offset
+// 0 and whose other own parameters follow, each aligned to 16 elements as BuildStorage lays
+// them out.
+int64_t TiedLayoutSize(const std::vector<nn::ParamSpec>& specs, const std::string& first) {
+  int64_t n = 0;
+  for (const nn::ParamSpec& s : specs) {
+    if (s.tied_to.empty() || s.name == first) n = AlignUp(n + NumElements(s.shape), 16);
+  }
+  return n;
+}
+
+}  // namespace
+
+void Engine::SelectStage(std::vector<std::unique_ptr<nn::Layer>> model) {
+  for (const auto& layer : model) model_specs_.push_back(layer->Params());
+  const int stages = pp_->size(), stage = pp_->rank();
+  if (stages == 1) {
+    stage_bounds_ = {0, static_cast<int>(model.size())};
+    min_padded_.assign(model.size(), 0);
+    layers_ = std::move(model);
+    return;
+  }
+  std::vector<int64_t> counts;
+  for (const auto& specs : model_specs_) {
+    int64_t n = 0;
+    for (const nn::ParamSpec& s : specs) n += NumElements(s.shape);
+    counts.push_back(n);
+  }
+  stage_bounds_ = pipeline::PartitionLayers(
+      counts, stages, pipeline::ParsePartitionMethod(config_.pipeline_partition));
+  const auto begin = static_cast<size_t>(stage_bounds_[static_cast<size_t>(stage)]);
+  const auto end = static_cast<size_t>(stage_bounds_[static_cast<size_t>(stage) + 1]);
+  stage_begin_ = begin;
+  auto stage_of = [&](size_t l) {
+    return static_cast<int>(std::upper_bound(stage_bounds_.begin(), stage_bounds_.end(),
+                                             static_cast<int>(l)) -
+                            stage_bounds_.begin()) - 1;
+  };
+  std::unordered_map<std::string, size_t> owner;
+  for (size_t l = 0; l < model_specs_.size(); ++l) {
+    for (const nn::ParamSpec& s : model_specs_[l]) {
+      if (s.tied_to.empty()) owner[s.name] = l;
+    }
+  }
+  min_padded_.assign(end - begin, 0);
+  for (size_t l = 0; l < model_specs_.size(); ++l) {
+    for (const nn::ParamSpec& s : model_specs_[l]) {
+      auto it = s.tied_to.empty() ? owner.end() : owner.find(s.tied_to);
+      if (it == owner.end()) continue;  // untied, or BuildStorage names the missing owner
+      const size_t o = it->second;
+      const int so = stage_of(o), sl = stage_of(l);
+      if (so == sl) continue;
+      for (const StageTie& t : stage_ties_) {
+        ZTRAIN_CHECK(t.layer != l - begin && t.layer != o - begin, "layer ",
+                     model[t.layer + begin]->Name(), " shares more than one weight with other "
+                     "pipeline stages; ztrain ties one weight per layer across stages");
+      }
+      const int64_t elements = NumElements(s.shape);
+      const int64_t size = std::max(TiedLayoutSize(model_specs_[o], s.tied_to),
+                                    TiedLayoutSize(model_specs_[l], s.name));
+      if (sl == stage) {
+        stage_ties_.push_back({l - begin, elements, so, /*copy=*/true, s.tied_to});
+        min_padded_[l - begin] = std::max(min_padded_[l - begin], size);
+      }
+      if (so == stage) {
+        stage_ties_.push_back({o - begin, elements, sl, /*copy=*/false, s.tied_to});
+        min_padded_[o - begin] = std::max(min_padded_[o - begin], size);
+      }
+    }
+  }
+  Log().info("pipeline: stage {} of {} runs layers {}..{} ({} .. {}), {} parameters{}", stage,
+             stages, begin, end - 1, model[begin]->Name(), model[end - 1]->Name(),
+             [&] {
+               int64_t n = 0;
+               for (size_t l = begin; l < end; ++l) n += counts[l];
+               return n;
+             }(),
+             stage_ties_.empty() ? "" : ", sharing a tied weight with another stage");
+  for (size_t l = 0; l < model.size(); ++l) {
+    if (l < begin) {
+      earlier_layers_.push_back(std::move(model[l]));
+    } else if (l < end) {
+      layers_.push_back(std::move(model[l]));
+    }
+  }
+}
+
+Shape Engine::StageInputShape(const nn::MicroBatch& mb) const {
+  Shape shape = mb.tokens.shape();
+  for (const auto& layer : earlier_layers_) shape = layer->OutputShape(shape);
+  return shape;
+}
+
+double Engine::SumOverPipeline(double value) {
+  if (pp_->size() == 1) return value;
+  float v = static_cast<float>(value);
+  pp_->AllReduce(Tensor(&v, DType::kF32, {1}))->Wait();
+  return static_cast<double>(v);
+}
+
+StepStats Engine::TrainStepPipelined(std::span<const nn::MicroBatch> micro_batches) {
+  const auto start = std::chrono::steady_clock::now();
+  const double wait_before = comm_wait_seconds_;
+  const int m = static_cast<int>(micro_batches.size());
+  const int stages = pp_->size(), stage = pp_->rank();
+  const std::vector<pipeline::Instruction> list = pipeline::MakeSchedule(
+      pipeline::ParseScheduleKind(config_.pipeline_schedule), stages, stage, m);
+  size_t last_backward = 0;
+  std::vector<bool> phases;  // the order of forwards and backwards, for the stage 3 plan
+  for (size_t i = 0; i < list.size(); ++i) {
+    if (list[i].op == pipeline::OpType::kForward) phases.push_back(false);
+    if (list[i].op == pipeline::OpType::kBackward) {
+      phases.push_back(true);
+      last_backward = i;
+    }
+  }
+  StepStats stats;
+  ZeroGrad();
+  if (stage_ == 3) StartGatherPlan(phases);
+  const float weight = 1.0f / static_cast<float>(m * dp_->size());
+  std::vector<MicroBatchRun> runs(static_cast<size_t>(m));
+  std::vector<Buffer> received_grads(static_cast<size_t>(m));
+  std::vector<Buffer> din(static_cast<size_t>(m));
+  struct Sent {
+    Buffer buffer;
+    comm::WorkPtr work;
+  };
+  std::vector<Sent> sends;
+  double loss_sum = 0.0;
+  for (size_t i = 0; i < list.size(); ++i) {
+    // Sends that finished free their buffers (Wait reports a failure).
+    std::erase_if(sends, [&](Sent& s) {
+      if (!s.work->Done()) return false;
+      WaitFor(*s.work);
+      return true;
+    });
+    const pipeline::Instruction& in = list[i];
+    const auto mb_index = static_cast<size_t>(std::max(in.micro_batch, 0));
+    const nn::MicroBatch& mb = micro_batches[mb_index];
+    MicroBatchRun& run = runs[mb_index];
+    switch (in.op) {
+      case pipeline::OpType::kLoadMicroBatch:  // the caller gave every micro-batch
+        break;
+      case pipeline::OpType::kRecvActivation: {
+        const Shape shape = StageInputShape(mb);
+        run.received = Buffer(activations_, DType::kF32, shape, MemoryCategory::kActivations);
+        WaitFor(*pp_->Recv(run.received.AsTensor(DType::kF32, shape), stage - 1,
+                           ActivationTag(in.micro_batch)));
+        break;
+      }
+      case pipeline::OpType::kForward:
+        RunForward(mb, stage == 0 ? mb.tokens
+                                  : run.received.AsTensor(DType::kF32, StageInputShape(mb)),
+                   run, &stats);
+        if (stage == stages - 1) {
+          const Tensor& losses = run.out_views.back();
+          double sum = 0.0;
+          for (int64_t k = 0; k < losses.numel(); ++k) sum += losses.data<float>()[k];
+          loss_sum += sum / static_cast<double>(losses.numel());
+        }
+        break;
+      case pipeline::OpType::kSendActivation: {
+        // The stage's output is not needed by its own backward: it moves into the send.
+        Buffer out = std::move(run.outputs.back());
+        comm::WorkPtr w = pp_->Send(out.AsTensor(DType::kF32, run.out_views.back().shape()),
+                                    stage + 1, ActivationTag(in.micro_batch));
+        sends.push_back({std::move(out), std::move(w)});
+        break;
+      }
+      case pipeline::OpType::kRecvGrad: {
+        const Shape shape = run.out_views.back().shape();
+        received_grads[mb_index] =
+            Buffer(activations_, DType::kF32, shape, MemoryCategory::kActivations);
+        WaitFor(*pp_->Recv(received_grads[mb_index].AsTensor(DType::kF32, shape), stage + 1,
+                           GradTag(in.micro_batch)));
+        break;
+      }
+      case pipeline::OpType::kBackward: {
+        Buffer dout = stage == stages - 1
+                          ? LossGradient(run.out_views.back().shape(), weight)
+                          : std::move(received_grads[mb_index]);
+        din[mb_index] = RunBackward(mb, std::move(dout), run, /*reduce=*/i == last_backward,
+                                    &stats);
+        run = MicroBatchRun();  // the micro-batch's activations are done with
+        break;
+      }
+      case pipeline::OpType::kSendGrad: {
+        Buffer g = std::move(din[mb_index]);
+        comm::WorkPtr w = pp_->Send(g.AsTensor(DType::kF32, StageInputShape(mb)), stage - 1,
+                                    GradTag(in.micro_batch));
+        sends.push_back({std::move(g), std::move(w)});
+        break;
+      }
+      case pipeline::OpType::kReduceGrads:
+        for (Sent& s : sends) WaitFor(*s.work);
+        sends.clear();
+        SumStageTiedGradients();
+        break;
+      case pipeline::OpType::kOptimizerStep: {
+        stats.loss = MeanOverDp(SumOverPipeline(loss_sum / static_cast<double>(m)));
+        const auto optimizer_start = std::chrono::steady_clock::now();
+        const double norm = GradNorm();
+        ZTRAIN_CHECK(std::isfinite(norm), "gradient norm is ", norm, " at step ", step_ + 1,
+                     " (loss ", stats.loss, "); lower optimizer.params.lr or set "
+                     "gradient_clipping");
+        OptimizerStep(norm, stats);
+        stats.optimizer_seconds = std::chrono::duration<double>(
+                                      std::chrono::steady_clock::now() - optimizer_start)
+                                      .count();
+        break;
+      }
+    }
+  }
+  for (const nn::MicroBatch& mb : micro_batches) stats.tokens += mb.tokens.numel() * dp_->size();
+  stats.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  stats.comm_wait_seconds = comm_wait_seconds_ - wait_before;
+  return stats;
+}
+
+double Engine::EvalLossPipelined(const nn::MicroBatch& mb) {
+  const int stages = pp_->size(), stage = pp_->rank();
+  if (stage_ == 3) StartGatherPlan(1, /*backward=*/false);
+  MicroBatchRun run;
+  Tensor input = mb.tokens;
+  if (stage > 0) {
+    const Shape shape = StageInputShape(mb);
+    run.received = Buffer(activations_, DType::kF32, shape, MemoryCategory::kActivations);
+    input = run.received.AsTensor(DType::kF32, shape);
+    WaitFor(*pp_->Recv(input, stage - 1, ActivationTag(0)));
+  }
+  RunForward(mb, input, run, nullptr);
+  if (stage_ == 3) {
+    for (size_t l = 0; l < layers_.size(); ++l) BindLayer(l);
+  }
+  double loss = 0.0;
+  if (stage < stages - 1) {
+    WaitFor(*pp_->Send(run.out_views.back(), stage + 1, ActivationTag(0)));
+  } else {
+    const Tensor& losses = run.out_views.back();
+    for (int64_t k = 0; k < losses.numel(); ++k) loss += losses.data<float>()[k];
+    loss /= static_cast<double>(losses.numel());
+  }
+  return SumOverPipeline(loss);
+}
+
+void Engine::SumStageTiedGradients() {
+  for (const StageTie& tie : stage_ties_) {
+    LayerState& st = *states_[tie.layer];
+    Tensor mine;
+    if (stage_ == 0) {
+      mine = st.Flat(st.grads, st.padded).Flat(0, {tie.elements});
+    } else {
+      const int64_t n = std::clamp<int64_t>(tie.elements - st.opt_begin, 0, st.shard);
+      if (n == 0) continue;  // the same on the peer: its shard covers the same elements
+      mine = st.Flat(st.grad_shard, st.shard).Flat(0, {n});
+    }
+    Buffer theirs(activations_, DType::kF32, mine.shape(), MemoryCategory::kCommunication);
+    comm::WorkPtr sent = pp_->Send(mine, tie.peer, kTieTag);
+    comm::WorkPtr got = pp_->Recv(theirs.AsTensor(DType::kF32, mine.shape()), tie.peer, kTieTag);
+    WaitFor(*sent);
+    WaitFor(*got);
+    ops_->AddInPlace(mine, theirs.AsTensor(DType::kF32, mine.shape()));
+  }
+}
+
+std::vector<std::pair<std::string, Shape>> Engine::ModelParameters() const {
+  std::vector<std::pair<std::string, Shape>> out;
+  for (const auto& specs : model_specs_) {
+    for (const nn::ParamSpec& s : specs) {
+      if (s.tied_to.empty()) out.emplace_back(s.name, FullShape(s));
+    }
+  }
+  return out;
+}
+
+void Engine::ForEachModelParameter(
+    const std::function<void(const std::string&, const Tensor&)>& fn) {
+  const bool lead = dp_->rank() == 0 && tp_->rank() == 0;  // one pipeline sends, one writes
+  const bool writer = lead && pp_->rank() == 0;
+  const bool sender = lead && pp_->rank() > 0;
+  ForEachFullParameter([&](const std::string& name, const Tensor& value) {
+    if (slots_[slot_by_name_.at(name)].stage_copy) return;  // the owner's stage sends it
+    if (writer) fn(name, value);
+    if (sender) WaitFor(*pp_->Send(value, 0, 0));
+  });
+  if (!writer) return;
+  // The later stages' parameters, stage by stage in model order.
+  for (int s = 1; s < pp_->size(); ++s) {
+    const auto b = static_cast<size_t>(stage_bounds_[static_cast<size_t>(s)]);
+    const auto e = static_cast<size_t>(stage_bounds_[static_cast<size_t>(s) + 1]);
+    for (size_t l = b; l < e; ++l) {
+      for (const nn::ParamSpec& spec : model_specs_[l]) {
+        if (!spec.tied_to.empty()) continue;
+        const Shape shape = FullShape(spec);
+        Buffer value(activations_, DType::kF32, shape, MemoryCategory::kWorkspace);
+        const Tensor view = value.AsTensor(DType::kF32, shape);
+        WaitFor(*pp_->Recv(view, s, 0));
+        fn(spec.name, view);
+      }
+    }
+  }
+}
+
+}  // namespace ztrain

@@ -1,0 +1,114 @@
+// VocabParallelEmbedding: each rank looks up the tokens of its vocabulary slice, writes zero
+// rows for the others, and one all-reduce assembles the whole token embedding. Exactly one
+// rank contributes each row and the others add +0, so the sum is bit-exact.
+#include <algorithm>
+
+#include "core/error.h"
+#include "nn/layer_context.h"
+#include "parallel/tensor/tp_common.h"
+#include "parallel/tensor/tp_layers.h"
+
+namespace ztrain::tensor {
+namespace {
+
+constexpr int64_t kChannelBlock = 32;  // channels one backward task owns (two cache lines)
+
+// Checks every token against the whole padded vocabulary before anything is written or
+// issued: the ranks see the same tokens, so they all throw together and no rank is left
+// waiting in a collective.
+void CheckTokens(const Tensor& tokens, int64_t padded_vocab) {
+  ZTRAIN_CHECK(tokens.dtype() == DType::kI32 && tokens.dim() == 2,
+               "VocabParallelEmbedding: tokens must be int32 [B, T], got ",
+               ShapeToString(tokens.shape()));
+  const int32_t* tok = tokens.data<int32_t>();
+  const int64_t seq = tokens.size(1);
+  for (int64_t i = 0; i < tokens.numel(); ++i) {
+    ZTRAIN_CHECK(tok[i] >= 0 && tok[i] < padded_vocab, "VocabParallelEmbedding: token ", tok[i],
+                 " at position [b=", i / seq, ", t=", i % seq, "] is outside [0, ", padded_vocab,
+                 "); the embedding table wte has ", padded_vocab, " rows");
+  }
+}
+
+}  // namespace
+
+VocabParallelEmbedding::VocabParallelEmbedding(int64_t padded_vocab, int64_t max_seq_len,
+                                               int64_t channels, comm::Communicator& tp)
+    : tp_(tp), vp_(padded_vocab), max_t_(max_seq_len), c_(channels) {
+  detail::CheckDivides("model.padded_vocab_size", vp_, tp.size(),
+                       "make the padded vocabulary a multiple of the tp size");
+  local_vocab_ = vp_ / tp.size();
+  vocab_begin_ = local_vocab_ * tp.rank();
+}
+
+std::vector<nn::ParamSpec> VocabParallelEmbedding::Params() const {
+  return {detail::Split(detail::Weight("wte", {vp_, c_}), 0, 1, tp_),
+          detail::Weight("wpe", {max_t_, c_})};
+}
+
+Shape VocabParallelEmbedding::OutputShape(const Shape& tokens_shape) const {
+  ZTRAIN_CHECK(tokens_shape.size() == 2 && tokens_shape[1] <= max_t_, "sequence length ",
+               tokens_shape.size() == 2 ? tokens_shape[1] : -1, " exceeds model.max_seq_len ",
+               max_t_, "; lower data.seq_len or raise model.max_seq_len");
+  return {tokens_shape[0], tokens_shape[1], c_};
+}
+
+void VocabParallelEmbedding::Forward(const nn::MicroBatch& mb, const Tensor&, const Tensor& output,
+                                     nn::LayerContext& ctx) {
+  detail::CheckHostOps(ctx, Name());
+  CheckTokens(mb.tokens, vp_);
+  CheckTensor(output, DType::kF32, OutputShape(mb.tokens.shape()), "embedding output");
+  const int32_t* tok = mb.tokens.data<int32_t>();
+  const float* wte = param(0).data<float>();
+  float* out = output.data<float>();
+  const int64_t rows = mb.tokens.numel(), seq = mb.T(), c = c_;
+#pragma omp parallel for schedule(static) if (rows * c >= detail::kParallelGrain)
+  for (int64_t i = 0; i < rows; ++i) {
+    const int64_t local = tok[i] - vocab_begin_;
+    float* o = out + i * c;
+    if (local >= 0 && local < local_vocab_) {
+      for (int64_t j = 0; j < c; ++j) o[j] = wte[local * c + j];
+    } else {
+      for (int64_t j = 0; j < c; ++j) o[j] = 0.0f;
+    }
+  }
+  tp_.AllReduce(output)->Wait();
+  // The position embedding is whole on every rank: added after the sum, so once.
+  const float* wpe = param(1).data<float>();
+#pragma omp parallel for schedule(static) if (rows * c >= detail::kParallelGrain)
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t j = 0; j < c; ++j) out[i * c + j] += wpe[(i % seq) * c + j];
+  }
+}
+
+// No collective: doutput is replicated, so each rank accumulates its own wte rows and the
+// same (whole) wpe gradient as every other rank.
+void VocabParallelEmbedding::Backward(const nn::MicroBatch& mb, const Tensor&,
+                                      const Tensor& doutput, const Tensor&, nn::LayerContext& ctx) {
+  detail::CheckHostOps(ctx, Name());
+  CheckTensor(doutput, DType::kF32, OutputShape(mb.tokens.shape()), "embedding doutput");
+  const int32_t* tok = mb.tokens.data<int32_t>();
+  const float* g = doutput.data<float>();
+  float* dwte = grad(0).data<float>();
+  float* dwpe = grad(1).data<float>();
+  const int64_t rows = mb.tokens.numel(), batch = mb.B(), seq = mb.T(), c = c_;
+  // Parallel over blocks of channels: every task walks the tokens in order, so repeated
+  // tokens add up in the same order whatever the thread count (deterministic, like the CPU
+  // kernel), and no two tasks touch the same element.
+  const int64_t blocks = (c + kChannelBlock - 1) / kChannelBlock;
+#pragma omp parallel for schedule(static) if (rows * c >= detail::kParallelGrain)
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    const int64_t j0 = blk * kChannelBlock, j1 = std::min(c, j0 + kChannelBlock);
+    for (int64_t i = 0; i < rows; ++i) {
+      const int64_t local = tok[i] - vocab_begin_;
+      if (local < 0 || local >= local_vocab_) continue;
+      for (int64_t j = j0; j < j1; ++j) dwte[local * c + j] += g[i * c + j];
+    }
+    for (int64_t t = 0; t < seq; ++t) {
+      for (int64_t b = 0; b < batch; ++b) {
+        for (int64_t j = j0; j < j1; ++j) dwpe[t * c + j] += g[(b * seq + t) * c + j];
+      }
+    }
+  }
+}
+
+}  // namespace ztrain::tensor

@@ -1,0 +1,148 @@
+// VocabParallelLmHead: final layernorm, this rank's slice of the logits, and the
+// vocabulary-parallel cross-entropy (Megatron's), which never gathers the logits.
+//
+// For a row with logits z over the whole real vocabulary and target y:
+//   loss = log(sum_j exp(z_j - m)) + m - z_y,   m = max_j z_j,
+// and each of m, sum_j exp(z_j - m) and z_y splits over the vocabulary slices: m is the max
+// of the slices' maxima (all-reduce kMax), and then the sum of exp and z_y are sums of the
+// slices' parts (one all-reduce of both). The gradient
+//   dz_j = (exp(z_j - m) / sum - [j == y]) * dloss
+// needs only the row's m and sum, which forward saves, so backward issues no collective for
+// it: only the all-reduce of the layernorm output's gradient (Megatron's f; the LM head is
+// column-parallel over the vocabulary). Padded columns (>= vocab_size) take no part and get
+// zero gradient, as in the single-process kernel.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "core/error.h"
+#include "nn/layer_context.h"
+#include "parallel/tensor/tp_common.h"
+#include "parallel/tensor/tp_layers.h"
+
+namespace ztrain::tensor {
+namespace {
+
+// Checks every target before any collective is issued: the ranks see the same targets, so
+// they all throw together and none is left waiting.
+void CheckTargets(const Tensor& targets, int64_t vocab) {
+  ZTRAIN_CHECK(targets.dtype() == DType::kI32, "VocabParallelLmHead: targets must be int32");
+  const int32_t* tgt = targets.data<int32_t>();
+  for (int64_t r = 0; r < targets.numel(); ++r) {
+    ZTRAIN_CHECK(tgt[r] >= 0 && tgt[r] < vocab, "VocabParallelLmHead: target ", tgt[r], " at row ",
+                 r, " is outside [0, ", vocab, ")");
+  }
+}
+
+// The per-row statistics of the cross-entropy, saved in forward as one [3, N] tensor: the
+// max, then (all-reduced together) the sum of exp and the target logit.
+struct CeStats {
+  float* max;
+  float* sum_exp;
+  float* target_logit;
+};
+CeStats StatsOf(const Tensor& stats) {
+  const int64_t n = stats.size(1);
+  float* p = stats.data<float>();
+  return {p, p + n, p + 2 * n};
+}
+
+}  // namespace
+
+// Parameter order as nn::LmHead: 0 ln_f.weight, 1 ln_f.bias, 2 lm_head.weight (tied to wte).
+
+VocabParallelLmHead::VocabParallelLmHead(int64_t vocab, int64_t padded_vocab, int64_t channels,
+                                         comm::Communicator& tp)
+    : tp_(tp), v_(vocab), vp_(padded_vocab), c_(channels) {
+  ZTRAIN_CHECK(vocab > 0 && vocab <= padded_vocab, "model.vocab_size ", vocab,
+               " must be in [1, model.padded_vocab_size = ", padded_vocab, "]");
+  detail::CheckDivides("model.padded_vocab_size", vp_, tp.size(),
+                       "make the padded vocabulary a multiple of the tp size");
+  local_vocab_ = vp_ / tp.size();
+  vocab_begin_ = local_vocab_ * tp.rank();
+  local_real_ = std::clamp<int64_t>(v_ - vocab_begin_, 0, local_vocab_);
+}
+
+std::vector<nn::ParamSpec> VocabParallelLmHead::Params() const {
+  // The same slice as the embedding's "wte", so the tied storage is shared rank by rank.
+  nn::ParamSpec wte = detail::Split(detail::Weight("lm_head.weight", {vp_, c_}), 0, 1, tp_);
+  wte.tied_to = "wte";
+  return {detail::NormWeight("ln_f.weight", c_), detail::Bias("ln_f.bias", c_), wte};
+}
+
+Shape VocabParallelLmHead::OutputShape(const Shape& input_shape) const {
+  return {input_shape.at(0), input_shape.at(1)};
+}
+
+double VocabParallelLmHead::ForwardFlopsPerToken(int64_t) const {
+  return 2.0 * static_cast<double>(c_) * static_cast<double>(local_vocab_);
+}
+
+void VocabParallelLmHead::Forward(const nn::MicroBatch& mb, const Tensor& input,
+                                  const Tensor& output, nn::LayerContext& ctx) {
+  detail::CheckHostOps(ctx, Name());
+  const int64_t n = input.size(0) * input.size(1), vl = local_vocab_, real = local_real_;
+  CheckTargets(mb.targets, v_);
+  CheckTensor(output, DType::kF32, OutputShape(input.shape()), "lm_head output");
+  const Tensor lnf = detail::SavedLayerNorm(ctx, "lnf", input.View({n, c_}), param(0), param(1));
+  const Tensor logits = ctx.Save("logits", DType::kF32, {n, vl});
+  ctx.ops().LinearForward(lnf, param(2), Tensor(), logits);
+
+  const Tensor stats = ctx.Save("ce_stats", DType::kF32, {3, n});
+  const CeStats s = StatsOf(stats);
+  const float* z = logits.data<float>();
+  const int32_t* tgt = mb.targets.data<int32_t>();
+  // A rank whose slice is all padding contributes -inf to the max and 0 to the sums.
+#pragma omp parallel for schedule(static) if (n * vl >= detail::kParallelGrain)
+  for (int64_t r = 0; r < n; ++r) {
+    float m = -std::numeric_limits<float>::infinity();
+    for (int64_t j = 0; j < real; ++j) m = std::max(m, z[r * vl + j]);
+    s.max[r] = m;
+  }
+  tp_.AllReduce(stats.Flat(0, {n}), comm::ReduceOp::kMax)->Wait();
+#pragma omp parallel for schedule(static) if (n * vl >= detail::kParallelGrain)
+  for (int64_t r = 0; r < n; ++r) {
+    double sum = 0.0;
+    for (int64_t j = 0; j < real; ++j) sum += std::exp(z[r * vl + j] - s.max[r]);
+    s.sum_exp[r] = static_cast<float>(sum);
+    const int64_t local = tgt[r] - vocab_begin_;
+    s.target_logit[r] = local >= 0 && local < real ? z[r * vl + local] : 0.0f;
+  }
+  tp_.AllReduce(stats.Flat(n, {2 * n}))->Wait();
+  float* loss = output.data<float>();
+  for (int64_t r = 0; r < n; ++r) {
+    loss[r] = static_cast<float>(std::log(static_cast<double>(s.sum_exp[r])) + s.max[r] -
+                                 s.target_logit[r]);
+  }
+}
+
+void VocabParallelLmHead::Backward(const nn::MicroBatch& mb, const Tensor& input,
+                                   const Tensor& doutput, const Tensor& dinput,
+                                   nn::LayerContext& ctx) {
+  detail::CheckHostOps(ctx, Name());
+  const int64_t n = input.size(0) * input.size(1), vl = local_vocab_, real = local_real_;
+  CheckTensor(doutput, DType::kF32, OutputShape(input.shape()), "lm_head doutput");
+  // The saved logits become dlogits in place (as nn::LmHead does): no second [N, Vp/P].
+  const Tensor logits = ctx.Saved("logits");
+  const CeStats s = StatsOf(ctx.Saved("ce_stats"));
+  const float* dloss = doutput.data<float>();
+  const int32_t* tgt = mb.targets.data<int32_t>();
+  float* z = logits.data<float>();
+#pragma omp parallel for schedule(static) if (n * vl >= detail::kParallelGrain)
+  for (int64_t r = 0; r < n; ++r) {
+    float* row = z + r * vl;
+    const float scale = dloss[r] / s.sum_exp[r];
+    for (int64_t j = 0; j < real; ++j) row[j] = std::exp(row[j] - s.max[r]) * scale;
+    std::fill(row + real, row + vl, 0.0f);
+    const int64_t local = tgt[r] - vocab_begin_;
+    if (local >= 0 && local < real) row[local] -= dloss[r];
+  }
+  // dlnf = dlogits @ W_local is this rank's partial sum over its vocabulary slice.
+  const Tensor dlnf = ctx.Scratch(DType::kF32, {n, c_});
+  detail::LinearBackwardAllReduceDx(ctx, tp_, logits, ctx.Saved("lnf"), param(2), dlnf, grad(2),
+                                    Tensor());
+  detail::SavedLayerNormBackward(ctx, "lnf", dlnf, input.View({n, c_}), param(0),
+                                 dinput.View({n, c_}), grad(0), grad(1));
+}
+
+}  // namespace ztrain::tensor

@@ -1,0 +1,217 @@
+// The equivalence rule for pipeline (and tensor) parallel layouts, on real ranks under
+// mpirun: the ranks form the dp x pp x tp grid, each trains its slice of every global batch,
+// and every rank also trains the whole batch in a single-process engine beside it; the losses
+// and gradient norms at every step, the final weights and the eval loss must agree (fp32,
+// 1e-5 relative). Options:
+//   mpirun -np 4 layout_equivalence_test --pp 2 --schedule gpipe --stage 2 --gas 4
+//   mpirun -np 8 layout_equivalence_test --pp 2 --tp 2 --stage 1
+// --pp P and --tp T (default 1), --schedule 1f1b|gpipe, --partition parameters|uniform,
+// --stage Z, --gas G, --offload nvme (optimizer state on NVMe, and at stage 3 the
+// parameters too, under a fresh directory); dp is the world size / (pp x tp).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <string>
+
+#include <unistd.h>
+
+#include "engine/engine.h"
+#include "nn/gpt2.h"
+#include "parallel/comm/mpi/mpi_communicator.h"
+#include "parallel/process_grid.h"
+#include "parallel/tensor/tp_layers.h"
+#include "test_model.h"
+
+namespace ztrain {
+namespace {
+
+int g_pp = 1, g_tp = 1, g_stage = 0, g_gas = 4;
+std::string g_schedule = "1f1b", g_partition = "parameters", g_offload = "none";
+std::string g_nvme_dir;
+comm::Communicator* g_world = nullptr;
+
+// Transformer blocks: 6 layers in all with embedding and head. 4 heads of 8 and a padded
+// vocabulary of 16 split over tp = 2 and 4.
+constexpr int kLayers = 4;
+
+Config MakeConfig(int world_size, int64_t micro, bool reference, int gas = g_gas,
+                  const std::string& schedule = g_schedule) {
+  nlohmann::json j = testing::TinyConfigJson(kLayers, 32, 4, 11, 8);
+  j["train_micro_batch_size_per_gpu"] = micro;
+  j["gradient_accumulation_steps"] = gas;
+  j.erase("train_batch_size");
+  j["gradient_clipping"] = 0.5;
+  j["optimizer"]["params"]["weight_decay"] = 0.1;
+  j["zero_optimization"]["stage"] = reference ? 0 : g_stage;
+  if (!reference) {
+    j["pipeline"] = {{"stages", g_pp}, {"schedule", schedule}, {"partition", g_partition}};
+    j["tensor_parallel"] = {{"size", g_tp}};
+    if (g_offload == "nvme") {
+      const nlohmann::json nvme = {{"device", "nvme"}, {"nvme_path", g_nvme_dir}};
+      j["zero_optimization"]["offload_optimizer"] = nvme;
+      j["zero_optimization"]["sub_group_size"] = 3000;
+      if (g_stage == 3) {
+        j["zero_optimization"]["offload_param"] = nvme;
+        j["zero_optimization"]["offload_param"]["max_in_cpu"] = 0;
+      }
+    }
+  }
+  return ParseConfig(j, world_size);
+}
+
+nn::MicroBatch Rows(const nn::MicroBatch& mb, int64_t begin, int64_t end) {
+  return {mb.tokens.Slice(begin, end), mb.targets.Slice(begin, end)};
+}
+
+// The rank's groups in the grid of the world.
+struct Layout {
+  ProcessGrid grid;
+  GridCommunicators comms;
+  GridCoord coord;
+  Layout()
+      : grid(g_world->size(), g_world->size() / (g_pp * g_tp), g_pp, g_tp),
+        comms(MakeGridCommunicators(*g_world, grid)),
+        coord(grid.Coord(g_world->rank())) {}
+  ParallelGroups groups() { return {comms.dp.get(), comms.pp.get(), comms.tp.get()}; }
+  int dp() const { return grid.dp_size(); }
+  // The model's layers for this layout: tensor-parallel ones under tp.
+  std::vector<std::unique_ptr<nn::Layer>> Layers(const Config& c) {
+    return g_tp > 1 ? tensor::BuildParallelGpt2(c.model, *comms.tp) : nn::BuildGpt2(c.model);
+  }
+};
+
+TEST(LayoutEquivalenceTest, LossesAndWeightsMatchOneProcess) {
+  Layout layout;
+  const int n_dp = layout.dp(), d = layout.coord.dp;
+  const int64_t b = 2;  // rows per dp rank per micro-batch
+  const Config config = MakeConfig(g_world->size(), b, false);
+  Engine parallel(config, layout.Layers(config), layout.groups());
+  const Config reference = MakeConfig(1, b * n_dp, true);
+  Engine single(reference, nn::BuildGpt2(reference.model));
+  EXPECT_EQ(parallel.pp_size(), g_pp);
+  EXPECT_EQ(parallel.pp_rank(), layout.coord.pp);
+  // Every stage and slice starts from the single-process values, exactly.
+  parallel.ForEachFullParameter([&](const std::string& name, const Tensor& a) {
+    const Tensor e = single.Parameter(name);
+    ASSERT_EQ(a.shape(), e.shape()) << name;
+    for (int64_t i = 0; i < a.numel(); ++i) {
+      ASSERT_EQ(a.data<float>()[i], e.data<float>()[i]) << name << "[" << i << "] at init";
+    }
+  });
+  for (int step = 0; step < 12; ++step) {
+    std::vector<testing::OwnedBatch> global;
+    std::vector<nn::MicroBatch> mine, all;
+    for (int m = 0; m < g_gas; ++m) global.emplace_back(b * n_dp, 8, 11, 1000 * step + m);
+    for (auto& g : global) {
+      mine.push_back(Rows(g.mb, d * b, (d + 1) * b));
+      all.push_back(g.mb);
+    }
+    const StepStats p = parallel.TrainStep(mine);
+    const StepStats s = single.TrainStep(all);
+    ASSERT_NEAR(p.loss, s.loss, 1e-5 * std::fabs(s.loss)) << "step " << step;
+    ASSERT_NEAR(p.grad_norm, s.grad_norm, 1e-5 * s.grad_norm) << "step " << step;
+    ASSERT_EQ(p.tokens, s.tokens);
+  }
+  // Every parameter this stage holds, the copy of a tied weight included, equals the single
+  // process's; together the stages hold the whole model.
+  int compared = 0;
+  parallel.ForEachFullParameter([&](const std::string& name, const Tensor& a) {
+    const Tensor e = single.Parameter(name);
+    ASSERT_EQ(a.numel(), e.numel()) << name;
+    for (int64_t i = 0; i < a.numel(); ++i) {
+      const float x = a.data<float>()[i], y = e.data<float>()[i];
+      ASSERT_NEAR(x, y, 1e-5 * (1.0 + std::fabs(y))) << name << "[" << i << "]";
+    }
+    ++compared;
+  });
+  EXPECT_GT(compared, 0);
+  int collected = 0;
+  parallel.ForEachModelParameter([&](const std::string& name, const Tensor& a) {
+    const Tensor e = single.Parameter(name);
+    ASSERT_EQ(a.numel(), e.numel()) << name;
+    for (int64_t i = 0; i < a.numel(); ++i) {
+      ASSERT_NEAR(a.data<float>()[i], e.data<float>()[i], 1e-5 * (1.0 + std::fabs(e.data<float>()[i])))
+          << name;
+    }
+    ++collected;
+  });
+  const bool writer = layout.coord.dp == 0 && layout.coord.pp == 0 && layout.coord.tp == 0;
+  EXPECT_EQ(collected, writer ? static_cast<int>(single.ParameterNames().size()) : 0);
+  testing::OwnedBatch eval(b, 8, 11, 99);
+  EXPECT_NEAR(parallel.EvalLoss(eval.mb), single.EvalLoss(eval.mb), 1e-5);
+}
+
+// Under 1F1B the first stage holds at most pp micro-batches' activations whatever the number
+// of micro-batches; under GPipe it holds all of them.
+TEST(LayoutEquivalenceTest, FirstStageActivationsStayBoundedUnder1F1B) {
+  if (g_pp == 1) GTEST_SKIP() << "no pipeline";
+  Layout layout;
+  auto peak = [&](int gas, const std::string& schedule) {
+    const Config config = MakeConfig(g_world->size(), 2, false, gas, schedule);
+    Engine e(config, layout.Layers(config), layout.groups());
+    std::vector<testing::OwnedBatch> batches;
+    std::vector<nn::MicroBatch> micro;
+    for (int m = 0; m < gas; ++m) batches.emplace_back(2, 8, 11, 7 + m);
+    for (auto& x : batches) micro.push_back(x.mb);
+    e.TrainStep(micro);
+    return e.memory().Peak(MemoryCategory::kActivations);
+  };
+  const int64_t f4 = peak(4, "1f1b"), f8 = peak(8, "1f1b");
+  const int64_t g4 = peak(4, "gpipe"), g8 = peak(8, "gpipe");
+  if (layout.coord.pp != 0) return;
+  // 1F1B: about the same peak for 4 and 8 micro-batches (both above pp; a send still in
+  // flight may hold one more output); GPipe: about twice.
+  EXPECT_LT(static_cast<double>(f8), 1.1 * static_cast<double>(f4));
+  EXPECT_GT(static_cast<double>(g8), 1.6 * static_cast<double>(g4));
+  EXPECT_LT(static_cast<double>(f8), 0.75 * static_cast<double>(g8));
+  std::printf("first stage activation peak: 1f1b %lld / %lld bytes, gpipe %lld / %lld bytes "
+              "(4 / 8 micro-batches)\n",
+              static_cast<long long>(f4), static_cast<long long>(f8), static_cast<long long>(g4),
+              static_cast<long long>(g8));
+}
+
+}  // namespace
+}  // namespace ztrain
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  for (int i = 1; i + 1 < argc; ++i) {
+    const std::string key = argv[i];
+    if (key == "--pp") ztrain::g_pp = std::atoi(argv[i + 1]);
+    if (key == "--tp") ztrain::g_tp = std::atoi(argv[i + 1]);
+    if (key == "--stage") ztrain::g_stage = std::atoi(argv[i + 1]);
+    if (key == "--gas") ztrain::g_gas = std::atoi(argv[i + 1]);
+    if (key == "--schedule") ztrain::g_schedule = argv[i + 1];
+    if (key == "--partition") ztrain::g_partition = argv[i + 1];
+    if (key == "--offload") ztrain::g_offload = argv[i + 1];
+  }
+  auto world = ztrain::comm::MakeMpiWorld(std::chrono::seconds(120));
+  ztrain::g_world = world.get();
+  if (ztrain::g_offload == "nvme") {  // one directory for the job; each rank gets rank<R> in it
+    int32_t pid = world->rank() == 0 ? static_cast<int32_t>(getpid()) : 0;
+    world->Broadcast(ztrain::Tensor(&pid, ztrain::DType::kI32, {1}), 0)->Wait();
+    ztrain::g_nvme_dir = "/tmp/ztrain_layout_nvme_" + std::to_string(pid);
+    std::filesystem::create_directories(ztrain::g_nvme_dir);
+  }
+  if (world->rank() != 0) {  // only rank 0 prints; every rank's result counts below
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+  }
+  int failed = RUN_ALL_TESTS();
+  world->Barrier()->Wait();
+  if (!ztrain::g_nvme_dir.empty() && world->rank() == 0) {
+    if (!std::filesystem::is_empty(ztrain::g_nvme_dir)) {
+      std::fprintf(stderr, "swap files left behind under %s\n", ztrain::g_nvme_dir.c_str());
+      failed = 1;
+    }
+    std::filesystem::remove_all(ztrain::g_nvme_dir);
+  }
+  float any = static_cast<float>(failed);
+  world->AllReduce(ztrain::Tensor(&any, ztrain::DType::kF32, {1}))->Wait();
+  return any > 0 ? 1 : 0;
+}

@@ -1,0 +1,276 @@
+// Tensor-parallel GPT-2 layers against the single-process ones (DESIGN.md "The equivalence
+// rule"), under mpirun at 2 and 4 ranks (at 4 also as two tp groups of 2). Each rank builds
+// the single-process layer with the whole parameter values and the tp layer with its slices
+// of the same values, runs both on the same batch and upstream gradient, and compares the
+// outputs, input gradients and every parameter gradient (the local gradient against the same
+// slice of the whole one), and counts the collectives.
+#include "parallel/tensor/tp_layers.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <string>
+
+#include "core/error.h"
+#include "nn/gpt2.h"
+#include "tests/expect_error.h"
+#include "tests/parallel/mpi_test_env.h"
+#include "tests/parallel/tensor/tp_test_util.h"
+
+namespace ztrain::tensor::test {
+namespace {
+
+// Close(): max |got - ref| / max |ref| over a tensor. The tp layers reorder fp32 sums (partial
+// matmul products summed across ranks, the loss's max and sum of exp split by vocabulary), which
+// at these sizes moves results by ~1e-7 relative; a wrong slice, a bias added twice or a
+// missing all-reduce moves them by O(1).
+constexpr double kTol = 2e-5;
+constexpr int64_t kB = 2, kT = 8;
+
+std::vector<nn::Layer*> Raw(const std::vector<std::unique_ptr<nn::Layer>>& layers) {
+  std::vector<nn::Layer*> raw;
+  for (const auto& l : layers) raw.push_back(l.get());
+  return raw;
+}
+
+// Every tp gradient equals its slice of the single-process gradient; whole (replicated)
+// parameters' gradients are also bit-identical across the group. Collective over `tp`.
+void ExpectGradsMatch(comm::Communicator& tp, const ParamStore& got, const ParamStore& ref) {
+  for (const auto& [name, e] : got.entries()) {
+    const ParamStore::Entry& whole = ref.at(name);
+    double max_abs = 0.0;
+    for (float g : whole.grad) max_abs = std::max(max_abs, static_cast<double>(std::fabs(g)));
+    EXPECT_GT(max_abs, 0.0) << name << ": the reference gradient is all zero";
+    EXPECT_TRUE(Close(e.grad, LocalSlice(e.spec, whole.grad), kTol)) << name;
+    if (!e.spec.tp.split()) {
+      EXPECT_TRUE(SameOnAllRanks(tp, e.grad)) << name;
+    }
+  }
+}
+
+TEST(TensorParallelTest, EmbeddingMatchesSingleProcess) {
+  const ModelConfig m = TinyModel();
+  for (int tp_size : TpSizes()) {
+    SCOPED_TRACE("tp size " + std::to_string(tp_size));
+    const auto tp = TpGroup(tp_size);
+    nn::Embedding single(m.padded_vocab_size, m.max_seq_len, m.n_embd);
+    VocabParallelEmbedding par(m.padded_vocab_size, m.max_seq_len, m.n_embd, *tp);
+    const ParamStore ref_params({&single}), tp_params({&par});
+    const Batch batch(kB, kT, m.vocab_size);
+    const std::vector<float> dout = Normal("dout", kB * kT * m.n_embd);
+    const Pass ref = RunPass({&single}, batch.mb, {}, dout, nullptr);
+    const Pass got = RunPass({&par}, batch.mb, {}, dout, tp.get());
+    // One rank contributes each row and the others add zeros: exact.
+    EXPECT_TRUE(Close(got.output, ref.output, 0.0));
+    EXPECT_TRUE(SameOnAllRanks(*tp, got.output));
+    ExpectGradsMatch(*tp, tp_params, ref_params);
+    EXPECT_EQ(got.forward_all_reduces, 1);
+    EXPECT_EQ(got.forward_ops, 1);
+    EXPECT_EQ(got.backward_ops, 0);
+  }
+}
+
+TEST(TensorParallelTest, TransformerBlockMatchesSingleProcess) {
+  const ModelConfig m = TinyModel();
+  for (int tp_size : TpSizes()) {
+    SCOPED_TRACE("tp size " + std::to_string(tp_size));
+    const auto tp = TpGroup(tp_size);
+    nn::TransformerBlock single(1, m.n_layer, m.n_embd, m.n_head);
+    ParallelTransformerBlock par(1, m.n_layer, m.n_embd, m.n_head, *tp);
+    const ParamStore ref_params({&single}), tp_params({&par});
+    const Batch batch(kB, kT, m.vocab_size);
+    const std::vector<float> x = Normal("x", kB * kT * m.n_embd);
+    const std::vector<float> dy = Normal("dy", kB * kT * m.n_embd);
+    const Pass ref = RunPass({&single}, batch.mb, x, dy, nullptr);
+    const Pass got = RunPass({&par}, batch.mb, x, dy, tp.get());
+    EXPECT_TRUE(Close(got.output, ref.output, kTol));
+    EXPECT_TRUE(Close(got.dinput, ref.dinput, kTol));
+    EXPECT_TRUE(SameOnAllRanks(*tp, got.output));
+    EXPECT_TRUE(SameOnAllRanks(*tp, got.dinput));
+    ExpectGradsMatch(*tp, tp_params, ref_params);
+    // Megatron's g after each row-parallel linear, f before each column-parallel one.
+    EXPECT_EQ(got.forward_all_reduces, 2);
+    EXPECT_EQ(got.backward_all_reduces, 2);
+    EXPECT_EQ(got.forward_ops + got.backward_ops, 4);
+  }
+}
+
+TEST(TensorParallelTest, LmHeadMatchesSingleProcessWithoutGatheringLogits) {
+  const ModelConfig m = TinyModel();  // at tp 4 the last vocabulary slice is all padding
+  const int64_t n = kB * kT;
+  for (int tp_size : TpSizes()) {
+    SCOPED_TRACE("tp size " + std::to_string(tp_size));
+    const auto tp = TpGroup(tp_size);
+    nn::LmHead single(m.vocab_size, m.padded_vocab_size, m.n_embd);
+    VocabParallelLmHead par(m.vocab_size, m.padded_vocab_size, m.n_embd, *tp);
+    const ParamStore ref_params({&single}), tp_params({&par});
+    const Batch batch(kB, kT, m.vocab_size);
+    const std::vector<float> x = Normal("x", n * m.n_embd, 3.0f);
+    const std::vector<float> dloss = Normal("dloss", n, 1.0f / static_cast<float>(n));
+    const Pass ref = RunPass({&single}, batch.mb, x, dloss, nullptr);
+    const Pass got = RunPass({&par}, batch.mb, x, dloss, tp.get());
+    EXPECT_TRUE(Close(got.output, ref.output, kTol));
+    EXPECT_TRUE(Close(got.dinput, ref.dinput, kTol));
+    EXPECT_TRUE(SameOnAllRanks(*tp, got.output));
+    EXPECT_TRUE(SameOnAllRanks(*tp, got.dinput));
+    ExpectGradsMatch(*tp, tp_params, ref_params);  // "wte", the tied storage
+    // Forward: the max, then the sum of exp with the target logit; backward: dx.
+    EXPECT_EQ(got.forward_all_reduces, 2);
+    EXPECT_EQ(got.backward_all_reduces, 1);
+    EXPECT_EQ(got.forward_ops + got.backward_ops, 3);
+    // 3 floats per token cross ranks (an all-reduce moves < 2x its buffer per rank), far
+    // below the n * Vp floats that gathering the logits would move.
+    EXPECT_LE(got.forward_bytes, 2 * 3 * n * static_cast<int64_t>(sizeof(float)));
+    EXPECT_LE(got.backward_bytes, 2 * n * m.n_embd * static_cast<int64_t>(sizeof(float)));
+  }
+}
+
+TEST(TensorParallelTest, WholeModelMatchesSingleProcess) {
+  const ModelConfig m = TinyModel();
+  for (int tp_size : TpSizes()) {
+    SCOPED_TRACE("tp size " + std::to_string(tp_size));
+    const auto tp = TpGroup(tp_size);
+    const auto single = nn::BuildGpt2(m);
+    const auto par = BuildParallelGpt2(m, *tp);
+    const ParamStore ref_params(Raw(single)), tp_params(Raw(par));
+    const Batch batch(kB, kT, m.vocab_size);
+    const std::vector<float> dloss(kB * kT, 1.0f / (kB * kT));  // d(mean loss)
+    const Pass ref = RunPass(Raw(single), batch.mb, {}, dloss, nullptr);
+    const Pass got = RunPass(Raw(par), batch.mb, {}, dloss, tp.get());
+    EXPECT_TRUE(Close(got.output, ref.output, kTol));
+    EXPECT_TRUE(SameOnAllRanks(*tp, got.output));
+    ExpectGradsMatch(*tp, tp_params, ref_params);
+    // Embedding 1 + 2 per block + loss 2 forward; 2 per block + LM head 1 backward.
+    EXPECT_EQ(got.forward_all_reduces, 1 + 2 * m.n_layer + 2);
+    EXPECT_EQ(got.backward_all_reduces, 2 * m.n_layer + 1);
+    EXPECT_EQ(got.forward_ops + got.backward_ops, 4 * m.n_layer + 4);
+  }
+}
+
+TEST(TensorParallelTest, ParamsKeepNamesAndDescribeTheirSlices) {
+  const ModelConfig m = TinyModel();
+  // (dim, groups) of every split parameter, by name without the block prefix.
+  const std::map<std::string, std::pair<int, int>> split = {{"wte", {0, 1}},
+                                                            {"lm_head.weight", {0, 1}},
+                                                            {"attn.c_attn.weight", {0, 3}},
+                                                            {"attn.c_attn.bias", {0, 3}},
+                                                            {"attn.c_proj.weight", {1, 1}},
+                                                            {"mlp.c_fc.weight", {0, 1}},
+                                                            {"mlp.c_fc.bias", {0, 1}},
+                                                            {"mlp.c_proj.weight", {1, 1}}};
+  for (int tp_size : TpSizes()) {
+    SCOPED_TRACE("tp size " + std::to_string(tp_size));
+    const auto tp = TpGroup(tp_size);
+    const auto single = nn::BuildGpt2(m);
+    const auto par = BuildParallelGpt2(m, *tp);
+    ASSERT_EQ(par.size(), single.size());
+    for (size_t l = 0; l < par.size(); ++l) {
+      EXPECT_EQ(par[l]->Name(), single[l]->Name());
+      // Each rank does 1/P of the matmul work, so the group does the whole model's.
+      EXPECT_DOUBLE_EQ(par[l]->ForwardFlopsPerToken(kT) * tp_size,
+                       single[l]->ForwardFlopsPerToken(kT));
+      const auto got = par[l]->Params(), want = single[l]->Params();
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < got.size(); ++i) {
+        const nn::ParamSpec &g = got[i], &w = want[i];
+        SCOPED_TRACE(w.name);
+        EXPECT_EQ(g.name, w.name);
+        EXPECT_EQ(g.tied_to, w.tied_to);
+        EXPECT_EQ(g.init, w.init);
+        EXPECT_EQ(g.init_std, w.init_std);
+        EXPECT_EQ(g.weight_decay, w.weight_decay);
+        const std::string key =
+            w.name.rfind("h.", 0) == 0 ? w.name.substr(w.name.find('.', 2) + 1) : w.name;
+        const auto it = split.find(key);
+        if (it == split.end()) {
+          EXPECT_FALSE(g.tp.split());
+          EXPECT_EQ(g.shape, w.shape);
+          continue;
+        }
+        ASSERT_TRUE(g.tp.split());
+        EXPECT_EQ(g.tp.full_shape, w.shape);
+        EXPECT_EQ(g.tp.dim, it->second.first);
+        EXPECT_EQ(g.tp.groups, it->second.second);
+        EXPECT_EQ(g.tp.parts, tp_size);
+        EXPECT_EQ(g.tp.part, tp->rank());
+        Shape local = w.shape;
+        local[static_cast<size_t>(g.tp.dim)] /= tp_size;
+        EXPECT_EQ(g.shape, local);
+      }
+    }
+  }
+}
+
+TEST(TensorParallelTest, RefusesModelsThatDoNotSplitNamingTheKeys) {
+  using ztrain::testing::ExpectErrorWith;
+  for (int tp_size : TpSizes()) {
+    SCOPED_TRACE("tp size " + std::to_string(tp_size));
+    const auto tp = TpGroup(tp_size);
+    const std::string size = " does not divide by tensor_parallel.size " + std::to_string(tp_size);
+    ModelConfig heads = TinyModel();
+    heads.n_head = 3;
+    heads.n_embd = 48;
+    ExpectErrorWith<ConfigError>([&] { BuildParallelGpt2(heads, *tp); },
+                                 {"model.n_head 3" + size, "(1, 3)"});
+    ExpectErrorWith<ConfigError>(
+        [&] { ParallelTransformerBlock(0, 1, heads.n_embd, heads.n_head, *tp); },
+        {"model.n_head 3" + size});
+    ModelConfig vocab = TinyModel();
+    vocab.padded_vocab_size = 129;
+    ExpectErrorWith<ConfigError>([&] { BuildParallelGpt2(vocab, *tp); },
+                                 {"model.padded_vocab_size 129" + size, "e.g. 128"});
+    ExpectErrorWith<ConfigError>(
+        [&] { VocabParallelLmHead(vocab.vocab_size, vocab.padded_vocab_size, 32, *tp); },
+        {"model.padded_vocab_size 129" + size});
+    ModelConfig both = heads;
+    both.padded_vocab_size = 129;
+    ExpectErrorWith<ConfigError>([&] { BuildParallelGpt2(both, *tp); },
+                                 {"model.n_head 3" + size, "\nmodel.padded_vocab_size 129"});
+  }
+  EXPECT_NO_THROW(CheckTensorParallelModel(TinyModel(), 4));
+  ExpectErrorWith<ConfigError>([] { CheckTensorParallelModel(TinyModel(), 5); },
+                               {"model.n_head 4 does not divide by tensor_parallel.size 5",
+                                "model.n_embd 32 does not divide", "e.g. 640"});
+}
+
+// A group of one: BuildParallelGpt2 is BuildGpt2, and the tp layer classes themselves (no
+// split, collectives of one rank) compute what the single-process layers do.
+TEST(TensorParallelTest, GroupOfOneIsTheSingleProcessModel) {
+  const ModelConfig m = TinyModel();
+  const auto self = comm::MakeSelfCommunicator();
+  const auto single = nn::BuildGpt2(m);
+  const auto built = BuildParallelGpt2(m, *self);
+  ASSERT_EQ(built.size(), single.size());
+  for (size_t l = 0; l < built.size(); ++l) {
+    const auto got = built[l]->Params(), want = single[l]->Params();
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_EQ(got[i].name, want[i].name);
+      EXPECT_EQ(got[i].shape, want[i].shape);
+      EXPECT_FALSE(got[i].tp.split()) << got[i].name;
+    }
+  }
+  std::vector<std::unique_ptr<nn::Layer>> par;
+  par.push_back(std::make_unique<VocabParallelEmbedding>(m.padded_vocab_size, m.max_seq_len,
+                                                         m.n_embd, *self));
+  for (int l = 0; l < m.n_layer; ++l) {
+    par.push_back(
+        std::make_unique<ParallelTransformerBlock>(l, m.n_layer, m.n_embd, m.n_head, *self));
+  }
+  par.push_back(
+      std::make_unique<VocabParallelLmHead>(m.vocab_size, m.padded_vocab_size, m.n_embd, *self));
+  const ParamStore ref_params(Raw(single)), tp_params(Raw(par));
+  const Batch batch(kB, kT, m.vocab_size);
+  const std::vector<float> dloss = Normal("dloss", kB * kT);
+  const Pass ref = RunPass(Raw(single), batch.mb, {}, dloss, nullptr);
+  const Pass got = RunPass(Raw(par), batch.mb, {}, dloss, self.get());
+  EXPECT_TRUE(Close(got.output, ref.output, kTol));
+  for (const auto& [name, e] : tp_params.entries()) {
+    EXPECT_TRUE(Close(e.grad, ref_params.at(name).grad, kTol)) << name;
+  }
+}
+
+}  // namespace
+}  // namespace ztrain::tensor::test
