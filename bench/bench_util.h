@@ -5,10 +5,12 @@
 // triad: 2 reads + 1 write per element), not the extra read a write-allocate cache makes.
 // Arrays are page-aligned and first touched by the OpenMP threads that use them (static
 // schedule), as the library's own loops are. Nothing here is thread safe across callers.
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <limits>
 #include <memory>
+#include <vector>
 
 namespace ztrain::bench {
 
@@ -41,6 +43,13 @@ double BestOf(int reps, Fn&& fn) {
 }
 
 inline double GBs(double bytes, double seconds) { return bytes / seconds * 1e-9; }
+
+// The median of `v` (the mean of the middle two for an even count); v must not be empty.
+inline double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
 
 // A page-aligned float array, zero-filled in parallel with schedule(static) so that each
 // thread's part is first touched (and placed) by that thread.

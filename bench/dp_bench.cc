@@ -32,6 +32,7 @@
 
 #include "bench/bench_util.h"
 #include "bench/dp_collectives.h"
+#include "bench/rank_cores.h"
 #include "core/error.h"
 #include "engine/engine.h"
 #include "nn/gpt2.h"
@@ -113,12 +114,6 @@ struct RankBatch {
     mb.targets = Tensor(targets.data(), DType::kI32, {b, t});
   }
 };
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 // Reduces one value per step over the ranks, in place.
 void ReduceOverRanks(comm::Communicator& world, std::vector<float>& v, comm::ReduceOp op) {
@@ -293,16 +288,6 @@ void PrintRow(int stage, const StageResult& r, int n) {
         "      note: comm_wait_seconds was 0 in every step: this engine does not "
         "report it yet, so 'hidden' is meaningless\n");
   }
-}
-
-// As the launcher does (launcher/commands.cc): ranks on one node share its cores unless
-// OMP_NUM_THREADS says otherwise. OpenBLAS (OpenMP build) follows the OpenMP thread count.
-int ShareCoresAmongLocalRanks() {
-  const LaunchEnv env = DetectLaunchEnv();
-  if (std::getenv("OMP_NUM_THREADS") == nullptr && env.local_size > 1) {
-    omp_set_num_threads(std::max(1, omp_get_num_procs() / env.local_size));
-  }
-  return omp_get_max_threads();
 }
 
 int Run(const Options& o) {

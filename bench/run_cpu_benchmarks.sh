@@ -4,7 +4,7 @@
 # installed: apt-get install python3-torch), AdamW vs STREAM and PyTorch's AdamW, swap-file I/O
 # vs fio, the ZeRO-3 step with NVMe offload vs in memory, the per-op
 # timings, and (when the build has MPI) data-parallel scaling on 2 ranks against the 1-rank
-# step.
+# step, the pipeline bubble and the tensor-parallel step.
 #   bash bench/run_cpu_benchmarks.sh [build-dir]
 set -euo pipefail
 build=${1:-build}
@@ -33,4 +33,10 @@ if [ -x "$build/bench/dp_bench" ]; then
   # (set above for the single-process benchmarks) would give every rank all of them.
   env -u OMP_NUM_THREADS mpirun --allow-run-as-root --bind-to none --mca mpi_yield_when_idle 1 \
     --mca btl self,vader -np 2 "$build/bench/dp_bench"
+  # Pipeline bubble against (p-1)/(m+p-1) on 2 stages, and a tensor-parallel step on 2 ranks
+  # against the single-rank step.
+  for layout in "--pp 2" "--tp 2"; do
+    env -u OMP_NUM_THREADS mpirun --allow-run-as-root --bind-to none --mca mpi_yield_when_idle 1 \
+      --mca btl self,vader -np 2 "$build/bench/layout_bench" $layout
+  done
 fi

@@ -4,29 +4,6 @@
 #include "nn/layer_context.h"
 
 namespace ztrain::tensor::detail {
-namespace {
-
-nn::ParamSpec Spec(std::string name, Shape shape, nn::Init init, float std, bool decay) {
-  nn::ParamSpec s;
-  s.name = std::move(name);
-  s.shape = std::move(shape);
-  s.init = init;
-  s.init_std = std;
-  s.weight_decay = decay;
-  return s;
-}
-
-}  // namespace
-
-nn::ParamSpec Weight(std::string name, Shape shape, float std) {
-  return Spec(std::move(name), std::move(shape), nn::Init::kNormal, std, true);
-}
-nn::ParamSpec Bias(std::string name, int64_t n) {
-  return Spec(std::move(name), {n}, nn::Init::kZeros, 0.0f, false);
-}
-nn::ParamSpec NormWeight(std::string name, int64_t n) {
-  return Spec(std::move(name), {n}, nn::Init::kOnes, 0.0f, false);
-}
 
 nn::ParamSpec Split(nn::ParamSpec spec, int dim, int groups, const comm::Communicator& tp) {
   if (tp.size() == 1) return spec;
@@ -58,22 +35,6 @@ void CheckHostOps(const nn::LayerContext& ctx, const std::string& layer) {
   ZTRAIN_CHECK(ctx.ops().device().is_cpu(), "tensor-parallel layer ", layer, " runs on ",
                ctx.ops().device().ToString(),
                " ops, but its vocabulary and bias loops are host code; use the CPU backend");
-}
-
-Tensor SavedLayerNorm(nn::LayerContext& ctx, const std::string& name, const Tensor& x,
-                      const Tensor& weight, const Tensor& bias) {
-  const int64_t n = x.size(0);
-  const Tensor y = ctx.Save(name, DType::kF32, x.shape());
-  ctx.ops().LayerNormForward(x, weight, bias, y, ctx.Save(name + ".mean", DType::kF32, {n}),
-                             ctx.Save(name + ".rstd", DType::kF32, {n}));
-  return y;
-}
-
-void SavedLayerNormBackward(nn::LayerContext& ctx, const std::string& name, const Tensor& dy,
-                            const Tensor& x, const Tensor& weight, const Tensor& dx,
-                            const Tensor& dweight, const Tensor& dbias) {
-  ctx.ops().LayerNormBackward(dy, x, weight, ctx.Saved(name + ".mean"), ctx.Saved(name + ".rstd"),
-                              dx, dweight, dbias);
 }
 
 void AddBiasAndResidual(const Tensor& y, const Tensor& bias, const Tensor& residual) {

@@ -1,9 +1,10 @@
 #pragma once
-// Internals shared by the tensor-parallel layers: parameter specs with their slices, the
-// divisibility checks, layernorm with saved statistics, and the few host loops the op set
-// has no op for. Not part of the public API.
+// Internals shared by the tensor-parallel layers: parameter slices, the divisibility checks,
+// and the few host loops the op set has no op for (GPT-2's parameter kinds and saved
+// layernorm come from nn/gpt2_parts.h). Not part of the public API.
 #include <string>
 
+#include "nn/gpt2_parts.h"
 #include "nn/layer.h"
 #include "parallel/comm/communicator.h"
 
@@ -12,10 +13,12 @@ namespace ztrain::tensor::detail {
 // Elements below which a host loop runs on one thread (as the CPU kernels do).
 inline constexpr int64_t kParallelGrain = int64_t{1} << 15;
 
-// GPT-2's parameter kinds, as nn/gpt2.cc declares them (init, std, weight decay).
-nn::ParamSpec Weight(std::string name, Shape shape, float std = 0.02f);
-nn::ParamSpec Bias(std::string name, int64_t n);
-nn::ParamSpec NormWeight(std::string name, int64_t n);
+// GPT-2's parameter kinds and saved layernorm, as nn/gpt2.cc uses them.
+using nn::Bias;
+using nn::NormWeight;
+using nn::SavedLayerNorm;
+using nn::SavedLayerNormBackward;
+using nn::Weight;
 
 // `spec` (declared with its whole shape) cut into tp.size() pieces along `dim`, `groups`
 // blocks each (nn::TensorSlice): shape becomes this rank's local shape. Whole when the
@@ -30,14 +33,6 @@ void CheckDivides(const char* key, int64_t value, int tp_size, const char* fix);
 // The host loops below read and write tensor memory directly: refuse other devices with a
 // message naming the layer.
 void CheckHostOps(const nn::LayerContext& ctx, const std::string& layer);
-
-// LayerNorm of x [N, C] into a saved activation `name`, saving `name`.mean and `name`.rstd.
-Tensor SavedLayerNorm(nn::LayerContext& ctx, const std::string& name, const Tensor& x,
-                      const Tensor& weight, const Tensor& bias);
-// Backward of SavedLayerNorm: dx overwritten, dweight and dbias accumulated.
-void SavedLayerNormBackward(nn::LayerContext& ctx, const std::string& name, const Tensor& dy,
-                            const Tensor& x, const Tensor& weight, const Tensor& dx,
-                            const Tensor& dweight, const Tensor& dbias);
 
 // y[n, c] += bias[c] + residual[n, c]: the tail of a row-parallel linear after its all-reduce.
 void AddBiasAndResidual(const Tensor& y, const Tensor& bias, const Tensor& residual);

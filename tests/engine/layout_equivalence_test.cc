@@ -25,6 +25,7 @@
 #include "parallel/comm/mpi/mpi_communicator.h"
 #include "parallel/process_grid.h"
 #include "parallel/tensor/tp_layers.h"
+#include "side_by_side.h"
 #include "test_model.h"
 
 namespace ztrain {
@@ -64,10 +65,6 @@ Config MakeConfig(int world_size, int64_t micro, bool reference, int gas = g_gas
   return ParseConfig(j, world_size);
 }
 
-nn::MicroBatch Rows(const nn::MicroBatch& mb, int64_t begin, int64_t end) {
-  return {mb.tokens.Slice(begin, end), mb.targets.Slice(begin, end)};
-}
-
 // The rank's groups in the grid of the world.
 struct Layout {
   ProcessGrid grid;
@@ -103,41 +100,18 @@ TEST(LayoutEquivalenceTest, LossesAndWeightsMatchOneProcess) {
       ASSERT_EQ(a.data<float>()[i], e.data<float>()[i]) << name << "[" << i << "] at init";
     }
   });
-  for (int step = 0; step < 12; ++step) {
-    std::vector<testing::OwnedBatch> global;
-    std::vector<nn::MicroBatch> mine, all;
-    for (int m = 0; m < g_gas; ++m) global.emplace_back(b * n_dp, 8, 11, 1000 * step + m);
-    for (auto& g : global) {
-      mine.push_back(Rows(g.mb, d * b, (d + 1) * b));
-      all.push_back(g.mb);
-    }
-    const StepStats p = parallel.TrainStep(mine);
-    const StepStats s = single.TrainStep(all);
-    ASSERT_NEAR(p.loss, s.loss, 1e-5 * std::fabs(s.loss)) << "step " << step;
-    ASSERT_NEAR(p.grad_norm, s.grad_norm, 1e-5 * s.grad_norm) << "step " << step;
-    ASSERT_EQ(p.tokens, s.tokens);
-  }
+  ASSERT_NO_FATAL_FAILURE(testing::TrainSideBySide(parallel, single, 12, g_gas, b, n_dp, d));
   // Every parameter this stage holds, the copy of a tied weight included, equals the single
   // process's; together the stages hold the whole model.
   int compared = 0;
   parallel.ForEachFullParameter([&](const std::string& name, const Tensor& a) {
-    const Tensor e = single.Parameter(name);
-    ASSERT_EQ(a.numel(), e.numel()) << name;
-    for (int64_t i = 0; i < a.numel(); ++i) {
-      const float x = a.data<float>()[i], y = e.data<float>()[i];
-      ASSERT_NEAR(x, y, 1e-5 * (1.0 + std::fabs(y))) << name << "[" << i << "]";
-    }
+    testing::ExpectParameterNear(name, a, single.Parameter(name));
     ++compared;
   });
   EXPECT_GT(compared, 0);
   int collected = 0;
   parallel.ForEachModelParameter([&](const std::string& name, const Tensor& a) {
-    const Tensor e = single.Parameter(name);
-    ASSERT_EQ(a.numel(), e.numel()) << name;
-    for (int64_t i = 0; i < a.numel(); ++i) {
-      ASSERT_NEAR(a.data<float>()[i], e.data<float>()[i], 1e-5 * (1.0 + std::fabs(e.data<float>()[i])))
-          << name;
-    }
+    testing::ExpectParameterNear(name, a, single.Parameter(name));
     ++collected;
   });
   const bool writer = layout.coord.dp == 0 && layout.coord.pp == 0 && layout.coord.tp == 0;

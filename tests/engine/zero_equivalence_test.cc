@@ -20,6 +20,7 @@
 #include "engine/engine.h"
 #include "nn/gpt2.h"
 #include "parallel/comm/mpi/mpi_communicator.h"
+#include "side_by_side.h"
 #include "test_model.h"
 
 namespace ztrain {
@@ -46,10 +47,6 @@ std::vector<int64_t> PaddedLayerSizes(const Engine& e, int n) {
     sizes.push_back((m + 16 * n - 1) / (16 * n) * (16 * n));
   }
   return sizes;
-}
-
-nn::MicroBatch Rows(const nn::MicroBatch& mb, int64_t begin, int64_t end) {
-  return {mb.tokens.Slice(begin, end), mb.targets.Slice(begin, end)};
 }
 
 // The reference is always the plain single-process run: stage 0, no offload.
@@ -94,35 +91,17 @@ TEST(ZeroEquivalenceTest, LossesAndWeightsMatchOneProcess) {
   Engine parallel(MakeConfig(n, b), nn::BuildGpt2(MakeConfig(n, b).model), g_world);
   nlohmann::json single_json;
   Engine single(MakeConfig(1, b * n, true), nn::BuildGpt2(MakeConfig(1, b * n, true).model));
-  for (int step = 0; step < 20; ++step) {
-    // The same global micro-batches on every rank; rank r takes rows [r*b, (r+1)*b).
-    std::vector<testing::OwnedBatch> global;
-    std::vector<nn::MicroBatch> mine, all;
-    for (int m = 0; m < g_gas; ++m) global.emplace_back(b * n, 8, 11, 1000 * step + m);
-    for (auto& g : global) {
-      mine.push_back(Rows(g.mb, r * b, (r + 1) * b));
-      all.push_back(g.mb);
-    }
-    const StepStats p = parallel.TrainStep(mine);
-    const StepStats s = single.TrainStep(all);
-    ASSERT_NEAR(p.loss, s.loss, 1e-5 * std::fabs(s.loss)) << "step " << step;
-    ASSERT_NEAR(p.grad_norm, s.grad_norm, 1e-5 * s.grad_norm) << "step " << step;
-    ASSERT_EQ(p.tokens, s.tokens);
-  }
+  // The same global micro-batches on every rank; rank r takes rows [r*b, (r+1)*b).
+  ASSERT_NO_FATAL_FAILURE(testing::TrainSideBySide(parallel, single, 20, g_gas, b, n, r));
   size_t compared = 0;
   parallel.ForEachFullParameter([&](const std::string& name, const Tensor& a) {
-    const Tensor e = single.Parameter(name);
-    ASSERT_EQ(a.numel(), e.numel()) << name;
-    for (int64_t i = 0; i < a.numel(); ++i) {
-      const float x = a.data<float>()[i], y = e.data<float>()[i];
-      ASSERT_NEAR(x, y, 1e-5 * (1.0 + std::fabs(y))) << name << "[" << i << "]";
-    }
+    testing::ExpectParameterNear(name, a, single.Parameter(name));
     ++compared;
   });
   EXPECT_EQ(compared, single.ParameterNames().size());
   // Evaluation (stage 3 gathers forward only) agrees too.
   testing::OwnedBatch eval(b, 8, 11, 99);
-  EXPECT_NEAR(parallel.EvalLoss(eval.mb), single.EvalLoss(Rows(eval.mb, 0, b)), 1e-5);
+  EXPECT_NEAR(parallel.EvalLoss(eval.mb), single.EvalLoss(testing::Rows(eval.mb, 0, b)), 1e-5);
 }
 
 TEST(ZeroEquivalenceTest, BytesPerStepMatchTheZeroFormula) {
