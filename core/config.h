@@ -44,6 +44,14 @@ struct TrainingConfig {
   double comm_timeout_s = 300.0;  // a collective waiting longer ends the job
 };
 
+// ztrain's checkpoints (engine/checkpoint.h).
+struct CheckpointConfig {
+  std::string dir;        // empty: no checkpoints
+  int64_t interval = 0;   // steps between saves; 0: only at the end and on a signal
+  int64_t keep_last = 3;  // checkpoints kept
+  bool resume = false;    // resume from <dir>/latest
+};
+
 struct OptimizerConfig {
   std::string type = "AdamW";  // "Adam" or "AdamW" as DeepSpeed spells them
   double lr = 1e-3;
@@ -138,6 +146,7 @@ struct Config {
   OptimizerConfig optimizer;
   SchedulerConfig scheduler;
   CsvMonitorConfig csv_monitor;
+  CheckpointConfig checkpoint;
   ZeroConfig zero;
   AioConfig aio;
   CommsLoggerConfig comms_logger;

@@ -75,6 +75,8 @@ void CheckTraining(const json& t, ConfigErrors& errors) {
   }
   IntAtLeast(t, "training.seed", 0, errors);
   IntAtLeast(t, "training.eval_interval", 0, errors);
+  IntAtLeast(t, "checkpoint.interval", 0, errors);
+  IntAtLeast(t, "checkpoint.keep_last", 1, errors);
   NumAtLeast(t, "training.comm_timeout_s", 0.001, errors);
   IntAtLeast(t, "training.eval_batches", Int(t, "training.eval_interval") > 0 ? 1 : 0, errors);
   IntAtLeast(t, "steps_per_print", 1, errors);

@@ -92,6 +92,17 @@ std::vector<ConfigKey> CheckpointAndParallelKeys() {
           .Nullable()
           .Choices({"fp32", "fp16", "bf16"}),
       Key("checkpoint", T::kSection, nullptr, "Checkpoint options."),
+      Key("checkpoint.dir", T::kString, "",
+          "ztrain: where checkpoints go (`<dir>/step<N>/`, `<dir>/latest`); empty = no "
+          "checkpoints. With a dir, one is saved at the end and on SIGTERM/SIGUSR1."),
+      Key("checkpoint.interval", T::kInt, 0,
+          "ztrain: save a checkpoint every this many steps (0 = only at the end and on a "
+          "signal)."),
+      Key("checkpoint.keep_last", T::kInt, 3,
+          "ztrain: how many checkpoints to keep; older ones are removed after a save."),
+      Key("checkpoint.resume", T::kBool, false,
+          "ztrain: resume from `<dir>/latest` (as `--resume`), falling back to the newest "
+          "intact checkpoint."),
       Key("checkpoint.tag_validation", T::kString, "Warn",
           "Check that all ranks save the same tag: `Ignore`, `Warn` or `Fail`.")
           .Choices({"Ignore", "Warn", "Fail"}),

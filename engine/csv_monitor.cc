@@ -3,13 +3,18 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "core/error.h"
 #include "engine/engine.h"
 
 namespace ztrain {
 
-CsvMonitor::CsvMonitor(const CsvMonitorConfig& config) {
+namespace {
+constexpr char kHeader[] = "step,loss,lr,grad_norm,tokens_per_s,ms_per_step,clip_coef\n";
+}  // namespace
+
+CsvMonitor::CsvMonitor(const CsvMonitorConfig& config, int64_t resume_step) {
   const std::filesystem::path dir =
       std::filesystem::path(config.output_path.empty() ? "." : config.output_path) /
       config.job_name;
@@ -18,11 +23,29 @@ CsvMonitor::CsvMonitor(const CsvMonitorConfig& config) {
   ZTRAIN_CHECK_T(IoError, !ec, "csv_monitor: cannot create directory '", dir.string(),
                  "': ", ec.message(), "; fix csv_monitor.output_path");
   path_ = (dir / "train.csv").string();
-  file_.reset(std::fopen(path_.c_str(), "w"));
+  std::string text = kHeader;
+  if (resume_step >= 0) {  // the earlier run's rows up to the resumed step
+    std::ifstream old(path_);
+    std::string line;
+    std::getline(old, line);  // its header
+    while (std::getline(old, line)) {
+      const size_t comma = line.find(',');
+      if (comma == std::string::npos || comma == 0) continue;
+      if (std::stoll(line.substr(0, comma)) <= resume_step) text += line + "\n";
+    }
+  }
+  const std::string tmp = path_ + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << text;
+    ZTRAIN_CHECK_T(IoError, out.good(), "csv_monitor: cannot write '", tmp, "': ",
+                   std::strerror(errno));
+  }
+  std::filesystem::rename(tmp, path_, ec);
+  ZTRAIN_CHECK_T(IoError, !ec, "csv_monitor: cannot write '", path_, "': ", ec.message());
+  file_.reset(std::fopen(path_.c_str(), "a"));
   ZTRAIN_CHECK_T(IoError, file_ != nullptr, "csv_monitor: cannot write '", path_, "': ",
                  std::strerror(errno));
-  std::fprintf(file_.get(), "step,loss,lr,grad_norm,tokens_per_s,ms_per_step,clip_coef\n");
-  std::fflush(file_.get());
 }
 
 void CsvMonitor::Write(const StepStats& s) {

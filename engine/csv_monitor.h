@@ -15,7 +15,10 @@ struct StepStats;
 
 class CsvMonitor {
  public:
-  explicit CsvMonitor(const CsvMonitorConfig& config);
+  // A fresh file; or, for a run resumed after step `resume_step` (>= 0), the earlier run's
+  // file keeping its header and the rows of steps up to resume_step (rewritten through a
+  // temporary file and a rename, so a crash keeps the old file), continued after them.
+  explicit CsvMonitor(const CsvMonitorConfig& config, int64_t resume_step = -1);
   void Write(const StepStats& stats);
   const std::string& path() const { return path_; }
 

@@ -577,6 +577,21 @@ double Engine::EvalLoss(const nn::MicroBatch& mb) {
   return MeanOf(input);
 }
 
+std::vector<Engine::Part> Engine::OptimizerParts() const {
+  std::vector<Part> parts;
+  std::vector<int64_t> layer_base(states_.size());
+  for (size_t l = 0, base = 0; l < states_.size(); base += states_[l]->opt_len, ++l) {
+    layer_base[l] = static_cast<int64_t>(base);
+  }
+  for (const Slot& s : slots_) {
+    const LayerState& st = *states_[s.layer];
+    const int64_t begin = std::max(s.offset, st.opt_begin);
+    const int64_t end = std::min(s.offset + NumElements(s.spec.shape), st.opt_begin + st.opt_len);
+    if (begin < end) parts.push_back({&s, begin, end, layer_base[s.layer] + begin - st.opt_begin});
+  }
+  return parts;
+}
+
 double Engine::GradNorm() const {
   // Each element once: a pipeline stage's copy of a weight another stage owns is left out.
   std::vector<Tensor> grads;
@@ -623,29 +638,41 @@ double Engine::ReplicatedSquares() const {
   return optim::GradSquaredSum(parts);
 }
 
+void Engine::ForEachOptimizerRange(
+    const std::vector<Part>& parts,
+    const std::function<void(const Part&, int64_t, int64_t, float*, float*)>& fn, bool save) {
+  if (!opt_swap_) {
+    for (const Part& p : parts) {
+      LayerState& st = *states_[p.slot->layer];
+      const int64_t local = p.begin - st.opt_begin;
+      fn(p, p.begin, p.end, st.exp_avg.data<float>() + local, st.exp_avg_sq.data<float>() + local);
+    }
+    return;
+  }
+  size_t first = 0;  // the first part not wholly in earlier tiles
+  opt_swap_->ForEachTile(
+      [&](int64_t tile_begin, int64_t count, float* m, float* v) {
+        const int64_t tile_end = tile_begin + count;
+        for (size_t i = first; i < parts.size(); ++i) {
+          const Part& p = parts[i];
+          const int64_t g0 = std::max(p.global, tile_begin);
+          const int64_t g1 = std::min(p.global + (p.end - p.begin), tile_end);
+          if (g0 >= tile_end) break;
+          if (g0 < g1) {
+            fn(p, p.begin + (g0 - p.global), p.begin + (g1 - p.global), m + (g0 - tile_begin),
+               v + (g0 - tile_begin));
+          }
+          if (g1 == p.global + (p.end - p.begin)) first = i + 1;
+        }
+      },
+      save);
+}
+
 void Engine::OptimizerStep(double grad_norm, StepStats& stats) {
   const double lr = schedule_->LrAt(step_);
   const float coef = optim::ClipCoefficient(grad_norm, config_.gradient_clipping);
   ++step_;
-  // The parts of the parameters inside their layer's optimizer range (Note [ZeRO in the
-  // engine]), in model order, each with its index in the rank's concatenated optimizer
-  // elements (where NVMe optimizer offload keeps m and v).
-  struct Part {
-    const Slot* slot;
-    int64_t begin, end;  // in the layer's flat buffer
-    int64_t global;      // of `begin`
-  };
-  std::vector<Part> parts;
-  std::vector<int64_t> layer_base(states_.size());
-  for (size_t l = 0, base = 0; l < states_.size(); base += states_[l]->opt_len, ++l) {
-    layer_base[l] = static_cast<int64_t>(base);
-  }
-  for (const Slot& s : slots_) {
-    const LayerState& st = *states_[s.layer];
-    const int64_t begin = std::max(s.offset, st.opt_begin);
-    const int64_t end = std::min(s.offset + NumElements(s.spec.shape), st.opt_begin + st.opt_len);
-    if (begin < end) parts.push_back({&s, begin, end, layer_base[s.layer] + begin - st.opt_begin});
-  }
+  const std::vector<Part> parts = OptimizerParts();
   // The fp32 master of a layer's optimizer range. With parameters on NVMe one layer's shard
   // is loaded at a time (the next one read ahead) and stored back when the step moves on.
   size_t loaded = states_.size();
@@ -676,30 +703,7 @@ void Engine::OptimizerStep(double grad_norm, StepStats& stats) {
         optim::AdamArgsFor(config_.optimizer, lr, step_, coef, s.spec.weight_decay);
     optim::AdamStep(args, master(s.layer) + local, grad, m, v, end - begin);
   };
-  if (opt_swap_) {
-    size_t first = 0;  // the first part not wholly in earlier tiles
-    opt_swap_->ForEachTile([&](int64_t tile_begin, int64_t count, float* m, float* v) {
-      const int64_t tile_end = tile_begin + count;
-      for (size_t i = first; i < parts.size(); ++i) {
-        const Part& p = parts[i];
-        const int64_t g0 = std::max(p.global, tile_begin);
-        const int64_t g1 = std::min(p.global + (p.end - p.begin), tile_end);
-        if (g0 >= tile_end) break;
-        if (g0 < g1) {
-          adam(p, p.begin + (g0 - p.global), p.begin + (g1 - p.global), m + (g0 - tile_begin),
-               v + (g0 - tile_begin));
-        }
-        if (g1 == p.global + (p.end - p.begin)) first = i + 1;
-      }
-    });
-  } else {
-    for (const Part& p : parts) {
-      LayerState& st = *states_[p.slot->layer];
-      const int64_t local = p.begin - st.opt_begin;
-      adam(p, p.begin, p.end, st.exp_avg.data<float>() + local,
-           st.exp_avg_sq.data<float>() + local);
-    }
-  }
+  ForEachOptimizerRange(parts, adam, /*save=*/true);
   if (param_swap_) {
     store_loaded();
     param_swap_->Flush();

@@ -62,6 +62,11 @@
 
 namespace ztrain {
 
+namespace checkpoint {
+class ShardWriter;
+class ModelIndex;
+}  // namespace checkpoint
+
 namespace offload {
 class IoEngine;
 class OptimizerSwapper;
@@ -155,6 +160,14 @@ class Engine {
   // Matmul FLOPs of forward + backward per token at sequence length T (3x forward).
   double TrainFlopsPerToken(int64_t seq_len) const;
 
+  // Checkpoints (Note [Checkpoints in the engine], engine_checkpoint.cc): SaveState appends
+  // the elements this rank is responsible for (each element of the model is saved by exactly
+  // one rank) to `writer`; LoadState sets every element this rank holds, in its own layout,
+  // from a checkpoint written by any layout, and the step counter. Swapped-out state streams
+  // through the swappers. Neither is collective.
+  void SaveState(checkpoint::ShardWriter& writer);
+  void LoadState(const checkpoint::ModelIndex& index, int64_t step);
+
   int64_t step() const { return step_; }
   int dp_rank() const { return dp_->rank(); }
   int dp_size() const { return dp_->size(); }
@@ -178,6 +191,15 @@ class Engine {
   struct Slot;
   struct LayerState;
   struct MicroBatchRun;
+  struct Part;
+  // The parameters' parts in the optimizer ranges, in model order.
+  std::vector<Part> OptimizerParts() const;
+  // Calls fn(part, begin, end, m, v) over `parts` in order, [begin, end) a range of the part
+  // (in its layer's flat buffer) and m, v its Adam state: the buffers in memory, or the
+  // NVMe tile holding it (what fn writes is written back when `save`).
+  void ForEachOptimizerRange(
+      const std::vector<Part>& parts,
+      const std::function<void(const Part&, int64_t, int64_t, float*, float*)>& fn, bool save);
   void SelectStage(std::vector<std::unique_ptr<nn::Layer>> model);
   void BuildStorage();
   void SetUpOffload();

@@ -21,6 +21,15 @@ struct Engine::Slot {
   bool stage_copy = false;  // this stage's copy of a weight another stage owns (pipeline)
 };
 
+// A parameter's part inside its layer's optimizer range (Note [ZeRO in the engine]), with its
+// index in the rank's concatenated optimizer elements (where NVMe optimizer offload keeps m
+// and v).
+struct Engine::Part {
+  const Slot* slot;
+  int64_t begin, end;  // in the layer's flat buffer
+  int64_t global;      // of `begin`
+};
+
 // One micro-batch in flight through the stage: each layer's saved context and output, kept
 // from its forward until its backward.
 struct Engine::MicroBatchRun {

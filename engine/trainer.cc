@@ -100,15 +100,16 @@ Trainer::Trainer(Config config, comm::Communicator* world)
       config_.tensor_parallel_size > 1 ? tensor::BuildParallelGpt2(config_.model, *groups.tp)
                                        : nn::BuildGpt2(config_.model),
       groups);
+  if (!config_.checkpoint.dir.empty()) {
+    checkpointer_ = std::make_unique<Checkpointer>(config_, *engine_, world_);
+  }
   if (!config_.model.init_from.empty()) {
     LoadWeights(config_.model.init_from, config_.model, *engine_);
     Log().info("loaded weights from {}", config_.model.init_from);
   }
   train_loader_ = MakeLoader(config_, data::Split::kTrain, engine_->dp_rank(), engine_->dp_size());
   val_loader_ = MakeLoader(config_, data::Split::kVal, engine_->dp_rank(), engine_->dp_size());
-  if (config_.csv_monitor.enabled && (!world_ || world_->rank() == 0)) {
-    csv_ = std::make_unique<CsvMonitor>(config_.csv_monitor);
-  }
+
   const int64_t b = config_.train_micro_batch_size_per_gpu, t = config_.data.seq_len;
   const int64_t gas = config_.gradient_accumulation_steps;
   tokens_.resize(gas * b * t);
@@ -119,6 +120,14 @@ Trainer::Trainer(Config config, comm::Communicator* world)
     mb.targets = Tensor(targets_.data() + i * b * t, DType::kI32, {b, t});
     micro_batches_.push_back(mb);
   }
+}
+
+ResumePoint Trainer::Resume(const std::string& tag) {
+  ZTRAIN_CHECK_T(ConfigError, checkpointer_ != nullptr,
+                 "resuming needs checkpoint.dir: the directory the earlier run saved into");
+  const ResumePoint point = checkpointer_->Resume(tag);
+  train_loader_->Restore(point.data);
+  return point;
 }
 
 double Trainer::Evaluate() {
@@ -226,13 +235,25 @@ void Trainer::LogProgress(const StepStats& s, double window_seconds, int64_t win
 
 TrainSummary Trainer::Run(const std::atomic<bool>* stop) {
   LogStart();
+  if (config_.csv_monitor.enabled && (!world_ || world_->rank() == 0)) {
+    // After a resume the earlier run's rows up to the resumed step are kept.
+    csv_ = std::make_unique<CsvMonitor>(config_.csv_monitor,
+                                        engine_->step() > 0 ? engine_->step() : -1);
+  }
   TrainSummary summary;
   const auto start = std::chrono::steady_clock::now();
   double window_seconds = 0.0;
   int64_t window_tokens = 0, total_tokens = 0;
   const int64_t steps = config_.training.steps, every = config_.steps_per_print;
   const int64_t b = config_.train_micro_batch_size_per_gpu, t = config_.data.seq_len;
-  for (int64_t step = 1; step <= steps; ++step) {
+  const int64_t first = engine_->step() + 1;  // after a resume, the step after the saved one
+  int64_t saved = engine_->step();             // the step of the newest checkpoint
+  auto save = [&](int64_t step) {
+    if (!checkpointer_ || saved == step) return;
+    checkpointer_->Save(step, train_loader_->state());
+    saved = step;
+  };
+  for (int64_t step = first; step <= steps; ++step) {
     for (size_t i = 0; i < micro_batches_.size(); ++i) {
       train_loader_->NextBatch(tokens_.data() + i * b * t, targets_.data() + i * b * t);
     }
@@ -242,7 +263,7 @@ TrainSummary Trainer::Run(const std::atomic<bool>* stop) {
     comm_bytes_per_step_.push_back(engine_->dp().stats().TotalBytes() +
                                    (engine_->pp_size() > 1 ? engine_->pp().stats().TotalBytes() : 0) -
                                    comm_before);
-    if (step == 1) summary.first_loss = s.loss;
+    if (step == first) summary.first_loss = s.loss;
     summary.final_loss = s.loss;
     summary.steps = step;
     window_seconds += s.seconds;
@@ -261,12 +282,16 @@ TrainSummary Trainer::Run(const std::atomic<bool>* stop) {
       summary.final_eval_loss = Evaluate();
       Log().info("step {:>6}/{} | val loss {:.4f}", step, steps, summary.final_eval_loss);
     }
+    const int64_t interval = config_.checkpoint.interval;
+    if (interval > 0 && step % interval == 0) save(step);
     if (interrupted) {
       summary.interrupted = true;
-      Log().warn("stopped at step {} of {} on request", step, steps);
+      Log().warn("stopped at step {} of {} on request{}", step, steps,
+                 checkpointer_ ? "; saving a checkpoint to resume from" : "");
       break;
     }
   }
+  save(engine_->step());
   summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   summary.tokens_per_s = summary.seconds > 0 ? static_cast<double>(total_tokens) / summary.seconds : 0;
   Finish(summary);

@@ -12,6 +12,7 @@
 #include "core/config.h"
 #include "data/data_loader.h"
 #include "engine/csv_monitor.h"
+#include "engine/checkpointer.h"
 #include "engine/engine.h"
 #include "parallel/process_grid.h"
 
@@ -33,8 +34,13 @@ class Trainer {
   // the dp x pp x tp grid of the config (ProcessGrid); every rank builds the same Trainer,
   // and the ranks at data-parallel coordinate d read rows d*B.. of each global batch.
   explicit Trainer(Config config, comm::Communicator* world = nullptr);
-  // Runs training.steps steps (fewer if *stop becomes true on any rank: the ranks agree after
-  // each step and stop together).
+  // Continues from a checkpoint under checkpoint.dir: `tag` is "latest" (falling back to the
+  // newest intact checkpoint) or a step ("20", "step20"). Collective; call before Run.
+  ResumePoint Resume(const std::string& tag);
+  // Runs steps up to training.steps (from the step after a resumed one), fewer if *stop
+  // becomes true on any rank: the ranks agree after each step and stop together. With
+  // checkpoint.dir a checkpoint is saved every checkpoint.interval steps, at the end, and
+  // when stopped.
   TrainSummary Run(const std::atomic<bool>* stop = nullptr);
   // Mean loss over training.eval_batches validation batches (from the start of the split),
   // averaged over the dp group.
@@ -57,6 +63,7 @@ class Trainer {
   std::unique_ptr<ProcessGrid> grid_;
   GridCommunicators groups_;   // set when the grid has a pipeline or tensor parallelism
   std::unique_ptr<Engine> engine_;
+  std::unique_ptr<Checkpointer> checkpointer_;  // with checkpoint.dir
   std::unique_ptr<data::DataLoader> train_loader_;
   std::unique_ptr<data::DataLoader> val_loader_;  // null without a validation split
   std::unique_ptr<CsvMonitor> csv_;

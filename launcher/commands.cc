@@ -9,6 +9,7 @@
 #include "core/config.h"
 #include "core/logging.h"
 #include "data/byte_tokenizer.h"
+#include "engine/checkpoint_export.h"
 #include "engine/trainer.h"
 #include "launcher/build_info.h"
 #include "launcher/signals.h"
@@ -38,21 +39,23 @@ Config LoadTrainConfig(const std::string& config_path, int world_size) {
   return LoadConfigFile(config_path, world_size);
 }
 
-int Train(Config config, comm::Communicator* world) {
+int Train(Config config, comm::Communicator* world, const std::string& resume) {
   const std::atomic<bool>& stop = InstallStopHandlers();
+  const bool resuming = !resume.empty() || config.checkpoint.resume;
   Trainer trainer(std::move(config), world);
+  if (resuming) trainer.Resume(resume.empty() ? "latest" : resume);
   const TrainSummary summary = trainer.Run(&stop);
   return summary.interrupted ? kExitInterrupted : kExitOk;
 }
 
 }  // namespace
 
-int RunTrain(const std::string& config_path) {
+int RunTrain(const std::string& config_path, const std::string& resume) {
   const LaunchEnv env = DetectLaunchEnv();
   // Every rank reads the config before MPI starts: a bad config fails every rank the same
   // way, with nothing to wait for.
   Config config = LoadTrainConfig(config_path, env.world_size);
-  if (env.world_size == 1) return Train(std::move(config), nullptr);
+  if (env.world_size == 1) return Train(std::move(config), nullptr, resume);
   const auto timeout = std::chrono::milliseconds(
       static_cast<int64_t>(config.training.comm_timeout_s * 1000.0));
   std::unique_ptr<comm::Communicator> world = comm::MakeMpiWorld(timeout);
@@ -62,7 +65,7 @@ int RunTrain(const std::string& config_path) {
   try {
     ZTRAIN_CHECK(world->size() == env.world_size, "the launcher says ", env.world_size,
                  " ranks (", env.launcher, ") but MPI has ", world->size());
-    return Train(std::move(config), world.get());
+    return Train(std::move(config), world.get(), resume);
   } catch (const std::exception& e) {
     // One failing rank ends the whole job, so no other rank waits in a collective forever.
     std::fprintf(stderr, "ztrain: rank %d of %d failed: %s\n", world->rank(), world->size(),
@@ -70,6 +73,15 @@ int RunTrain(const std::string& config_path) {
     std::fflush(stderr);
     comm::AbortWorld(dynamic_cast<const ConfigError*>(&e) ? kExitConfigError : kExitError);
   }
+}
+
+int RunExport(const std::string& checkpoint, const std::string& format, const std::string& out,
+              const std::string& dtype) {
+  const ExportResult r =
+      ExportCheckpoint(checkpoint, format, out, dtype == "bf16" ? DType::kBF16 : DType::kF32);
+  Log().info("exported {} (step {}, {} parameters) to {} ({}, {})", r.checkpoint, r.step,
+             r.parameters, out, format, dtype);
+  return kExitOk;
 }
 
 int RunCheckConfig(const std::string& config_path, int world_size) {

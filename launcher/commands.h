@@ -12,7 +12,11 @@ inline constexpr int kExitInterrupted = 130;
 
 // Trains from a config file; an empty path trains the built-in default. Under mpirun (or
 // srun, torchrun) with several ranks, trains data-parallel over all of them.
-int RunTrain(const std::string& config_path);
+// `ztrain export`: the checkpoint as one model file (engine/checkpoint_export.h).
+int RunExport(const std::string& checkpoint, const std::string& format, const std::string& out,
+              const std::string& dtype);
+// `resume`: "" (start fresh unless checkpoint.resume), "latest" or a step to resume from.
+int RunTrain(const std::string& config_path, const std::string& resume = "");
 // Prints the resolved config (exit 0) or every error found (exit 2).
 int RunCheckConfig(const std::string& config_path, int world_size);
 // Turns UTF-8 text into a token shard with the byte-level tokenizer.

@@ -20,8 +20,14 @@ int Main(int argc, char** argv) {
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off");
   app.add_flag("--version", version, "print the version and the backends of this build");
 
+  std::string resume;
+  const char* resume_help =
+      "resume from checkpoint.dir: 'latest' (the default; the newest intact checkpoint) or a "
+      "step (20 or step20)";
+  app.add_option("--resume", resume, resume_help)->expected(0, 1)->default_str("latest");
   CLI::App* train = app.add_subcommand("train", "train a model (the default command)");
   train->add_option("--config", config_path, "DeepSpeed-style JSON config (default: built-in)");
+  train->add_option("--resume", resume, resume_help)->expected(0, 1)->default_str("latest");
 
   CLI::App* check = app.add_subcommand("check-config", "print the resolved config or its errors");
   std::string check_path;
@@ -35,6 +41,18 @@ int Main(int argc, char** argv) {
   data->add_option("--text", text_path, "UTF-8 text file")->required();
   data->add_option("--out", shard_path, "output shard (.bin)")->required();
 
+  CLI::App* exp = app.add_subcommand("export", "write one model file from a checkpoint");
+  std::string export_checkpoint, export_format, export_out, export_dtype = "fp32";
+  exp->add_option("--checkpoint", export_checkpoint,
+                  "a checkpoint (<checkpoint.dir>/step<N>) or checkpoint.dir (its latest)")
+      ->required();
+  exp->add_option("--format", export_format, "llmc (llm.c's model file) or safetensors (Hugging "
+                  "Face GPT-2, with config.json beside it)")
+      ->required()
+      ->check(CLI::IsMember({"llmc", "safetensors"}));
+  exp->add_option("--out", export_out, "the model file to write")->required();
+  exp->add_option("--dtype", export_dtype, "fp32 or bf16")->check(CLI::IsMember({"fp32", "bf16"}));
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -47,7 +65,8 @@ int Main(int argc, char** argv) {
   }
   if (*check) return RunCheckConfig(check_path, world_size);
   if (*data) return RunData(text_path, shard_path);
-  return RunTrain(config_path);
+  if (*exp) return RunExport(export_checkpoint, export_format, export_out, export_dtype);
+  return RunTrain(config_path, resume);
 }
 
 }  // namespace

@@ -16,7 +16,8 @@ void OnSignal(int sig) {
     _exit(128 + sig);
   }
   static const char kMsg[] =
-      "\nztrain: interrupt received, stopping after the current step (again to force)\n";
+      "\nztrain: stop requested (signal), stopping after the current step and saving a "
+      "checkpoint when checkpoint.dir is set (again to force)\n";
   (void)!write(STDERR_FILENO, kMsg, sizeof kMsg - 1);
 }
 
@@ -28,6 +29,8 @@ const std::atomic<bool>& InstallStopHandlers() {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+  // Batch schedulers send SIGUSR1 (e.g. sbatch --signal=USR1@120) before a job's time is up.
+  sigaction(SIGUSR1, &sa, nullptr);
   return g_stop;
 }
 

@@ -1,34 +1,59 @@
 #include "nn/llmc_model_file.h"
 
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
-#include <memory>
+#include <vector>
+
+#include "nn/model_file_util.h"
 
 namespace ztrain::nn {
 namespace {
 
 constexpr const char* kBlockParams[] = {
-    "ln_1.weight", "ln_1.bias",   "attn.c_attn.weight", "attn.c_attn.bias",
-    "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
-    "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"};
+    "ln_1.weight",        "ln_1.bias",        "attn.c_attn.weight", "attn.c_attn.bias",
+    "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight",        "ln_2.bias",
+    "mlp.c_fc.weight",    "mlp.c_fc.bias",    "mlp.c_proj.weight",  "mlp.c_proj.bias"};
 
-struct FileCloser {
-  void operator()(std::FILE* f) const { std::fclose(f); }
+constexpr int64_t kHeaderBytes = 256 * sizeof(int32_t);
+
+struct LlmcHeader {
+  ModelConfig model;
+  DType dtype = DType::kF32;
 };
-using File = std::unique_ptr<std::FILE, FileCloser>;
 
-File Open(const std::string& path, const char* mode) {
-  File f(std::fopen(path.c_str(), mode));
-  ZTRAIN_CHECK_T(IoError, f != nullptr, "cannot open model file '", path, "': ",
-                 std::strerror(errno));
-  return f;
+LlmcHeader ReadHeader(const detail::InputFile& f) {
+  int32_t header[256];
+  ZTRAIN_CHECK_T(IoError, f.ReadAt(0, header, sizeof header), "model file '", f.path(),
+                 "' is shorter than its 1024-byte header");
+  ZTRAIN_CHECK_T(IoError, header[0] == kLlmcModelMagic, "'", f.path(),
+                 "' is not an llm.c model file (magic ", header[0], ", expected ", kLlmcModelMagic,
+                 ")");
+  ZTRAIN_CHECK_T(IoError, header[1] == kLlmcModelVersion || header[1] == kLlmcModelVersionBf16,
+                 "model file '", f.path(), "' has version ", header[1], "; only version ",
+                 kLlmcModelVersion, " (fp32) and ", kLlmcModelVersionBf16, " (bf16) are supported");
+  LlmcHeader h;
+  h.dtype = header[1] == kLlmcModelVersionBf16 ? DType::kBF16 : DType::kF32;
+  h.model.max_seq_len = header[2];
+  h.model.vocab_size = header[3];
+  h.model.n_layer = header[4];
+  h.model.n_head = header[5];
+  h.model.n_embd = header[6];
+  h.model.padded_vocab_size = header[7];
+  return h;
 }
 
 void Check(bool same, const char* what, int64_t in_file, int64_t configured,
            const std::string& path) {
   ZTRAIN_CHECK_T(ConfigError, same, "model file '", path, "' has ", what, " = ", in_file,
                  " but the config says ", configured, "; set model.", what, " to ", in_file);
+}
+
+void CheckSizes(const ModelConfig& h, const ModelConfig& m, const std::string& path) {
+  Check(h.max_seq_len == m.max_seq_len, "max_seq_len", h.max_seq_len, m.max_seq_len, path);
+  Check(h.vocab_size == m.vocab_size, "vocab_size", h.vocab_size, m.vocab_size, path);
+  Check(h.n_layer == m.n_layer, "n_layer", h.n_layer, m.n_layer, path);
+  Check(h.n_head == m.n_head, "n_head", h.n_head, m.n_head, path);
+  Check(h.n_embd == m.n_embd, "n_embd", h.n_embd, m.n_embd, path);
+  Check(h.padded_vocab_size == m.padded_vocab_size, "padded_vocab_size", h.padded_vocab_size,
+        m.padded_vocab_size, path);
 }
 
 }  // namespace
@@ -42,76 +67,68 @@ std::vector<std::string> LlmcParamOrder(int n_layer) {
   return names;
 }
 
-void SaveLlmcModel(const std::string& path, const ModelConfig& m, const ParamLookup& lookup) {
+void SaveLlmcModel(const std::string& path, const ModelConfig& m, const ParamLookup& lookup,
+                   DType dtype) {
+  ZTRAIN_CHECK(dtype == DType::kF32 || dtype == DType::kBF16, "llm.c model file '", path,
+               "' can hold fp32 or bf16 parameters, not ", DTypeName(dtype));
   int32_t header[256] = {};
   header[0] = kLlmcModelMagic;
-  header[1] = kLlmcModelVersion;
+  header[1] = dtype == DType::kBF16 ? kLlmcModelVersionBf16 : kLlmcModelVersion;
   header[2] = static_cast<int32_t>(m.max_seq_len);
   header[3] = static_cast<int32_t>(m.vocab_size);
   header[4] = m.n_layer;
   header[5] = m.n_head;
   header[6] = m.n_embd;
   header[7] = static_cast<int32_t>(m.padded_vocab_size);
-  const std::string tmp = path + ".tmp";
-  {
-    File f = Open(tmp, "wb");
-    bool ok = std::fwrite(header, sizeof header, 1, f.get()) == 1;
-    for (const std::string& name : LlmcParamOrder(m.n_layer)) {
-      const Tensor t = lookup(name);
-      ZTRAIN_ASSERT(t.dtype() == DType::kF32, "parameter ", name);
-      ok = ok && std::fwrite(t.data(), 1, t.nbytes(), f.get()) == t.nbytes();
+  detail::AtomicFileWriter out(path, "model file");
+  out.Write(header, sizeof header);
+  std::vector<uint16_t> narrow;  // one parameter in bf16
+  for (const std::string& name : LlmcParamOrder(m.n_layer)) {
+    const Tensor t = lookup(name);
+    ZTRAIN_ASSERT(t.dtype() == DType::kF32, "parameter ", name);
+    if (dtype == DType::kF32) {
+      out.Write(t.data(), t.nbytes());
+      continue;
     }
-    ok = ok && std::fflush(f.get()) == 0;
-    if (!ok) {
-      const int err = errno;
-      std::remove(tmp.c_str());
-      throw IoError(detail::StrCat("writing model file '", tmp, "' failed: ", std::strerror(err)));
-    }
+    narrow.resize(static_cast<size_t>(t.numel()));
+    ConvertFromFloat(t.data<float>(), narrow.data(), DType::kBF16, narrow.size());
+    out.Write(narrow.data(), narrow.size() * sizeof(uint16_t));
   }
-  ZTRAIN_CHECK_T(IoError, std::rename(tmp.c_str(), path.c_str()) == 0, "cannot rename '", tmp,
-                 "' to '", path, "': ", std::strerror(errno));
+  out.Commit();
 }
 
 ModelConfig ReadLlmcModelHeader(const std::string& path) {
-  File f = Open(path, "rb");
-  int32_t header[256];
-  ZTRAIN_CHECK_T(IoError, std::fread(header, sizeof header, 1, f.get()) == 1, "model file '",
-                 path, "' is shorter than its 1024-byte header");
-  ZTRAIN_CHECK_T(IoError, header[0] == kLlmcModelMagic, "'", path,
-                 "' is not an llm.c model file (magic ", header[0], ", expected ",
-                 kLlmcModelMagic, ")");
-  ZTRAIN_CHECK_T(IoError, header[1] == kLlmcModelVersion, "model file '", path, "' has version ",
-                 header[1], "; only version 3 (fp32) is supported");
-  ModelConfig m;
-  m.max_seq_len = header[2];
-  m.vocab_size = header[3];
-  m.n_layer = header[4];
-  m.n_head = header[5];
-  m.n_embd = header[6];
-  m.padded_vocab_size = header[7];
-  return m;
+  return ReadHeader(detail::InputFile(path, "model file")).model;
+}
+
+DType ReadLlmcModelDType(const std::string& path) {
+  return ReadHeader(detail::InputFile(path, "model file")).dtype;
 }
 
 void LoadLlmcModel(const std::string& path, const ModelConfig& m, const ParamLookup& lookup) {
-  const ModelConfig h = ReadLlmcModelHeader(path);
-  Check(h.max_seq_len == m.max_seq_len, "max_seq_len", h.max_seq_len, m.max_seq_len, path);
-  Check(h.vocab_size == m.vocab_size, "vocab_size", h.vocab_size, m.vocab_size, path);
-  Check(h.n_layer == m.n_layer, "n_layer", h.n_layer, m.n_layer, path);
-  Check(h.n_head == m.n_head, "n_head", h.n_head, m.n_head, path);
-  Check(h.n_embd == m.n_embd, "n_embd", h.n_embd, m.n_embd, path);
-  Check(h.padded_vocab_size == m.padded_vocab_size, "padded_vocab_size", h.padded_vocab_size,
-        m.padded_vocab_size, path);
-  File f = Open(path, "rb");
-  ZTRAIN_CHECK_T(IoError, std::fseek(f.get(), 1024, SEEK_SET) == 0, "seek in '", path, "'");
+  const detail::InputFile f(path, "model file");
+  const LlmcHeader h = ReadHeader(f);
+  CheckSizes(h.model, m, path);
+  const size_t elem = DTypeSize(h.dtype);
+  int64_t offset = kHeaderBytes;
+  std::vector<uint16_t> narrow;  // one parameter in bf16
   for (const std::string& name : LlmcParamOrder(m.n_layer)) {
     const Tensor t = lookup(name);
-    ZTRAIN_CHECK_T(IoError, std::fread(t.data(), 1, t.nbytes(), f.get()) == t.nbytes(),
-                   "model file '", path, "' ends before parameter ", name,
-                   " (truncated file?)");
+    ZTRAIN_ASSERT(t.dtype() == DType::kF32, "parameter ", name);
+    const size_t n = static_cast<size_t>(t.numel());
+    void* dst = t.data();
+    if (h.dtype == DType::kBF16) {
+      narrow.resize(n);
+      dst = narrow.data();
+    }
+    ZTRAIN_CHECK_T(IoError, f.ReadAt(offset, dst, n * elem), "model file '", path,
+                   "' ends before parameter ", name, " (truncated file?)");
+    if (h.dtype == DType::kBF16) ConvertToFloat(narrow.data(), DType::kBF16, t.data<float>(), n);
+    offset += static_cast<int64_t>(n * elem);
   }
-  char extra;
-  ZTRAIN_CHECK_T(IoError, std::fread(&extra, 1, 1, f.get()) == 0, "model file '", path,
-                 "' is longer than its header describes (wrong file or corrupted)");
+  ZTRAIN_CHECK_T(IoError, f.size() == offset, "model file '", path,
+                 "' is longer than its header describes (", f.size(), " bytes, expected ", offset,
+                 "; wrong file or corrupted)");
 }
 
 }  // namespace ztrain::nn

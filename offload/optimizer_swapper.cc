@@ -36,7 +36,7 @@ OptimizerSwapper::~OptimizerSwapper() = default;
 int64_t OptimizerSwapper::RecordBytes() const { return 2 * HalfBytes(tile_); }
 
 void OptimizerSwapper::ForEachTile(
-    const std::function<void(int64_t begin, int64_t count, float* m, float* v)>& step) {
+    const std::function<void(int64_t begin, int64_t count, float* m, float* v)>& step, bool save) {
   const int64_t tiles = TileCount();
   const int64_t n_buf = static_cast<int64_t>(buffers_.size());
   const int64_t record = RecordBytes();
@@ -61,6 +61,7 @@ void OptimizerSwapper::ForEachTile(
       float* m = reinterpret_cast<float*>(buffers_[b].data());
       float* v = reinterpret_cast<float*>(buffers_[b].data() + HalfBytes(tile_));
       step(t * tile_, count_of(t), m, v);
+      if (!save) continue;
       writes[b] = file_->Write(t * record, buffers_[b], record);
       if (!options_.pipeline_write) {
         writes[b]->Wait();

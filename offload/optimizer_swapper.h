@@ -44,8 +44,9 @@ class OptimizerSwapper {
   static int64_t FileBytes(int64_t elements, int64_t tile_elements);
 
   // Calls step(begin, count, m, v) for every tile in order; what step writes to m and v is
-  // saved back to the file.
-  void ForEachTile(const std::function<void(int64_t begin, int64_t count, float* m, float* v)>& step);
+  // saved back to the file, unless `save` is false (reading only, e.g. for a checkpoint).
+  void ForEachTile(const std::function<void(int64_t begin, int64_t count, float* m, float* v)>& step,
+                   bool save = true);
 
   int64_t elements() const { return elements_; }
   int64_t tile_elements() const { return tile_; }

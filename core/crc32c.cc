@@ -1,0 +1,60 @@
+#include "core/crc32c.h"
+
+#include <array>
+#include <cstring>
+
+#if defined(__x86_64__)
+#include <nmmintrin.h>
+#endif
+
+namespace ztrain {
+namespace {
+
+constexpr uint32_t kPolynomial = 0x82F63B78u;  // CRC-32C, reflected
+
+std::array<uint32_t, 256> MakeTable() {
+  std::array<uint32_t, 256> t{};
+  for (uint32_t i = 0; i < 256; ++i) {
+    uint32_t c = i;
+    for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ kPolynomial : c >> 1;
+    t[i] = c;
+  }
+  return t;
+}
+
+uint32_t TableCrc(const unsigned char* p, size_t n, uint32_t c) {
+  static const std::array<uint32_t, 256> table = MakeTable();
+  for (size_t i = 0; i < n; ++i) c = table[(c ^ p[i]) & 0xff] ^ (c >> 8);
+  return c;
+}
+
+#if defined(__x86_64__)
+__attribute__((target("sse4.2"))) uint32_t HardwareCrc(const unsigned char* p, size_t n,
+                                                        uint32_t c) {
+  uint64_t c64 = c;
+  for (; n >= 8; n -= 8, p += 8) {
+    uint64_t word;
+    std::memcpy(&word, p, 8);
+    c64 = _mm_crc32_u64(c64, word);
+  }
+  auto c32 = static_cast<uint32_t>(c64);
+  for (; n > 0; --n, ++p) c32 = _mm_crc32_u8(c32, *p);
+  return c32;
+}
+#endif
+
+}  // namespace
+
+uint32_t Crc32c(const void* data, size_t bytes, uint32_t crc) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  uint32_t c = ~crc;
+#if defined(__x86_64__)
+  static const bool hardware = __builtin_cpu_supports("sse4.2");
+  c = hardware ? HardwareCrc(p, bytes, c) : TableCrc(p, bytes, c);
+#else
+  c = TableCrc(p, bytes, c);
+#endif
+  return ~c;
+}
+
+}  // namespace ztrain

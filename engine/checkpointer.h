@@ -1,0 +1,56 @@
+#pragma once
+// Checkpointer: saving and resuming whole runs across all ranks (engine/checkpoint.h for the
+// files, Note [Checkpoints in the engine] for what each rank writes and reads).
+//
+// Save(step, data position) is collective over the world: rank 0 makes
+// <dir>/step<N>.partial/, every rank writes its rank file into it, rank 0 gathers the files'
+// sizes and checksums, writes meta.json, renames the directory to step<N>, points `latest`
+// at it and removes old checkpoints beyond checkpoint.keep_last. If any rank fails, every
+// rank throws and `latest` still names the previous checkpoint.
+//
+// Resume(tag) is collective too: "latest" (or "") resumes from what `latest` names, checking
+// every rank file's size and checksum first (the ranks share the files between them); a
+// corrupt or incomplete checkpoint is reported by name and the newest intact one is used
+// instead, saying so. A named step ("step20" or "20") is used as is or fails. The engine's
+// state is then read from the files in its own layout, whatever layout wrote them.
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/config.h"
+#include "data/data_loader.h"
+#include "engine/engine.h"
+#include "parallel/comm/communicator.h"
+
+namespace ztrain {
+
+struct ResumePoint {
+  int64_t step = 0;           // the last step the checkpoint's run took
+  data::LoaderState data;     // where its next batch starts
+  std::string directory;      // the checkpoint used
+};
+
+class Checkpointer {
+ public:
+  // `world`: every rank of the job (not owned), null for one process.
+  Checkpointer(const Config& config, Engine& engine, comm::Communicator* world);
+  ~Checkpointer();
+
+  void Save(int64_t step, const data::LoaderState& data);
+  ResumePoint Resume(const std::string& tag);
+  const std::string& root() const { return root_; }
+
+ private:
+  // True on every rank when `ok` is true on every rank.
+  bool AllOk(bool ok);
+  // Every rank's `message` (up to 255 bytes), on every rank.
+  std::vector<std::string> GatherMessages(const std::string& message);
+
+  const Config& config_;
+  Engine& engine_;
+  std::unique_ptr<comm::Communicator> self_;
+  comm::Communicator* world_;
+  std::string root_;
+};
+
+}  // namespace ztrain

@@ -1,0 +1,139 @@
+// The engine's part of checkpoints: which elements this rank saves, and restoring the
+// elements it holds from a checkpoint written by any layout (engine/checkpoint.h).
+//
+// Note [Checkpoints in the engine]
+// A checkpoint addresses every value by (parameter name, kind, element of the WHOLE
+// parameter): the unsharded, unsplit tensor of the single-process model. Each element is
+// saved by exactly one rank: the rank whose optimizer range holds it (at ZeRO stage 0 every
+// dp rank holds everything, so dp rank 0), the tp rank 0 for parameters that tensor
+// parallelism does not split (every tp rank holds them equal), and the owner's stage for a
+// weight tied across pipeline stages (the other stage's copy is equal). A rank saves, for
+// each parameter part in its optimizer range, the fp32 master values, Adam's m and v, with
+// the part's local elements mapped to whole-parameter runs through its tensor-parallel slice
+// (nn::ForEachSliceRun). Loading is the reverse for every element the rank holds in its own
+// layout (its whole layers at ZeRO 0-2, its shard at 3; m and v for its optimizer range;
+// a tied copy too), read from whichever rank file holds it, so dp size, ZeRO stage, offload,
+// pp and tp may all differ between the saving and the loading run. The step counter is the
+// only other engine state: gradients are zero between steps, the lr schedule is a function
+// of the step. Swapped-out state streams through the swappers a layer (parameters) or a tile
+// (optimizer state) at a time.
+#include <algorithm>
+
+#include "engine/checkpoint.h"
+#include "engine/engine.h"
+#include "engine/engine_state.h"
+#include "offload/optimizer_swapper.h"
+#include "offload/param_swapper.h"
+
+namespace ztrain {
+namespace {
+
+using checkpoint::Kind;
+using checkpoint::Run;
+
+// The whole-parameter runs of a parameter's local elements [a, b), in local order.
+std::vector<Run> WholeRuns(const nn::ParamSpec& spec, int64_t a, int64_t b) {
+  std::vector<Run> runs;
+  nn::ForEachSliceRun(spec.tp, spec.shape, [&](int64_t local, int64_t full, int64_t n) {
+    const int64_t x = std::max(a, local), y = std::min(b, local + n);
+    if (x < y) runs.push_back({full + (x - local), y - x});
+  });
+  return runs;
+}
+
+}  // namespace
+
+void Engine::SaveState(checkpoint::ShardWriter& writer) {
+  // Whether this rank saves part `p` (Note [Checkpoints in the engine]).
+  auto saves = [&](const Slot& s) {
+    return (stage_ >= 1 || dp_->rank() == 0) && (s.spec.tp.split() || tp_->rank() == 0) &&
+           !s.stage_copy;
+  };
+  std::vector<Part> parts;
+  for (const Part& p : OptimizerParts()) {
+    if (saves(*p.slot)) parts.push_back(p);
+  }
+  // fp32 master values, a layer at a time (read from the swap file when on NVMe).
+  size_t next = 0;
+  for (size_t l = 0; l < states_.size(); ++l) {
+    LayerState& st = *states_[l];
+    const int64_t held_begin = st.sharded ? st.opt_begin : 0;
+    Buffer staged;
+    const float* held = st.params.data<float>();
+    if (param_swap_) {
+      staged = Buffer(activations_, DType::kF32, {st.shard}, MemoryCategory::kWorkspace);
+      param_swap_->CopyOut(l, staged.data<float>());
+      held = staged.data<float>();
+    }
+    for (; next < parts.size() && parts[next].slot->layer == l; ++next) {
+      const Part& p = parts[next];
+      const nn::ParamSpec& spec = p.slot->spec;
+      writer.Add(spec.name, Kind::kParam, FullShape(spec),
+                 WholeRuns(spec, p.begin - p.slot->offset, p.end - p.slot->offset),
+                 held + (p.begin - held_begin));
+    }
+  }
+  ForEachOptimizerRange(
+      parts,
+      [&](const Part& p, int64_t begin, int64_t end, float* m, float* v) {
+        const nn::ParamSpec& spec = p.slot->spec;
+        const std::vector<Run> runs =
+            WholeRuns(spec, begin - p.slot->offset, end - p.slot->offset);
+        writer.Add(spec.name, Kind::kExpAvg, FullShape(spec), runs, m);
+        writer.Add(spec.name, Kind::kExpAvgSq, FullShape(spec), runs, v);
+      },
+      /*save=*/false);
+}
+
+void Engine::LoadState(const checkpoint::ModelIndex& index, int64_t step) {
+  // The checkpoint must describe this model: the same parameters with the same whole shapes.
+  std::map<std::string, Shape> saved(index.parameters().begin(), index.parameters().end());
+  for (const Slot& s : slots_) {
+    auto it = saved.find(s.spec.name);
+    ZTRAIN_CHECK(it != saved.end(), "the checkpoint has no parameter '", s.spec.name,
+                 "': it was saved from another model");
+    ZTRAIN_CHECK(it->second == FullShape(s.spec), "parameter '", s.spec.name, "' is ",
+                 ShapeToString(it->second), " in the checkpoint but ",
+                 ShapeToString(FullShape(s.spec)), " in this model (model.* differs)");
+  }
+  // Reads a parameter's local elements [a, b) of `kind` into out (local order).
+  auto read = [&](const nn::ParamSpec& spec, Kind kind, int64_t a, int64_t b, float* out) {
+    for (const Run& r : WholeRuns(spec, a, b)) {
+      index.Read(spec.name, kind, r.begin, r.count, out);
+      out += r.count;
+    }
+  };
+  for (size_t l = 0; l < states_.size(); ++l) {
+    LayerState& st = *states_[l];
+    const int64_t held_begin = st.sharded ? st.opt_begin : 0;
+    const int64_t held_len = st.sharded ? st.shard : st.padded;
+    Buffer staged;
+    float* held = st.params.data<float>();
+    if (param_swap_) {
+      staged = Buffer(activations_, DType::kF32, {held_len}, MemoryCategory::kWorkspace);
+      staged.Zero();
+      held = staged.data<float>();
+    }
+    for (size_t slot : st.owned) {
+      const Slot& s = slots_[slot];
+      const int64_t begin = std::max(s.offset, held_begin);
+      const int64_t end = std::min(s.offset + NumElements(s.spec.shape), held_begin + held_len);
+      if (begin < end) {
+        read(s.spec, Kind::kParam, begin - s.offset, end - s.offset, held + (begin - held_begin));
+      }
+    }
+    if (param_swap_) param_swap_->Store(l, held);
+  }
+  if (param_swap_) param_swap_->Flush();
+  ForEachOptimizerRange(
+      OptimizerParts(),
+      [&](const Part& p, int64_t begin, int64_t end, float* m, float* v) {
+        const nn::ParamSpec& spec = p.slot->spec;
+        read(spec, Kind::kExpAvg, begin - p.slot->offset, end - p.slot->offset, m);
+        read(spec, Kind::kExpAvgSq, begin - p.slot->offset, end - p.slot->offset, v);
+      },
+      /*save=*/true);
+  step_ = step;
+}
+
+}  // namespace ztrain

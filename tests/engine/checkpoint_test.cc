@@ -1,0 +1,291 @@
+// Checkpoints in one process: resuming continues as if never stopped, on the same or another
+// ZeRO stage and offload; a flipped byte, a truncated or missing rank file and a missing
+// meta.json are named, `latest` falls back to the newest intact checkpoint, old ones are
+// pruned, and a save that fails leaves `latest` as it was. (Resuming across dp, pp and tp
+// sizes runs under mpirun: tests/launcher/checkpoint_cli_test.sh.)
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cmath>
+#include <filesystem>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "engine/checkpoint.h"
+#include "engine/checkpoint_export.h"
+#include "engine/checkpointer.h"
+#include "engine/engine.h"
+#include "nn/gpt2.h"
+#include "nn/llmc_model_file.h"
+#include "nn/safetensors.h"
+#include "tests/expect_error.h"
+#include "test_model.h"
+
+namespace ztrain {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A fresh directory, removed with its contents.
+struct TempDir {
+  std::string path;
+  TempDir() {
+    std::string t = "/tmp/ztrain_ckpt_test_XXXXXX";
+    path = ::mkdtemp(t.data());
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
+struct Layout {
+  int stage = 0;
+  std::string offload = "none";  // none | cpu | nvme (optimizer; and parameters at stage 3)
+};
+
+Config MakeConfig(const Layout& l, const std::string& dir, const std::string& nvme = "") {
+  nlohmann::json j = testing::TinyConfigJson(2, 16, 2, 11, 8);
+  j["gradient_clipping"] = 0.5;
+  j["optimizer"]["params"]["weight_decay"] = 0.1;
+  j["scheduler"] = {{"type", "WarmupCosineLR"},
+                    {"params", {{"warmup_num_steps", 3}, {"total_num_steps", 20}}}};
+  j["zero_optimization"] = {{"stage", l.stage}};
+  if (l.offload != "none") {
+    nlohmann::json o = {{"device", l.offload}};
+    if (l.offload == "nvme") o["nvme_path"] = nvme;
+    j["zero_optimization"]["offload_optimizer"] = o;
+    j["zero_optimization"]["sub_group_size"] = 700;  // tiles cross layers
+    if (l.stage == 3) j["zero_optimization"]["offload_param"] = o;
+  }
+  j["checkpoint"] = {{"dir", dir}, {"keep_last", 2}};
+  j["training"]["job_name"] = "checkpoint_test";
+  return ParseConfig(j);
+}
+
+std::vector<double> Train(Engine& e, int from, int to) {
+  std::vector<double> losses;
+  for (int step = from; step < to; ++step) {
+    testing::OwnedBatch batch(4, 8, 11, 500 + step);
+    losses.push_back(e.TrainStep({&batch.mb, 1}).loss);
+  }
+  return losses;
+}
+
+struct Case {
+  const char* name;
+  Layout save, load;
+};
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
+class ResumeTest : public ::testing::TestWithParam<Case> {};
+
+// 20 steps straight against 10 steps, a checkpoint, a new engine (perhaps another layout)
+// resuming from it, and 10 more steps.
+TEST_P(ResumeTest, ContinuesAsIfNeverStopped) {
+  TempDir dir, nvme;
+  const Case& c = GetParam();
+  const Config straight_cfg = MakeConfig(Layout{}, dir.path);
+  Engine straight(straight_cfg, nn::BuildGpt2(straight_cfg.model));
+  const std::vector<double> expected = Train(straight, 0, 20);
+
+  const Config save_cfg = MakeConfig(c.save, dir.path, nvme.path);
+  {
+    Engine first(save_cfg, nn::BuildGpt2(save_cfg.model));
+    Train(first, 0, 10);
+    Checkpointer(save_cfg, first, nullptr).Save(10, data::LoaderState{0, 0, 1234});
+  }
+  const Config load_cfg = MakeConfig(c.load, dir.path, nvme.path);
+  Engine second(load_cfg, nn::BuildGpt2(load_cfg.model));
+  const ResumePoint point = Checkpointer(load_cfg, second, nullptr).Resume("latest");
+  EXPECT_EQ(point.step, 10);
+  EXPECT_EQ(point.data.position, 1234);
+  EXPECT_EQ(second.step(), 10);
+  const std::vector<double> resumed = Train(second, 10, 20);
+  const bool same_layout = c.save.stage == c.load.stage && c.save.offload == c.load.offload;
+  for (int i = 0; i < 10; ++i) {
+    if (same_layout && c.save.stage == 0) {
+      EXPECT_EQ(resumed[i], expected[10 + i]) << "step " << 11 + i;
+    } else {
+      EXPECT_NEAR(resumed[i], expected[10 + i], 1e-5 * std::fabs(expected[10 + i]))
+          << "step " << 11 + i;
+    }
+  }
+  second.ForEachFullParameter([&](const std::string& name, const Tensor& a) {
+    const Tensor e = straight.Parameter(name);
+    for (int64_t i = 0; i < a.numel(); ++i) {
+      ASSERT_NEAR(a.data<float>()[i], e.data<float>()[i], 1e-5 * (1 + std::fabs(e.data<float>()[i])))
+          << name << "[" << i << "]";
+    }
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, ResumeTest,
+    ::testing::Values(Case{"Stage0", {0}, {0}}, Case{"Stage1", {1}, {1}}, Case{"Stage2", {2}, {2}},
+                      Case{"Stage3", {3}, {3}}, Case{"Stage3To1", {3}, {1}},
+                      Case{"Stage0To3", {0}, {3}}, Case{"Stage2OptimizerCpu", {2, "cpu"}, {2, "cpu"}},
+                      Case{"Stage1OptimizerNvmeToNone", {1, "nvme"}, {1}},
+                      Case{"Stage3NvmeBoth", {3, "nvme"}, {3, "nvme"}},
+                      Case{"Stage3NoneToNvme", {3}, {3, "nvme"}}),
+    [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
+
+// Saves steps 5 and 10 of one run.
+struct TwoCheckpoints {
+  TempDir dir;
+  Config cfg = MakeConfig(Layout{}, dir.path);
+  TwoCheckpoints() {
+    Engine e(cfg, nn::BuildGpt2(cfg.model));
+    Checkpointer ck(cfg, e, nullptr);
+    Train(e, 0, 5);
+    ck.Save(5, {});
+    Train(e, 5, 10);
+    ck.Save(10, {});
+  }
+  std::string File(int step, const std::string& name) const {
+    return dir.path + "/" + checkpoint::StepName(step) + "/" + name;
+  }
+  int64_t Resume(const std::string& tag) {
+    Engine e(cfg, nn::BuildGpt2(cfg.model));
+    return Checkpointer(cfg, e, nullptr).Resume(tag).step;
+  }
+};
+
+void FlipByte(const std::string& path, int64_t at) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(at);
+  char c = 0;
+  f.read(&c, 1);
+  c = static_cast<char>(c ^ 0x10);
+  f.seekp(at);
+  f.write(&c, 1);
+}
+
+TEST(CheckpointFaultTest, AFlippedByteIsNamedAndLatestFallsBack) {
+  TwoCheckpoints t;
+  EXPECT_EQ(checkpoint::ReadLatest(t.dir.path), 10);
+  FlipByte(t.File(10, "rank0.bin"), 100);
+  EXPECT_EQ(t.Resume("latest"), 5);  // the newest intact one, with a warning
+  ztrain::testing::ExpectErrorWith<IoError>([&] { t.Resume("10"); },
+                                            {"step10", "rank0.bin", "checksum", "corrupt"});
+  EXPECT_EQ(t.Resume("step5"), 5);
+}
+
+TEST(CheckpointFaultTest, ATruncatedShardIsNamed) {
+  TwoCheckpoints t;
+  fs::resize_file(t.File(10, "rank0.bin"), 1000);
+  ztrain::testing::ExpectErrorWith<IoError>([&] { t.Resume("10"); },
+                                            {"rank0.bin", "1000 bytes", "truncated"});
+  EXPECT_EQ(t.Resume("latest"), 5);
+}
+
+TEST(CheckpointFaultTest, AMissingRankFileOrMetaIsNamed) {
+  TwoCheckpoints t;
+  fs::remove(t.File(10, "rank0.bin"));
+  ztrain::testing::ExpectErrorWith<IoError>([&] { t.Resume("10"); }, {"rank0.bin", "missing"});
+  fs::remove(t.File(5, checkpoint::kMetaFile));
+  ztrain::testing::ExpectErrorWith<IoError>([&] { t.Resume("5"); }, {"step5", "incomplete"});
+  // Nothing intact is left.
+  ztrain::testing::ExpectErrorWith<IoError>([&] { t.Resume("latest"); }, {"no intact checkpoint"});
+}
+
+TEST(CheckpointFaultTest, OldCheckpointsArePrunedAndPartialOnesIgnored) {
+  TempDir dir;
+  const Config cfg = MakeConfig(Layout{}, dir.path);
+  Engine e(cfg, nn::BuildGpt2(cfg.model));
+  Checkpointer ck(cfg, e, nullptr);
+  fs::create_directories(dir.path + "/step99.partial");  // a save that crashed
+  for (int s = 1; s <= 4; ++s) {
+    Train(e, s - 1, s);
+    ck.Save(s, {});
+  }
+  EXPECT_EQ(checkpoint::ListSteps(dir.path), (std::vector<int64_t>{4, 3}));  // keep_last 2
+  EXPECT_FALSE(fs::exists(dir.path + "/step99.partial"));
+  EXPECT_EQ(checkpoint::ReadLatest(dir.path), 4);
+}
+
+// In a child: a file size limit below the rank file's size makes the write fail (EFBIG).
+// The save must throw, leave no step directory and keep `latest` at the earlier step.
+int SaveOverTheFileSizeLimit(const std::string& dir) {
+  const Config cfg = MakeConfig(Layout{}, dir);
+  Engine e(cfg, nn::BuildGpt2(cfg.model));
+  Checkpointer ck(cfg, e, nullptr);
+  ck.Save(1, {});
+  std::signal(SIGXFSZ, SIG_IGN);
+  const rlimit small{4096, 4096};
+  if (setrlimit(RLIMIT_FSIZE, &small) != 0) return 2;
+  try {
+    ck.Save(2, {});
+    return 3;  // should have failed
+  } catch (const IoError& err) {
+    if (std::string(err.what()).find("was not saved") == std::string::npos) return 4;
+  }
+  if (checkpoint::ReadLatest(dir) != 1) return 5;
+  if (fs::exists(dir + "/step2") || fs::exists(dir + "/step2.partial")) return 6;
+  return 0;
+}
+
+TEST(CheckpointFaultDeathTest, AFailedSaveKeepsLatest) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  TempDir dir;
+  EXPECT_EXIT(std::_Exit(SaveOverTheFileSizeLimit(dir.path)), ::testing::ExitedWithCode(0), "");
+}
+
+// Export: the llm.c file loads back into ztrain with the same eval loss; the safetensors file
+// follows the format's rules (ReadSafetensorsHeader checks them) with HF GPT-2's names, and
+// its values are the model's (Conv1D weights transposed, vocabulary rows unpadded).
+TEST(CheckpointExportTest, RoundTripsThroughLlmcAndSafetensors) {
+  TempDir dir;
+  const Config cfg = MakeConfig(Layout{3}, dir.path);  // saved sharded (ZeRO 3)
+  Engine trained(cfg, nn::BuildGpt2(cfg.model));
+  Train(trained, 0, 6);
+  Checkpointer(cfg, trained, nullptr).Save(6, {});
+  testing::OwnedBatch eval(4, 8, 11, 77);
+  const double loss = trained.EvalLoss(eval.mb);
+
+  const std::string llmc = dir.path + "/export/model.bin";
+  const ExportResult r = ExportCheckpoint(dir.path, "llmc", llmc, DType::kF32);
+  EXPECT_EQ(r.step, 6);
+  const Config plain = MakeConfig(Layout{}, dir.path);
+  Engine loaded(plain, nn::BuildGpt2(plain.model));
+  std::map<std::string, std::vector<float>> staged;
+  for (const auto& [name, shape] : loaded.ModelParameters()) staged[name].resize(NumElements(shape));
+  nn::LoadLlmcModel(llmc, plain.model, [&](const std::string& name) {
+    return Tensor(staged.at(name).data(), DType::kF32, loaded.ParameterShape(name));
+  });
+  loaded.SetFullParameters([&](const std::string& name, const Tensor& out) {
+    std::memcpy(out.data(), staged.at(name).data(), out.nbytes());
+  });
+  EXPECT_EQ(loaded.EvalLoss(eval.mb), loss);
+  ExportCheckpoint(dir.path, "llmc", dir.path + "/export/model_bf16.bin", DType::kBF16);
+  EXPECT_EQ(nn::ReadLlmcModelDType(dir.path + "/export/model_bf16.bin"), DType::kBF16);
+
+  const std::string st = dir.path + "/hf/model.safetensors";
+  ExportCheckpoint(dir.path + "/step6", "safetensors", st, DType::kF32);
+  EXPECT_TRUE(fs::exists(dir.path + "/hf/config.json"));
+  const nn::SafetensorsHeader header = nn::ReadSafetensorsHeader(st);
+  EXPECT_EQ(header.metadata.at("format"), "pt");
+  EXPECT_EQ(header.tensors.size(), 2 + 12 * 2 + 2u);  // wte, wpe, 12 per block, ln_f
+  const nn::SafetensorsEntry* wte = header.Find("transformer.wte.weight");
+  ASSERT_NE(wte, nullptr);
+  EXPECT_EQ(wte->shape, (Shape{11, 16}));  // vocabulary 11, not the padded 16
+  const std::vector<char> bytes = nn::ReadSafetensorsTensor(st, header, "transformer.wte.weight");
+  EXPECT_EQ(std::memcmp(bytes.data(), loaded.Parameter("wte").data(), bytes.size()), 0);
+  const std::vector<char> attn =
+      nn::ReadSafetensorsTensor(st, header, "transformer.h.1.attn.c_attn.weight");
+  const Tensor w = loaded.Parameter("h.1.attn.c_attn.weight");  // [3C, C]; HF has [C, 3C]
+  const float* hf = reinterpret_cast<const float*>(attn.data());
+  EXPECT_EQ(hf[5 * 48 + 40], w.data<float>()[40 * 16 + 5]);
+  ztrain::testing::ExpectErrorWith<IoError>(
+      [&] { ExportCheckpoint(dir.path + "/nowhere", "llmc", llmc, DType::kF32); },
+      {"nowhere", "neither a checkpoint"});
+}
+
+}  // namespace
+}  // namespace ztrain
