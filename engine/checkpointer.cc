@@ -173,8 +173,10 @@ ResumePoint Checkpointer::Resume(const std::string& tag) {
     for (int64_t s : checkpoint::ListSteps(root_)) {
       if (s != latest) candidates.push_back(s);
     }
-    ZTRAIN_CHECK_T(IoError, !candidates.empty(), "nothing to resume from: ", root_,
-                   " holds no checkpoint (checkpoint.dir; start without --resume)");
+    if (candidates.empty()) {  // a first launch of a job that always resumes: start afresh
+      Log().warn("no checkpoint in {} yet: starting from step 0", root_);
+      return ResumePoint{};
+    }
   }
   for (size_t c = 0; c < candidates.size(); ++c) {
     const std::string dir = root_ + "/" + checkpoint::StepName(candidates[c]);

@@ -11,7 +11,9 @@
 // Resume(tag) is collective too: "latest" (or "") resumes from what `latest` names, checking
 // every rank file's size and checksum first (the ranks share the files between them); a
 // corrupt or incomplete checkpoint is reported by name and the newest intact one is used
-// instead, saying so. A named step ("step20" or "20") is used as is or fails. The engine's
+// instead, saying so; with no checkpoint at all yet (the first launch of a job that always
+// resumes) the run starts from step 0, saying so. A named step ("step20" or "20") is used as
+// is or fails. The engine's
 // state is then read from the files in its own layout, whatever layout wrote them.
 #include <cstdint>
 #include <memory>
@@ -27,7 +29,7 @@ namespace ztrain {
 struct ResumePoint {
   int64_t step = 0;           // the last step the checkpoint's run took
   data::LoaderState data;     // where its next batch starts
-  std::string directory;      // the checkpoint used
+  std::string directory;      // the checkpoint used; empty when there was none to resume
 };
 
 class Checkpointer {

@@ -126,7 +126,7 @@ ResumePoint Trainer::Resume(const std::string& tag) {
   ZTRAIN_CHECK_T(ConfigError, checkpointer_ != nullptr,
                  "resuming needs checkpoint.dir: the directory the earlier run saved into");
   const ResumePoint point = checkpointer_->Resume(tag);
-  train_loader_->Restore(point.data);
+  if (!point.directory.empty()) train_loader_->Restore(point.data);
   return point;
 }
 

@@ -195,6 +195,20 @@ TEST(CheckpointFaultTest, AMissingRankFileOrMetaIsNamed) {
   ztrain::testing::ExpectErrorWith<IoError>([&] { t.Resume("latest"); }, {"no intact checkpoint"});
 }
 
+// A job that always resumes starts from step 0 on its first launch; a named step that does
+// not exist is an error.
+TEST(CheckpointFaultTest, NothingToResumeStartsAfreshButANamedStepMustExist) {
+  TempDir dir;
+  const Config cfg = MakeConfig(Layout{}, dir.path + "/empty");
+  Engine e(cfg, nn::BuildGpt2(cfg.model));
+  Checkpointer ck(cfg, e, nullptr);
+  const ResumePoint p = ck.Resume("latest");
+  EXPECT_EQ(p.step, 0);
+  EXPECT_TRUE(p.directory.empty());
+  EXPECT_EQ(e.step(), 0);
+  ztrain::testing::ExpectErrorWith<IoError>([&] { ck.Resume("7"); }, {"step7", "incomplete"});
+}
+
 TEST(CheckpointFaultTest, OldCheckpointsArePrunedAndPartialOnesIgnored) {
   TempDir dir;
   const Config cfg = MakeConfig(Layout{}, dir.path);
