@@ -56,7 +56,26 @@ if(NOT _cuda STREQUAL "OFF")
   endif()
   find_package(CUDAToolkit QUIET)
 endif()
+if(CUDAToolkit_FOUND AND NOT EXISTS "${CUDAToolkit_NVCC_EXECUTABLE}")
+  set(CUDAToolkit_FOUND FALSE)  # the runtime without a compiler: no CUDA kernels to build
+endif()
 ztrain_resolve(ZTRAIN_WITH_CUDA "${CUDAToolkit_FOUND}" ZTRAIN_HAVE_CUDA)
+if(ZTRAIN_HAVE_CUDA)
+  # The CUDA kernels (kernels/cuda) are compiled for A100 (sm_80) and H100/H200 (sm_90) by
+  # default; -DZTRAIN_CUDA_ARCHITECTURES="86;89" (or "native") overrides.
+  set(ZTRAIN_CUDA_ARCHITECTURES "80;90" CACHE STRING "CUDA architectures of the kernels")
+  set(CMAKE_CUDA_ARCHITECTURES "${ZTRAIN_CUDA_ARCHITECTURES}")
+  set(CMAKE_CUDA_COMPILER "${CUDAToolkit_NVCC_EXECUTABLE}")
+  enable_language(CUDA)
+  # CMake 3.25 knows nvcc's dialect flags only up to C++17; nvcc 12+ takes -std=c++20, which
+  # the core headers need.
+  if(NOT CMAKE_CUDA20_STANDARD_COMPILE_OPTION AND CMAKE_CUDA_COMPILER_VERSION VERSION_GREATER_EQUAL 12)
+    set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+    set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+  endif()
+  set(CMAKE_CUDA_STANDARD 20)
+  set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+endif()
 
 string(TOUPPER "${ZTRAIN_WITH_NCCL}" _nccl)
 if(NOT _nccl STREQUAL "OFF" AND CUDAToolkit_FOUND)

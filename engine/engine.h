@@ -142,8 +142,8 @@ class Engine {
   Shape ParameterShape(const std::string& name) const;
   // Calls fn(name, value) for every owned parameter, in model order, with its whole value
   // (valid during the call only). At stage 3 this is collective: every rank of the dp group
-  // calls it, and each layer is gathered in turn; so it is over the tp group, which gathers
-  // the slices of split parameters.
+  // calls it, and each layer is gathered in turn. Under tensor parallelism it is collective
+  // over the tp group too, which all-gathers the slices of split parameters.
   void ForEachFullParameter(const std::function<void(const std::string&, const Tensor&)>& fn);
   // Sets every owned parameter: fill(name, destination) writes its whole value. Every rank
   // must write the same values; at stage 3 each keeps its shard, under tensor parallelism

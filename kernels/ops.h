@@ -97,4 +97,10 @@ class Ops {
 // The CPU implementation (OpenBLAS + OpenMP), always available.
 std::unique_ptr<Ops> MakeCpuOps();
 
+// The CUDA implementation on device `device` (kernels/cuda/cuda_ops.h). Throws ztrain::Error
+// when the build has no CUDA or the device does not exist.
+std::unique_ptr<Ops> MakeCudaOps(int device);
+// CUDA devices visible to this process; 0 without CUDA (the build or the machine).
+int CudaDeviceCount();
+
 }  // namespace ztrain::kernels

@@ -1,0 +1,55 @@
+#include "kernels/cuda/arg_check.h"
+
+#include <climits>
+
+namespace ztrain::kernels::cuda {
+
+void CheckOnDevice(const Tensor& t, Device device, const char* op, const char* what) {
+  ZTRAIN_CHECK(t.defined(), op, ": ", what, " is undefined; pass a tensor");
+  ZTRAIN_CHECK(t.device() == device, op, ": ", what, " is on ", t.device().ToString(),
+               ", expected ", device.ToString(), " (the ops' device)");
+}
+
+void CheckOnDevice(const Tensor& t, Device device, DType dtype, const char* op,
+                   const char* what) {
+  CheckOnDevice(t, device, op, what);
+  ZTRAIN_CHECK(t.dtype() == dtype, op, ": ", what, " has dtype ", DTypeName(t.dtype()),
+               ", expected ", DTypeName(dtype));
+}
+
+void CheckOnDevice(const Tensor& t, Device device, DType dtype, const Shape& shape,
+                   const char* op, const char* what) {
+  CheckOnDevice(t, device, dtype, op, what);
+  ZTRAIN_CHECK(t.shape() == shape, op, ": ", what, " has shape ", ShapeToString(t.shape()),
+               ", expected ", ShapeToString(shape));
+}
+
+void CheckFloat(const Tensor& t, Device device, const char* op, const char* what) {
+  CheckOnDevice(t, device, op, what);
+  ZTRAIN_CHECK(t.dtype() == DType::kF32 || t.dtype() == DType::kBF16, op, ": ", what,
+               " has dtype ", DTypeName(t.dtype()),
+               "; the CUDA kernels take fp32 or bf16 tensors");
+}
+
+void CheckLike(const Tensor& t, const Tensor& ref, const char* op, const char* what) {
+  CheckOnDevice(t, ref.device(), ref.dtype(), ref.shape(), op, what);
+}
+
+int64_t RowsOf(const Tensor& t, int64_t cols, const char* op, const char* what) {
+  ZTRAIN_CHECK(t.dim() >= 1 && t.size(-1) == cols, op, ": ", what, " has shape ",
+               ShapeToString(t.shape()), ", expected [..., ", cols, "]");
+  return cols == 0 ? 0 : t.numel() / cols;
+}
+
+void CheckCount(const Tensor& t, int64_t count, const char* op, const char* what) {
+  ZTRAIN_CHECK(t.numel() == count, op, ": ", what, " has shape ", ShapeToString(t.shape()),
+               " (", t.numel(), " elements), expected ", count, " elements");
+}
+
+int CheckInt32(int64_t d, const char* op, const char* what) {
+  ZTRAIN_CHECK(d >= 0 && d <= INT_MAX, op, ": ", what, " = ", d,
+               " exceeds the 32-bit range the CUDA kernels index with");
+  return static_cast<int>(d);
+}
+
+}  // namespace ztrain::kernels::cuda

@@ -1,0 +1,30 @@
+#pragma once
+// Argument checks for the CUDA ops, run on the host before anything is enqueued (so a
+// throwing op has launched nothing). Each throws ztrain::Error whose message starts with
+// "<op>: <argument>" and says what was expected, as kernels/cpu/check.h does for the CPU.
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace ztrain::kernels::cuda {
+
+// t is defined and lives on `device`.
+void CheckOnDevice(const Tensor& t, Device device, const char* op, const char* what);
+// CheckOnDevice plus a dtype.
+void CheckOnDevice(const Tensor& t, Device device, DType dtype, const char* op,
+                   const char* what);
+// CheckOnDevice plus dtype and an exact shape.
+void CheckOnDevice(const Tensor& t, Device device, DType dtype, const Shape& shape,
+                   const char* op, const char* what);
+// CheckOnDevice, and the dtype is one the floating-point kernels implement (fp32 or bf16).
+void CheckFloat(const Tensor& t, Device device, const char* op, const char* what);
+// t has ref's device, dtype and shape.
+void CheckLike(const Tensor& t, const Tensor& ref, const char* op, const char* what);
+// t (already checked) is [..., cols] with at least one dimension; returns numel / cols.
+int64_t RowsOf(const Tensor& t, int64_t cols, const char* op, const char* what);
+// t (already checked) holds exactly `count` elements, any shape.
+void CheckCount(const Tensor& t, int64_t count, const char* op, const char* what);
+// The kernels index rows and grids with 32-bit ints where noted: d must fit.
+int CheckInt32(int64_t d, const char* op, const char* what);
+
+}  // namespace ztrain::kernels::cuda

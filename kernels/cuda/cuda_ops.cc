@@ -1,0 +1,65 @@
+#include "kernels/cuda/cuda_ops.h"
+
+#include "core/error.h"
+#include "kernels/cuda/cuda_check.h"
+
+namespace ztrain::kernels {
+namespace cuda {
+
+using ::ztrain::detail::StrCat;
+
+void ThrowCudaError(cudaError_t err, const char* call, const char* file, int line) {
+  throw Error(StrCat("CUDA error ", cudaGetErrorName(err), " (", cudaGetErrorString(err),
+                     ") in ", call, " at ", file, ":", line));
+}
+
+void ThrowCublasError(cublasStatus_t status, const char* call, const char* file, int line) {
+  throw Error(StrCat("cuBLAS error ", cublasGetStatusName(status), " (",
+                     cublasGetStatusString(status), ") in ", call, " at ", file, ":", line));
+}
+
+CudaOps::CudaOps(int device) : device_(device) {
+  int count = 0;
+  ZTRAIN_CUDA_CHECK(cudaGetDeviceCount(&count));
+  ZTRAIN_CHECK(device >= 0 && device < count, "CUDA device ", device, " does not exist: ", count,
+               " visible (CUDA_VISIBLE_DEVICES)");
+  ZTRAIN_CUDA_CHECK(cudaSetDevice(device));
+  ZTRAIN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  ZTRAIN_CUBLAS_CHECK(cublasCreate(&cublas_));
+  ZTRAIN_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
+  ZTRAIN_CUBLAS_CHECK(cublasLtCreate(&cublaslt_));
+}
+
+CudaOps::~CudaOps() {
+  // Destructors must not throw: errors here are ignored (the device may be gone).
+  if (workspace_) cudaFreeAsync(workspace_, stream_);
+  if (stream_) cudaStreamSynchronize(stream_);
+  if (cublaslt_) cublasLtDestroy(cublaslt_);
+  if (cublas_) cublasDestroy(cublas_);
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+void* CudaOps::Workspace(size_t bytes) {
+  if (bytes <= workspace_bytes_) return workspace_;
+  if (workspace_) ZTRAIN_CUDA_CHECK(cudaFreeAsync(workspace_, stream_));
+  workspace_ = nullptr;
+  workspace_bytes_ = 0;
+  ZTRAIN_CUDA_CHECK(cudaMallocAsync(&workspace_, bytes, stream_));
+  workspace_bytes_ = bytes;
+  return workspace_;
+}
+
+}  // namespace cuda
+
+int CudaDeviceCount() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no device" error
+    return 0;
+  }
+  return count;
+}
+
+std::unique_ptr<Ops> MakeCudaOps(int device) { return std::make_unique<cuda::CudaOps>(device); }
+
+}  // namespace ztrain::kernels

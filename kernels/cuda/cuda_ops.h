@@ -1,0 +1,87 @@
+#pragma once
+// CudaOps: the op set on one CUDA device (DESIGN.md "kernels"; the contract is kernels/ops.h).
+//
+// Every op is enqueued on the object's stream and returns without waiting (SumSquares, which
+// returns a value to the host, synchronises). Tensors live on this device, contiguous,
+// row-major. Floating-point tensors are fp32 or bf16 (not mixed within one op, except where
+// ops.h fixes a dtype: LayerNorm's mean/rstd, attention's lse and the losses are fp32);
+// arithmetic accumulates in fp32. GEMMs go through cuBLAS / cuBLASLt (bias and GELU fused in
+// the epilogue where cuBLASLt offers it), the rest through the kernels in kernels/cuda/*.cu:
+// fused layernorm, flash-style causal attention (online softmax, no T x T matrix in device
+// memory), a fused softmax + cross-entropy that writes the logits' gradient in place, and a
+// deterministic embedding backward (no floating-point atomics: the same result every run).
+// Shapes and dtypes are checked on the host before anything is enqueued, so a throwing op
+// has enqueued nothing. One thread at a time per object, as every Ops.
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+#include "kernels/ops.h"
+
+namespace ztrain::kernels::cuda {
+
+class CudaOps final : public Ops {
+ public:
+  // Selects `device` (cudaSetDevice) and creates the stream and the cuBLAS handles.
+  explicit CudaOps(int device);
+  ~CudaOps() override;
+  CudaOps(const CudaOps&) = delete;
+  CudaOps& operator=(const CudaOps&) = delete;
+
+  Device device() const override { return Device::Cuda(device_); }
+  cudaStream_t stream() const { return stream_; }
+
+  void Gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b,
+            float beta, const Tensor& c) override;
+  void LinearForward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                     const Tensor& y) override;
+  void LinearBackward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& dx,
+                      const Tensor& dweight, const Tensor& dbias) override;
+
+  void EmbeddingForward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
+                        const Tensor& out) override;
+  void EmbeddingBackward(const Tensor& dout, const Tensor& tokens, const Tensor& dwte,
+                         const Tensor& dwpe) override;
+
+  void LayerNormForward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                        const Tensor& y, const Tensor& mean, const Tensor& rstd) override;
+  void LayerNormBackward(const Tensor& dy, const Tensor& x, const Tensor& weight,
+                         const Tensor& mean, const Tensor& rstd, const Tensor& dx,
+                         const Tensor& dweight, const Tensor& dbias) override;
+
+  void AttentionForward(const Tensor& qkv, int num_heads, const Tensor& out,
+                        const Tensor& lse) override;
+  void AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                         const Tensor& lse, int num_heads, const Tensor& dqkv) override;
+
+  void GeluForward(const Tensor& x, const Tensor& y) override;
+  void GeluBackward(const Tensor& dy, const Tensor& x, const Tensor& dx) override;
+
+  void Add(const Tensor& a, const Tensor& b, const Tensor& y) override;
+  void AddInPlace(const Tensor& y, const Tensor& x) override;
+  void Zero(const Tensor& t) override;
+  void Copy(const Tensor& src, const Tensor& dst) override;
+
+  void SoftmaxCrossEntropy(const Tensor& logits, const Tensor& targets, int64_t vocab,
+                           const Tensor& losses, const Tensor& dlosses) override;
+
+  double SumSquares(const Tensor& t) override;
+  void Scale(const Tensor& t, float alpha) override;
+
+  // Device scratch of at least `bytes`, owned by this object, valid until the next call
+  // (grown on demand, stream-ordered). For kernels that need temporary space (bias-gradient
+  // partial sums, reductions).
+  void* Workspace(size_t bytes);
+
+ private:
+  int device_;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+  cublasLtHandle_t cublaslt_ = nullptr;
+  void* workspace_ = nullptr;
+  size_t workspace_bytes_ = 0;
+};
+
+}  // namespace ztrain::kernels::cuda

@@ -1,0 +1,214 @@
+// Token + position embedding on the GPU, forward and deterministic backward.
+//
+// Both directions check every token against [0, Vp) and throw naming the first bad one, as
+// ops.h requires. Tokens live on the device, so the check costs a round trip: the forward
+// pass finds the first bad position with a small kernel and reads one int back; the
+// backward pass copies the tokens themselves (B*T int32, e.g. 32 KiB for 8 x 1024) because
+// it needs them on the host anyway. Either way the host waits for the stream once per call
+// (cudaStreamSynchronize): the work enqueued before it must finish first, so the caller
+// loses the overlap of CPU and GPU at this point, which for an embedding at the start of the
+// forward pass and the end of the backward pass is cheap.
+//
+// The backward pass adds without floating-point atomics: the host sorts the positions by
+// token (a stable counting sort, positions in increasing order), and one block per distinct
+// token sums its positions' dout rows in that order, so the bits are the same every run.
+#include <cstdint>
+#include <vector>
+
+#include "kernels/cuda/arg_check.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/kernel_utils.cuh"
+
+namespace ztrain::kernels::cuda {
+namespace {
+
+constexpr unsigned kNoBadToken = 0xffffffffu;
+
+struct EmbeddingDims {
+  int64_t batch, seq, channels, vocab;
+};
+
+EmbeddingDims CheckEmbeddingArgs(Device device, const Tensor& tokens, const Tensor& wte,
+                                 const Tensor& wpe, const Tensor& act, const char* op,
+                                 const char* act_name, const char* wte_name,
+                                 const char* wpe_name) {
+  CheckOnDevice(tokens, device, DType::kI32, op, "tokens");
+  ZTRAIN_CHECK(tokens.dim() == 2, op, ": tokens must be [B, T], got ",
+               ShapeToString(tokens.shape()));
+  CheckFloat(wte, device, op, wte_name);
+  ZTRAIN_CHECK(wte.dim() == 2, op, ": ", wte_name, " must be [Vp, C], got ",
+               ShapeToString(wte.shape()));
+  const EmbeddingDims d{tokens.size(0), tokens.size(1), wte.size(1), wte.size(0)};
+  CheckOnDevice(wpe, device, wte.dtype(), op, wpe_name);
+  ZTRAIN_CHECK(wpe.dim() == 2 && wpe.size(1) == d.channels && wpe.size(0) >= d.seq, op, ": ",
+               wpe_name, " has shape ", ShapeToString(wpe.shape()), ", expected [maxT >= ",
+               d.seq, ", ", d.channels, "]");
+  CheckOnDevice(act, device, wte.dtype(), {d.batch, d.seq, d.channels}, op, act_name);
+  CheckInt32(d.batch * d.seq, op, "B*T");
+  return d;
+}
+
+[[noreturn]] void ThrowBadToken(int32_t token, int64_t index, const EmbeddingDims& d,
+                                const char* op) {
+  throw Error(detail::StrCat(op, ": token ", token, " at position [b=", index / d.seq,
+                             ", t=", index % d.seq, "] is outside [0, ", d.vocab,
+                             "); the embedding table wte has ", d.vocab, " rows"));
+}
+
+// *first_bad = the smallest index whose token is outside [0, vocab) (integer atomicMin: the
+// result does not depend on the order).
+__global__ void FindBadTokenKernel(const int32_t* tokens, int64_t n, int64_t vocab,
+                                   unsigned* first_bad) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    if (tokens[i] < 0 || tokens[i] >= vocab) atomicMin(first_bad, static_cast<unsigned>(i));
+  }
+}
+
+// One block per (b, t) row, threads across channels.
+template <typename T>
+__global__ void EmbeddingForwardKernel(const int32_t* tokens, const T* wte, const T* wpe,
+                                       int64_t seq, int64_t ch, T* out) {
+  const int64_t row = blockIdx.x;
+  const T* te = wte + tokens[row] * ch;
+  const T* pe = wpe + (row % seq) * ch;
+  T* o = out + row * ch;
+  for (int64_t c = threadIdx.x; c < ch; c += blockDim.x) {
+    o[c] = FromFloat<T>(ToFloat(te[c]) + ToFloat(pe[c]));
+  }
+}
+
+// dwpe[t, c] += sum over b (in order) of dout[b, t, c].
+template <typename T>
+__global__ void PositionGradKernel(const T* dout, int64_t batch, int64_t seq, int64_t ch,
+                                   T* dwpe) {
+  const int64_t n = seq * ch;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    float acc = 0.0f;
+    for (int64_t b = 0; b < batch; ++b) acc += ToFloat(dout[b * n + i]);
+    dwpe[i] = FromFloat<T>(ToFloat(dwpe[i]) + acc);
+  }
+}
+
+// Block j: token ids[j] occurs at positions[offsets[j] .. offsets[j+1]) (increasing);
+// dwte[ids[j], c] += the sum of those dout rows, added in that order.
+template <typename T>
+__global__ void TokenGradKernel(const int32_t* ids, const int32_t* offsets,
+                                const int32_t* positions, const T* dout, int64_t ch, T* dwte) {
+  const int32_t begin = offsets[blockIdx.x], end = offsets[blockIdx.x + 1];
+  T* dst = dwte + int64_t{ids[blockIdx.x]} * ch;
+  for (int64_t c = threadIdx.x; c < ch; c += blockDim.x) {
+    float acc = 0.0f;
+    for (int32_t p = begin; p < end; ++p) acc += ToFloat(dout[int64_t{positions[p]} * ch + c]);
+    dst[c] = FromFloat<T>(ToFloat(dst[c]) + acc);
+  }
+}
+
+// The positions grouped by token, as one int32 array: ids[u], offsets[u + 1], positions[n].
+struct TokenLists {
+  std::vector<int32_t> data;
+  int64_t distinct = 0;
+};
+
+// Stable counting sort of the positions by token (tokens already checked).
+TokenLists GroupPositions(const std::vector<int32_t>& tokens, int64_t vocab) {
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  std::vector<int32_t> count(static_cast<size_t>(vocab), 0);
+  for (int32_t t : tokens) ++count[t];
+  TokenLists lists;
+  for (int32_t c : count) lists.distinct += c > 0;
+  const int64_t u = lists.distinct;
+  lists.data.resize(static_cast<size_t>(u + (u + 1) + n));
+  int32_t* ids = lists.data.data();
+  int32_t* offsets = ids + u;
+  int32_t* positions = offsets + u + 1;
+  std::vector<int32_t> next(static_cast<size_t>(vocab), 0);  // write cursor per token
+  int64_t j = 0;
+  int32_t offset = 0;
+  for (int64_t v = 0; v < vocab; ++v) {
+    if (count[v] == 0) continue;
+    ids[j] = static_cast<int32_t>(v);
+    offsets[j++] = offset;
+    next[v] = offset;
+    offset += count[v];
+  }
+  offsets[u] = offset;
+  for (int64_t i = 0; i < n; ++i) positions[next[tokens[i]]++] = static_cast<int32_t>(i);
+  return lists;
+}
+
+}  // namespace
+
+// The token check reads one int back and synchronises the stream (see the top of the file).
+void CudaOps::EmbeddingForward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
+                               const Tensor& out) {
+  constexpr const char* kOp = "EmbeddingForward";
+  const EmbeddingDims d =
+      CheckEmbeddingArgs(device(), tokens, wte, wpe, out, kOp, "out", "wte", "wpe");
+  const int64_t rows = d.batch * d.seq;
+  if (rows == 0) return;
+  auto* first_bad = static_cast<unsigned*>(Workspace(sizeof(unsigned)));
+  ZTRAIN_CUDA_CHECK(cudaMemsetAsync(first_bad, 0xff, sizeof(unsigned), stream_));
+  FindBadTokenKernel<<<GridFor(rows), kThreads, 0, stream_>>>(tokens.data<const int32_t>(),
+                                                              rows, d.vocab, first_bad);
+  ZTRAIN_CUDA_CHECK_LAUNCH();
+  unsigned bad = kNoBadToken;
+  ZTRAIN_CUDA_CHECK(
+      cudaMemcpyAsync(&bad, first_bad, sizeof(bad), cudaMemcpyDeviceToHost, stream_));
+  ZTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  if (bad != kNoBadToken) {
+    int32_t token = 0;
+    ZTRAIN_CUDA_CHECK(cudaMemcpyAsync(&token, tokens.data<const int32_t>() + bad, sizeof(token),
+                                      cudaMemcpyDeviceToHost, stream_));
+    ZTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    ThrowBadToken(token, bad, d, kOp);
+  }
+  if (d.channels == 0) return;
+  DispatchFloat(wte.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    EmbeddingForwardKernel<T><<<static_cast<unsigned>(rows), kThreads, 0, stream_>>>(
+        tokens.data<const int32_t>(), wte.data<const T>(), wpe.data<const T>(), d.seq,
+        d.channels, out.data<T>());
+    ZTRAIN_CUDA_CHECK_LAUNCH();
+  });
+}
+
+// The tokens come to the host (one synchronisation, see the top of the file), are checked
+// and grouped there, and the groups go back into the workspace for the dwte kernel.
+void CudaOps::EmbeddingBackward(const Tensor& dout, const Tensor& tokens, const Tensor& dwte,
+                                const Tensor& dwpe) {
+  constexpr const char* kOp = "EmbeddingBackward";
+  const EmbeddingDims d =
+      CheckEmbeddingArgs(device(), tokens, dwte, dwpe, dout, kOp, "dout", "dwte", "dwpe");
+  const int64_t rows = d.batch * d.seq;
+  if (rows == 0) return;
+  std::vector<int32_t> host_tokens(static_cast<size_t>(rows));
+  ZTRAIN_CUDA_CHECK(cudaMemcpyAsync(host_tokens.data(), tokens.data(), tokens.nbytes(),
+                                    cudaMemcpyDeviceToHost, stream_));
+  ZTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  for (int64_t i = 0; i < rows; ++i) {
+    if (host_tokens[i] < 0 || host_tokens[i] >= d.vocab) ThrowBadToken(host_tokens[i], i, d, kOp);
+  }
+  if (d.channels == 0) return;
+  const TokenLists lists = GroupPositions(host_tokens, d.vocab);
+  const int64_t u = lists.distinct;
+  auto* device_lists = static_cast<int32_t*>(Workspace(lists.data.size() * sizeof(int32_t)));
+  // A pageable source: the call returns once the bytes are staged, so `lists` may die after.
+  ZTRAIN_CUDA_CHECK(cudaMemcpyAsync(device_lists, lists.data.data(),
+                                    lists.data.size() * sizeof(int32_t),
+                                    cudaMemcpyHostToDevice, stream_));
+  DispatchFloat(dwte.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    PositionGradKernel<T><<<GridFor(d.seq * d.channels), kThreads, 0, stream_>>>(
+        dout.data<const T>(), d.batch, d.seq, d.channels, dwpe.data<T>());
+    ZTRAIN_CUDA_CHECK_LAUNCH();
+    TokenGradKernel<T><<<static_cast<unsigned>(u), kThreads, 0, stream_>>>(
+        device_lists, device_lists + u, device_lists + 2 * u + 1, dout.data<const T>(),
+        d.channels, dwte.data<T>());
+    ZTRAIN_CUDA_CHECK_LAUNCH();
+  });
+}
+
+}  // namespace ztrain::kernels::cuda

@@ -1,0 +1,16 @@
+// The CUDA backend's entry points in a build without CUDA.
+#include "core/error.h"
+#include "kernels/ops.h"
+
+namespace ztrain::kernels {
+
+int CudaDeviceCount() { return 0; }
+
+std::unique_ptr<Ops> MakeCudaOps(int device) {
+  ZTRAIN_CHECK(false, "CUDA device ", device, " asked for, but this ztrain was built without "
+               "CUDA: install the CUDA toolkit (nvcc, cuBLAS) and reconfigure with "
+               "-DZTRAIN_WITH_CUDA=ON");
+  return nullptr;
+}
+
+}  // namespace ztrain::kernels

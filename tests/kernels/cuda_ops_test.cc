@@ -1,0 +1,393 @@
+// The cross-backend test (ggml test-backend-ops): every op of kernels/ops.h runs on the CUDA
+// backend and on the CPU backend from the same random inputs, and the results must agree.
+//
+// Each test runs in fp32 and in bf16. The CPU backend is fp32 only, so bf16 inputs are first
+// rounded to bf16 and the CPU computes in fp32 on those rounded values; the GPU computes in
+// fp32 from the same values and rounds its outputs to bf16. Tolerances (ExpectClose: relative
+// to |want| + rms(want)): fp32 1e-4 (summation order and exp implementations differ), bf16
+// 1e-2 (one rounding of each output to 8 mantissa bits, 2^-9 relative, plus the rounding of
+// the pre-filled values of accumulated outputs). Accumulating outputs start from the same
+// non-zero values on both sides, so += is checked, and overwritten outputs start as NaN on
+// the GPU, so a skipped element shows. Without a GPU every test skips.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cuda_test_util.h"
+#include "kernel_test_util.h"
+#include "kernels/ops.h"
+
+namespace ztrain::kernels {
+namespace {
+
+using testing::DeviceTensor;
+using testing::ExpectClose;
+using testing::ExpectErrorMentions;
+using testing::Random;
+using testing::RandomInts;
+using testing::RoundTo;
+using testing::ToDouble;
+using testing::View;
+
+class CudaOpsTest : public ::testing::TestWithParam<DType> {
+ protected:
+  void SetUp() override {
+    if (CudaDeviceCount() == 0) {
+      GTEST_SKIP() << "no CUDA device visible: the CUDA backend is compared with the CPU one "
+                      "only on a machine with a GPU";
+    }
+    cpu_ = MakeCpuOps();
+    gpu_ = MakeCudaOps(0);
+  }
+
+  DType dtype() const { return GetParam(); }
+  bool bf16() const { return dtype() == DType::kBF16; }
+  double Tol() const { return bf16() ? 1e-2 : 1e-4; }
+
+  // Random values in [lo, hi) that the tested dtype holds exactly.
+  std::vector<float> Rand(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) const {
+    return RoundTo(dtype(), Random(n, seed, lo, hi));
+  }
+  DeviceTensor Dev(const std::vector<float>& v, Shape shape) const {
+    return DeviceTensor(v, std::move(shape), dtype());
+  }
+  DeviceTensor DevF32(const std::vector<float>& v, Shape shape) const {
+    return DeviceTensor(v, std::move(shape), DType::kF32);
+  }
+  DeviceTensor Out(Shape shape) const { return DeviceTensor(std::move(shape), dtype()); }
+  DeviceTensor OutF32(Shape shape) const { return DeviceTensor(std::move(shape), DType::kF32); }
+
+  // The GPU result against the CPU one, at the dtype's tolerance unless `tol` is given.
+  void Expect(const DeviceTensor& got, const std::vector<float>& want, const std::string& what,
+              double tol = 0.0) const {
+    ExpectClose(got.ToHost(), ToDouble(want), tol > 0.0 ? tol : Tol(), what);
+  }
+
+  std::unique_ptr<Ops> cpu_, gpu_;
+};
+
+std::string DTypeParamName(const ::testing::TestParamInfo<DType>& info) {
+  return std::string(DTypeName(info.param));
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, CudaOpsTest, ::testing::Values(DType::kF32, DType::kBF16),
+                         DTypeParamName);
+
+TEST_P(CudaOpsTest, GemmMatchesCpuForEveryTranspose) {
+  const int64_t m = 37, n = 29, k = 53;
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      for (float beta : {0.0f, 0.5f}) {
+        SCOPED_TRACE("trans_a=" + std::to_string(ta) + " trans_b=" + std::to_string(tb) +
+                     " beta=" + std::to_string(beta));
+        const Shape sa = ta ? Shape{k, m} : Shape{m, k};
+        const Shape sb = tb ? Shape{n, k} : Shape{k, n};
+        auto a = Rand(m * k, 1), b = Rand(k * n, 2), c = Rand(m * n, 3);
+        DeviceTensor da = Dev(a, sa), db = Dev(b, sb), dc = Dev(c, {m, n});
+        cpu_->Gemm(ta, tb, 0.75f, View(a, sa), View(b, sb), beta, View(c, {m, n}));
+        gpu_->Gemm(ta, tb, 0.75f, da, db, beta, dc);
+        Expect(dc, c, "c");
+      }
+    }
+  }
+}
+
+TEST_P(CudaOpsTest, LinearForwardAndBackwardMatchCpu) {
+  const int64_t rows = 13, ch = 48, oc = 40;
+  for (bool with_bias : {true, false}) {
+    for (bool with_dx : {true, false}) {
+      SCOPED_TRACE(std::string("bias=") + (with_bias ? "yes" : "no") +
+                   " dx=" + (with_dx ? "yes" : "no"));
+      auto x = Rand(rows * ch, 1), w = Rand(oc * ch, 2), bias = Rand(oc, 3);
+      auto dy = Rand(rows * oc, 4), dw = Rand(oc * ch, 5), db = Rand(oc, 6);
+      std::vector<float> y(rows * oc), dx(rows * ch);
+      DeviceTensor gx = Dev(x, {rows, ch}), gw = Dev(w, {oc, ch}), gbias = Dev(bias, {oc});
+      DeviceTensor gy = Out({rows, oc}), gdy = Dev(dy, {rows, oc}), gdx = Out({rows, ch});
+      DeviceTensor gdw = Dev(dw, {oc, ch}), gdb = Dev(db, {oc});
+      const Tensor none;
+      cpu_->LinearForward(View(x, {rows, ch}), View(w, {oc, ch}),
+                          with_bias ? View(bias, {oc}) : none, View(y, {rows, oc}));
+      gpu_->LinearForward(gx, gw, with_bias ? gbias.tensor() : none, gy);
+      Expect(gy, y, "y");
+      cpu_->LinearBackward(View(dy, {rows, oc}), View(x, {rows, ch}), View(w, {oc, ch}),
+                           with_dx ? View(dx, {rows, ch}) : none, View(dw, {oc, ch}),
+                           with_bias ? View(db, {oc}) : none);
+      gpu_->LinearBackward(gdy, gx, gw, with_dx ? gdx.tensor() : none, gdw,
+                           with_bias ? gdb.tensor() : none);
+      if (with_dx) Expect(gdx, dx, "dx");
+      Expect(gdw, dw, "dweight (accumulated)");
+      Expect(gdb, db, with_bias ? "dbias (accumulated)" : "dbias (untouched)");
+    }
+  }
+}
+
+struct EmbeddingData {
+  int64_t batch = 3, seq = 7, ch = 24, vocab = 50, max_seq = 16;
+  std::vector<int32_t> tokens;
+  // Few distinct tokens: many rows of dwte receive several contributions.
+  explicit EmbeddingData(uint32_t seed) : tokens(RandomInts(batch * seq, seed, 0, 6)) {
+    tokens[0] = int32_t(vocab) - 1;  // the last row of the table takes part too
+  }
+};
+
+TEST_P(CudaOpsTest, EmbeddingForwardAndBackwardMatchCpu) {
+  const EmbeddingData e(7);
+  const int64_t bt = e.batch * e.seq;
+  auto tokens = e.tokens;
+  auto wte = Rand(e.vocab * e.ch, 1), wpe = Rand(e.max_seq * e.ch, 2);
+  auto dout = Rand(bt * e.ch, 3), dwte = Rand(wte.size(), 4), dwpe = Rand(wpe.size(), 5);
+  std::vector<float> out(bt * e.ch);
+  const Shape act{e.batch, e.seq, e.ch}, te{e.vocab, e.ch}, pe{e.max_seq, e.ch};
+  DeviceTensor gtok(tokens, {e.batch, e.seq}), gwte = Dev(wte, te), gwpe = Dev(wpe, pe);
+  DeviceTensor gout = Out(act), gdout = Dev(dout, act), gdwte = Dev(dwte, te),
+               gdwpe = Dev(dwpe, pe);
+  cpu_->EmbeddingForward(View(tokens, {e.batch, e.seq}), View(wte, te), View(wpe, pe),
+                         View(out, act));
+  gpu_->EmbeddingForward(gtok, gwte, gwpe, gout);
+  Expect(gout, out, "out");
+  cpu_->EmbeddingBackward(View(dout, act), View(tokens, {e.batch, e.seq}), View(dwte, te),
+                          View(dwpe, pe));
+  gpu_->EmbeddingBackward(gdout, gtok, gdwte, gdwpe);
+  Expect(gdwte, dwte, "dwte (accumulated)");
+  Expect(gdwpe, dwpe, "dwpe (accumulated)");
+}
+
+TEST_P(CudaOpsTest, LayerNormForwardAndBackwardMatchCpu) {
+  const int64_t rows = 11, ch = 40;
+  auto x = Rand(rows * ch, 1, -2.0f, 3.0f), w = Rand(ch, 2), b = Rand(ch, 3);
+  auto dy = Rand(rows * ch, 4), dw = Rand(ch, 5), db = Rand(ch, 6);
+  std::vector<float> y(rows * ch), mean(rows), rstd(rows), dx(rows * ch);
+  DeviceTensor gx = Dev(x, {rows, ch}), gw = Dev(w, {ch}), gb = Dev(b, {ch});
+  DeviceTensor gy = Out({rows, ch}), gmean = OutF32({rows}), grstd = OutF32({rows});
+  DeviceTensor gdy = Dev(dy, {rows, ch}), gdx = Out({rows, ch}), gdw = Dev(dw, {ch}),
+               gdb = Dev(db, {ch});
+  cpu_->LayerNormForward(View(x, {rows, ch}), View(w, {ch}), View(b, {ch}), View(y, {rows, ch}),
+                         View(mean, {rows}), View(rstd, {rows}));
+  gpu_->LayerNormForward(gx, gw, gb, gy, gmean, grstd);
+  Expect(gy, y, "y");
+  Expect(gmean, mean, "mean", 1e-4);  // fp32 statistics of the same (rounded) inputs
+  Expect(grstd, rstd, "rstd", 1e-4);
+  // Both backwards take the CPU's statistics, so only the backward itself is compared.
+  DeviceTensor cmean = DevF32(mean, {rows}), crstd = DevF32(rstd, {rows});
+  cpu_->LayerNormBackward(View(dy, {rows, ch}), View(x, {rows, ch}), View(w, {ch}),
+                          View(mean, {rows}), View(rstd, {rows}), View(dx, {rows, ch}),
+                          View(dw, {ch}), View(db, {ch}));
+  gpu_->LayerNormBackward(gdy, gx, gw, cmean, crstd, gdx, gdw, gdb);
+  Expect(gdx, dx, "dx");
+  Expect(gdw, dw, "dweight (accumulated)");
+  Expect(gdb, db, "dbias (accumulated)");
+}
+
+struct AttnCase {
+  int64_t batch, seq, ch;
+  int heads;
+  std::string Name() const {
+    return "B=" + std::to_string(batch) + " T=" + std::to_string(seq) +
+           " C=" + std::to_string(ch) + " NH=" + std::to_string(heads) +
+           " HS=" + std::to_string(ch / heads);
+  }
+};
+
+// T never a multiple of the 32- or 64-row tiles; HS 64 (GPT-2), 32, 48 and 128.
+const AttnCase kAttnCases[] = {{2, 45, 128, 2}, {1, 70, 96, 3}, {1, 37, 96, 2}, {2, 33, 256, 2}};
+
+TEST_P(CudaOpsTest, AttentionForwardAndBackwardMatchCpu) {
+  for (const AttnCase& tc : kAttnCases) {
+    SCOPED_TRACE(tc.Name());
+    const Shape qkv_shape{tc.batch, tc.seq, 3 * tc.ch}, out_shape{tc.batch, tc.seq, tc.ch};
+    const Shape lse_shape{tc.batch, tc.heads, tc.seq};
+    auto qkv = Rand(NumElements(qkv_shape), 1, -2.0f, 2.0f);
+    auto dout = Rand(NumElements(out_shape), 2);
+    std::vector<float> out(NumElements(out_shape)), lse(NumElements(lse_shape));
+    std::vector<float> dqkv(qkv.size(), 123.0f);  // overwritten, not accumulated
+    DeviceTensor gqkv = Dev(qkv, qkv_shape), gout = Out(out_shape), glse = OutF32(lse_shape);
+    cpu_->AttentionForward(View(qkv, qkv_shape), tc.heads, View(out, out_shape),
+                           View(lse, lse_shape));
+    gpu_->AttentionForward(gqkv, tc.heads, gout, glse);
+    Expect(gout, out, "out");
+    Expect(glse, lse, "lse", 1e-4);  // fp32 on both sides from the same inputs
+    // Both backwards take the CPU's out (rounded to the dtype) and lse.
+    out = RoundTo(dtype(), out);
+    DeviceTensor cout = Dev(out, out_shape), clse = DevF32(lse, lse_shape);
+    DeviceTensor gdout = Dev(dout, out_shape), gdqkv = Dev(dqkv, qkv_shape);
+    cpu_->AttentionBackward(View(dout, out_shape), View(qkv, qkv_shape), View(out, out_shape),
+                            View(lse, lse_shape), tc.heads, View(dqkv, qkv_shape));
+    gpu_->AttentionBackward(gdout, gqkv, cout, clse, tc.heads, gdqkv);
+    Expect(gdqkv, dqkv, "dqkv");
+  }
+}
+
+TEST_P(CudaOpsTest, GeluForwardAndBackwardMatchCpu) {
+  const int64_t n = 1000;
+  auto x = Rand(n, 1, -5.0f, 5.0f), dy = Rand(n, 2);
+  std::vector<float> y(n), dx(n);
+  DeviceTensor gx = Dev(x, {10, 100}), gy = Out({10, 100}), gdy = Dev(dy, {10, 100}),
+               gdx = Out({10, 100});
+  cpu_->GeluForward(View(x, {10, 100}), View(y, {10, 100}));
+  gpu_->GeluForward(gx, gy);
+  Expect(gy, y, "y");
+  cpu_->GeluBackward(View(dy, {10, 100}), View(x, {10, 100}), View(dx, {10, 100}));
+  gpu_->GeluBackward(gdy, gx, gdx);
+  Expect(gdx, dx, "dx");
+}
+
+TEST_P(CudaOpsTest, ElementwiseOpsMatchCpu) {
+  const int64_t n = 777;
+  auto a = Rand(n, 1), b = Rand(n, 2), y = Rand(n, 3);
+  std::vector<float> sum(n);
+  DeviceTensor ga = Dev(a, {n}), gb = Dev(b, {n}), gy = Dev(y, {n}), gsum = Out({n});
+  cpu_->Add(View(a, {n}), View(b, {n}), View(sum, {n}));
+  gpu_->Add(ga, gb, gsum);
+  Expect(gsum, sum, "Add");
+  cpu_->Add(View(a, {n}), View(b, {n}), View(a, {n}));  // y aliasing a
+  gpu_->Add(ga, gb, ga);
+  Expect(ga, a, "Add into a");
+  cpu_->AddInPlace(View(y, {n}), View(b, {n}));
+  gpu_->AddInPlace(gy, gb);
+  Expect(gy, y, "AddInPlace");
+  cpu_->Scale(View(y, {n}), -0.37f);
+  gpu_->Scale(gy, -0.37f);
+  Expect(gy, y, "Scale");
+  DeviceTensor gcopy = Out({n});
+  gpu_->Copy(gb, gcopy);
+  EXPECT_EQ(gcopy.Bytes(), gb.Bytes()) << "Copy must move the bytes unchanged";
+  gpu_->Zero(gcopy);
+  EXPECT_EQ(gcopy.ToHost(), std::vector<float>(n, 0.0f)) << "Zero";
+}
+
+TEST_P(CudaOpsTest, SumSquaresMatchesCpu) {
+  for (int64_t n : {1, 1000, 100003}) {
+    auto x = Rand(n, 5, -3.0f, 3.0f);
+    DeviceTensor gx = Dev(x, {n});
+    const double want = cpu_->SumSquares(View(x, {n}));
+    // Double accumulation on both sides from the same values: only summation order differs.
+    EXPECT_NEAR(gpu_->SumSquares(gx), want, 1e-5 * want) << "n = " << n;
+  }
+}
+
+struct CeCase {
+  int64_t rows, vocab, padded;
+};
+
+TEST_P(CudaOpsTest, SoftmaxCrossEntropyMatchesCpu) {
+  for (CeCase tc : {CeCase{6, 1000, 1024}, {3, 50257, 50304}, {2, 1, 8}}) {
+    SCOPED_TRACE("V=" + std::to_string(tc.vocab) + " Vp=" + std::to_string(tc.padded));
+    const Shape shape{tc.rows, tc.padded};
+    auto logits = Rand(tc.rows * tc.padded, 1, -8.0f, 8.0f);
+    for (int64_t r = 0; r < tc.rows; ++r) {  // padding is never read: NaN must not leak
+      for (int64_t j = tc.vocab; j < tc.padded; ++j) {
+        logits[r * tc.padded + j] = std::numeric_limits<float>::quiet_NaN();
+      }
+    }
+    auto targets = RandomInts(tc.rows, 2, 0, int32_t(tc.vocab));
+    auto dlosses = Random(tc.rows, 3, 0.1f, 2.0f);  // fp32 in both dtypes
+    std::vector<float> losses(tc.rows);
+    DeviceTensor gtargets(targets, {tc.rows}), gdlosses = DevF32(dlosses, {tc.rows});
+    // Without dlosses: losses only, logits untouched.
+    DeviceTensor glogits = Dev(logits, shape), glosses = OutF32({tc.rows});
+    const std::vector<uint8_t> before = glogits.Bytes();
+    cpu_->SoftmaxCrossEntropy(View(logits, shape), View(targets, {tc.rows}), tc.vocab,
+                              View(losses, {tc.rows}), Tensor());
+    gpu_->SoftmaxCrossEntropy(glogits, gtargets, tc.vocab, glosses, Tensor());
+    Expect(glosses, losses, "losses", 1e-4);  // fp32 losses from the same logits
+    EXPECT_EQ(glogits.Bytes(), before) << "logits must be untouched without dlosses";
+    // With dlosses: the logits turn into dlogits, padding into zeros.
+    cpu_->SoftmaxCrossEntropy(View(logits, shape), View(targets, {tc.rows}), tc.vocab,
+                              View(losses, {tc.rows}), View(dlosses, {tc.rows}));
+    gpu_->SoftmaxCrossEntropy(glogits, gtargets, tc.vocab, glosses, gdlosses);
+    Expect(glosses, losses, "losses with dlosses", 1e-4);
+    Expect(glogits, logits, "dlogits");
+  }
+}
+
+using Blobs = std::vector<std::vector<uint8_t>>;  // raw bytes of several outputs
+
+// The same call twice from the same inputs gives the same bits (no floating-point atomics).
+TEST_P(CudaOpsTest, BackwardsAreBitwiseDeterministic) {
+  auto twice = [](auto&& run) {
+    const Blobs first = run(), second = run();
+    EXPECT_EQ(first, second);
+  };
+  {
+    SCOPED_TRACE("EmbeddingBackward");
+    const EmbeddingData e(9);
+    const Shape act{e.batch, e.seq, e.ch}, te{e.vocab, e.ch}, pe{e.max_seq, e.ch};
+    auto dout = Rand(NumElements(act), 1), dwte = Rand(e.vocab * e.ch, 2);
+    auto dwpe = Rand(e.max_seq * e.ch, 3);
+    DeviceTensor gtok(e.tokens, {e.batch, e.seq}), gdout = Dev(dout, act);
+    twice([&] {
+      DeviceTensor gdwte = Dev(dwte, te), gdwpe = Dev(dwpe, pe);
+      gpu_->EmbeddingBackward(gdout, gtok, gdwte, gdwpe);
+      return Blobs{gdwte.Bytes(), gdwpe.Bytes()};
+    });
+  }
+  {
+    SCOPED_TRACE("LayerNormBackward");
+    const int64_t rows = 300, ch = 96;
+    auto x = Rand(rows * ch, 1), w = Rand(ch, 2), dy = Rand(rows * ch, 3), dw = Rand(ch, 4);
+    auto mean = Random(rows, 5, -0.1f, 0.1f), rstd = Random(rows, 6, 0.5f, 2.0f);
+    DeviceTensor gx = Dev(x, {rows, ch}), gw = Dev(w, {ch}), gdy = Dev(dy, {rows, ch});
+    DeviceTensor gmean = DevF32(mean, {rows}), grstd = DevF32(rstd, {rows});
+    twice([&] {
+      DeviceTensor gdx = Out({rows, ch}), gdw = Dev(dw, {ch}), gdb = Dev(dw, {ch});
+      gpu_->LayerNormBackward(gdy, gx, gw, gmean, grstd, gdx, gdw, gdb);
+      return Blobs{gdx.Bytes(), gdw.Bytes(), gdb.Bytes()};
+    });
+  }
+  {
+    SCOPED_TRACE("AttentionBackward");
+    const AttnCase tc{2, 150, 128, 2};
+    const Shape qkv_shape{tc.batch, tc.seq, 3 * tc.ch}, out_shape{tc.batch, tc.seq, tc.ch};
+    const Shape lse_shape{tc.batch, tc.heads, tc.seq};
+    DeviceTensor gqkv = Dev(Rand(NumElements(qkv_shape), 1), qkv_shape);
+    DeviceTensor gout = Out(out_shape), glse = OutF32(lse_shape);
+    DeviceTensor gdout = Dev(Rand(NumElements(out_shape), 2), out_shape);
+    gpu_->AttentionForward(gqkv, tc.heads, gout, glse);
+    twice([&] {
+      DeviceTensor gdqkv = Out(qkv_shape);
+      gpu_->AttentionBackward(gdout, gqkv, gout, glse, tc.heads, gdqkv);
+      return Blobs{gdqkv.Bytes()};
+    });
+  }
+  {
+    SCOPED_TRACE("SumSquares");
+    DeviceTensor gx = Dev(Rand(200003, 1), {200003});
+    const double first = gpu_->SumSquares(gx), second = gpu_->SumSquares(gx);
+    EXPECT_EQ(std::memcmp(&first, &second, sizeof(double)), 0) << first << " vs " << second;
+  }
+}
+
+TEST_P(CudaOpsTest, BadInputThrowsNamingIt) {
+  const EmbeddingData e(3);
+  auto tokens = e.tokens;
+  tokens[5] = int32_t(e.vocab) + 7;
+  const Shape act{e.batch, e.seq, e.ch};
+  DeviceTensor gtok(tokens, {e.batch, e.seq}), gwte = Out({e.vocab, e.ch}),
+               gwpe = Out({e.max_seq, e.ch}), gout = Out(act);
+  ExpectErrorMentions([&] { gpu_->EmbeddingForward(gtok, gwte, gwpe, gout); },
+                      {"EmbeddingForward", "token", "57"});
+
+  std::vector<int32_t> targets{0, 3, 10, 1};  // 10 is outside [0, 10)
+  DeviceTensor glogits = Out({4, 16}), gtargets(targets, {4}), glosses = OutF32({4});
+  ExpectErrorMentions(
+      [&] { gpu_->SoftmaxCrossEntropy(glogits, gtargets, 10, glosses, Tensor()); },
+      {"SoftmaxCrossEntropy", "target 10", "row 2"});
+
+  DeviceTensor x = Out({4, 8}), w = Out({7}), b = Out({8}), y = Out({4, 8});
+  DeviceTensor mean = OutF32({4}), rstd = OutF32({4});
+  ExpectErrorMentions([&] { gpu_->LayerNormForward(x, w, b, y, mean, rstd); },
+                      {"LayerNormForward", "weight"});
+  DeviceTensor qkv = Out({1, 5, 12}), out = Out({1, 5, 3}), lse = OutF32({1, 2, 5});
+  ExpectErrorMentions([&] { gpu_->AttentionForward(qkv, 2, out, lse); },
+                      {"AttentionForward", "out"});
+  DeviceTensor ga = Out({3, 4}), gb = Out({5, 2}), gc = Out({3, 2});
+  ExpectErrorMentions([&] { gpu_->Gemm(false, false, 1.0f, ga, gb, 0.0f, gc); }, {"Gemm"});
+}
+
+}  // namespace
+}  // namespace ztrain::kernels

@@ -1,0 +1,109 @@
+#pragma once
+// Device buffers for the cross-backend test (cuda_ops_test.cc): host vectors copied to the
+// GPU as fp32, bf16 or int32 tensors and back as fp32, through plain cudaMalloc/cudaMemcpy.
+//
+// CudaOps enqueue on a non-blocking stream, which the legacy default stream used by
+// cudaMemcpy does not wait for; every copy in either direction therefore synchronises the
+// whole device first and after, so a test never reads a half-written result.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/tensor.h"
+
+namespace ztrain::kernels::testing {
+
+inline void CudaOk(cudaError_t err, const char* what) {
+  ASSERT_EQ(err, cudaSuccess) << what << ": " << cudaGetErrorString(err);
+}
+
+// v with every element rounded to what `dtype` holds (bf16: to nearest even; fp32: as is),
+// so that the CPU backend (fp32 only) computes on exactly the values the GPU sees.
+inline std::vector<float> RoundTo(DType dtype, std::vector<float> v) {
+  if (dtype == DType::kBF16) {
+    for (float& x : v) x = Bf16ToFloat(FloatToBf16(x));
+  }
+  return v;
+}
+
+// A device copy of a host vector, owning its cudaMalloc'd memory. Move-only.
+class DeviceTensor {
+ public:
+  // Floats stored as `dtype` (kF32 or kBF16; bf16 rounds to nearest even).
+  DeviceTensor(const std::vector<float>& host, Shape shape, DType dtype, int device = 0) {
+    std::vector<uint8_t> bytes(host.size() * DTypeSize(dtype));
+    if (dtype == DType::kF32) {
+      std::memcpy(bytes.data(), host.data(), bytes.size());
+    } else {
+      auto* h = reinterpret_cast<uint16_t*>(bytes.data());
+      for (size_t i = 0; i < host.size(); ++i) h[i] = FloatToBf16(host[i]);
+    }
+    Init(bytes, std::move(shape), dtype, device);
+  }
+  DeviceTensor(const std::vector<int32_t>& host, Shape shape, int device = 0) {
+    std::vector<uint8_t> bytes(host.size() * sizeof(int32_t));
+    std::memcpy(bytes.data(), host.data(), bytes.size());
+    Init(bytes, std::move(shape), DType::kI32, device);
+  }
+  // Uninitialised in the sense of the op contract: every byte 0xff (NaN as fp32 and bf16),
+  // so an output the op forgets to write shows up.
+  DeviceTensor(Shape shape, DType dtype, int device = 0) {
+    Init(std::vector<uint8_t>(NumElements(shape) * DTypeSize(dtype), 0xff), std::move(shape),
+         dtype, device);
+  }
+  ~DeviceTensor() {
+    if (ptr_) cudaFree(ptr_);  // errors ignored: a destructor must not throw
+  }
+  DeviceTensor(DeviceTensor&& o) noexcept : ptr_(std::exchange(o.ptr_, nullptr)), t_(o.t_) {}
+  DeviceTensor& operator=(DeviceTensor&&) = delete;
+  DeviceTensor(const DeviceTensor&) = delete;
+  DeviceTensor& operator=(const DeviceTensor&) = delete;
+
+  const Tensor& tensor() const { return t_; }
+  operator const Tensor&() const { return t_; }  // NOLINT: pass straight to the ops
+
+  // The raw bytes, after every queued kernel has finished.
+  std::vector<uint8_t> Bytes() const {
+    std::vector<uint8_t> bytes(t_.nbytes());
+    CudaOk(cudaDeviceSynchronize(), "cudaDeviceSynchronize before a download");
+    if (!bytes.empty()) {
+      CudaOk(cudaMemcpy(bytes.data(), ptr_, bytes.size(), cudaMemcpyDeviceToHost),
+             "cudaMemcpy device to host");
+    }
+    return bytes;
+  }
+  // The values as fp32 (fp32 or bf16 tensors).
+  std::vector<float> ToHost() const {
+    const std::vector<uint8_t> bytes = Bytes();
+    std::vector<float> out(t_.numel());
+    if (t_.dtype() == DType::kF32) {
+      std::memcpy(out.data(), bytes.data(), bytes.size());
+    } else {
+      const auto* h = reinterpret_cast<const uint16_t*>(bytes.data());
+      for (size_t i = 0; i < out.size(); ++i) out[i] = Bf16ToFloat(h[i]);
+    }
+    return out;
+  }
+
+ private:
+  void Init(const std::vector<uint8_t>& bytes, Shape shape, DType dtype, int device) {
+    CudaOk(cudaSetDevice(device), "cudaSetDevice");
+    if (!bytes.empty()) {
+      CudaOk(cudaMalloc(&ptr_, bytes.size()), "cudaMalloc");
+      CudaOk(cudaMemcpy(ptr_, bytes.data(), bytes.size(), cudaMemcpyHostToDevice),
+             "cudaMemcpy host to device");
+      CudaOk(cudaDeviceSynchronize(), "cudaDeviceSynchronize after an upload");
+    }
+    t_ = Tensor(ptr_, dtype, std::move(shape), Device::Cuda(device));
+  }
+
+  void* ptr_ = nullptr;
+  Tensor t_;
+};
+
+}  // namespace ztrain::kernels::testing
