@@ -2,8 +2,8 @@
 # Runs the CPU benchmarks one after another so their figures share one machine state:
 # GPT-2 124M step vs OpenBLAS SGEMM peak, the same step in PyTorch (when python3-torch is
 # installed: apt-get install python3-torch), AdamW vs STREAM and PyTorch's AdamW, swap-file I/O
-# vs fio, the ZeRO-3 step with NVMe offload vs in memory, the per-op
-# timings, and (when the build has MPI) data-parallel scaling on 2 ranks against the 1-rank
+# vs fio, checkpoint save/resume vs fio, the ZeRO-3 step with NVMe offload vs in memory, the
+# per-op timings, and (when the build has MPI) data-parallel scaling on 2 ranks against the 1-rank
 # step, the pipeline bubble and the tensor-parallel step.
 #   bash bench/run_cpu_benchmarks.sh [build-dir]
 set -euo pipefail
@@ -24,6 +24,9 @@ fi
 "$build/bench/adam_bench" ${torch_python:+--python "$torch_python"}
 # Swap-file I/O against fio on the build directory's disk (1 GiB, deleted afterwards).
 "$build/bench/io_bench" --dir "$build" --reps 5
+# Checkpoint write and read (a ~620 MB GPT-2 checkpoint) against fio on the same disk
+# (removed afterwards).
+"$build/bench/checkpoint_bench" --dir "$build"
 # ZeRO-3 step with parameters and optimizer state in swap files on the same disk against the
 # step in memory (swap files removed afterwards).
 "$build/bench/offload_bench" --dir "$build"
