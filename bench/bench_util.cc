@@ -1,5 +1,8 @@
 #include "bench/bench_util.h"
 
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
 #include <cstdint>
 #include <cstdlib>
 #include <new>
@@ -43,6 +46,42 @@ double StreamTriadGBs(size_t n_floats, int reps) {
     for (int64_t i = 0; i < n; ++i) pa[i] = pb[i] + scalar * pc[i];
   });
   return GBs(3.0 * sizeof(float) * static_cast<double>(n), s);
+}
+
+double PairedMedianRatio(const std::vector<double>& ztrain, const std::vector<double>& reference) {
+  std::vector<double> q;
+  for (size_t i = 0; i < std::min(ztrain.size(), reference.size()); ++i) {
+    if (reference[i] > 0) q.push_back(ztrain[i] / reference[i]);
+  }
+  return q.empty() ? -1.0 : Median(q);
+}
+
+bool HaveFio() { return std::system("fio --version > /dev/null 2>&1") == 0; }
+
+double FioGBs(const std::string& args, const std::string& rw, std::string* error) {
+  const std::string cmd = "fio " + args + " --rw=" + rw + " --output-format=json 2>&1";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (!pipe) {
+    *error = "popen failed";
+    return -1;
+  }
+  std::string out;
+  char chunk[4096];
+  size_t n;
+  while ((n = std::fread(chunk, 1, sizeof chunk, pipe)) > 0) out.append(chunk, n);
+  const int status = pclose(pipe);
+  const size_t brace = out.find('{');
+  if (status != 0 || brace == std::string::npos) {
+    *error = "fio failed: " + out.substr(0, 300);
+    return -1;
+  }
+  try {
+    const nlohmann::json j = nlohmann::json::parse(out.substr(brace));
+    return static_cast<double>(j.at("jobs").at(0).at(rw).at("bw_bytes").get<int64_t>()) * 1e-9;
+  } catch (const std::exception& e) {
+    *error = std::string("cannot parse fio's JSON: ") + e.what();
+    return -1;
+  }
 }
 
 }  // namespace ztrain::bench

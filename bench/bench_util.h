@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <limits>
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace ztrain::bench {
@@ -43,6 +44,17 @@ double BestOf(int reps, Fn&& fn) {
 }
 
 inline double GBs(double bytes, double seconds) { return bytes / seconds * 1e-9; }
+
+// The median over passes of ztrain's rate over the reference's rate in the same pass (pairs
+// whose reference is not positive are left out); -1 when none is left. Less sensitive to a
+// disk whose speed drifts than the ratio of the bests.
+double PairedMedianRatio(const std::vector<double>& ztrain, const std::vector<double>& reference);
+
+// Whether the fio command runs here.
+bool HaveFio();
+// Runs `fio <args> --rw=<rw> --output-format=json` and returns the job's bandwidth for `rw`
+// ("read" or "write") in GB/s, or < 0 with *error set (fio failed, or its JSON is broken).
+double FioGBs(const std::string& args, const std::string& rw, std::string* error);
 
 // The median of `v` (the mean of the middle two for an even count); v must not be empty.
 inline double Median(std::vector<double> v) {

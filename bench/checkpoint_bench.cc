@@ -180,43 +180,10 @@ int64_t DirectoryBytes(const std::string& dir) {
 // One fio job's bandwidth in GB/s, or < 0 with *error set.
 double RunFio(const std::string& rw, const std::string& path, int64_t bytes, std::string* error) {
   const std::string pattern = rw == "write" ? " --end_fsync=1 --fallocate=none" : " --invalidate=1";
-  const std::string cmd = "fio --name=checkpoint_bench --ioengine=psync --direct=0 --bs=" +
-                          std::to_string(kFioBlock >> 20) + "m --size=" + std::to_string(bytes) +
-                          " --rw=" + rw + pattern + " --filename=" + path +
-                          " --output-format=json 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (!pipe) {
-    *error = "popen failed";
-    return -1;
-  }
-  std::string out;
-  char chunk[4096];
-  size_t n;
-  while ((n = std::fread(chunk, 1, sizeof chunk, pipe)) > 0) out.append(chunk, n);
-  const int status = pclose(pipe);
-  const size_t brace = out.find('{');
-  if (status != 0 || brace == std::string::npos) {
-    *error = "fio failed: " + out.substr(0, 300);
-    return -1;
-  }
-  try {
-    const nlohmann::json j = nlohmann::json::parse(out.substr(brace));
-    return static_cast<double>(j.at("jobs").at(0).at(rw).at("bw_bytes").get<int64_t>()) * 1e-9;
-  } catch (const std::exception& e) {
-    *error = std::string("cannot parse fio's JSON: ") + e.what();
-    return -1;
-  }
-}
-
-bool HaveFio() { return std::system("fio --version > /dev/null 2>&1") == 0; }
-
-// The median over passes of ztrain's rate over the fio pass of the same pass.
-double PairedRatio(const std::vector<double>& z, const std::vector<double>& f) {
-  std::vector<double> q;
-  for (size_t i = 0; i < std::min(z.size(), f.size()); ++i) {
-    if (f[i] > 0) q.push_back(z[i] / f[i]);
-  }
-  return q.empty() ? -1.0 : Median(q);
+  return FioGBs("--name=checkpoint_bench --ioengine=psync --direct=0 --bs=" +
+                    std::to_string(kFioBlock >> 20) + "m --size=" + std::to_string(bytes) +
+                    pattern + " --filename=" + path,
+                rw, error);
 }
 
 double Best(const std::vector<double>& v) {
@@ -399,8 +366,8 @@ void PrintResults(const Bench& b, const Passes& p, const std::string& fio_error)
   if (fio) std::printf("   %5.2fx  %5.2fx", Best(p.zw) / Best(p.fw), Best(p.zr) / Best(p.fr));
   std::printf("\n");
   if (fio) {
-    std::printf("  median of paired passes: write %.2fx, read %.2fx\n", PairedRatio(p.zw, p.fw),
-                PairedRatio(p.zr, p.fr));
+    std::printf("  median of paired passes: write %.2fx, read %.2fx\n", PairedMedianRatio(p.zw, p.fw),
+                PairedMedianRatio(p.zr, p.fr));
   }
   const double resume = Median(p.resume_s);
   std::printf(

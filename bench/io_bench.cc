@@ -155,37 +155,14 @@ class ZtrainRun {
 
 // One fio job's bandwidth in GB/s, or < 0 with *error set.
 double RunFio(const Args& a, const std::string& engine, const std::string& rw, std::string* error) {
-  const std::string cmd = "fio --name=io_bench --ioengine=" + engine +
-                          " --direct=1 --bs=" + std::to_string(a.block_kib) +
-                          "k --iodepth=" + std::to_string(engine == "psync" ? 1 : a.queue_depth) +
-                          " --size=" + std::to_string(a.size_mib) + "m --rw=" + rw +
-                          " --filename=" + a.dir + "/io_bench_fio_" + engine +
-                          ".dat --output-format=json 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (!pipe) {
-    *error = "popen failed";
-    return -1;
-  }
-  std::string out;
-  char chunk[4096];
-  size_t n;
-  while ((n = std::fread(chunk, 1, sizeof chunk, pipe)) > 0) out.append(chunk, n);
-  const int status = pclose(pipe);
-  const size_t brace = out.find('{');
-  if (status != 0 || brace == std::string::npos) {
-    *error = "fio failed: " + out.substr(0, 300);
-    return -1;
-  }
-  try {
-    const nlohmann::json j = nlohmann::json::parse(out.substr(brace));
-    return static_cast<double>(j.at("jobs").at(0).at(rw).at("bw_bytes").get<int64_t>()) * 1e-9;
-  } catch (const std::exception& e) {
-    *error = std::string("cannot parse fio's JSON: ") + e.what();
-    return -1;
-  }
+  return FioGBs("--name=io_bench --ioengine=" + engine + " --direct=1 --bs=" +
+                    std::to_string(a.block_kib) + "k --iodepth=" +
+                    std::to_string(engine == "psync" ? 1 : a.queue_depth) +
+                    " --size=" + std::to_string(a.size_mib) + "m --filename=" + a.dir +
+                    "/io_bench_fio_" + engine + ".dat",
+                rw, error);
 }
 
-bool HaveFio() { return std::system("fio --version > /dev/null 2>&1") == 0; }
 
 void Row(const char* name, Rates r, Rates ref) {
   std::printf("  %-34s %7.2f GB/s %7.2f GB/s", name, r.write, r.read);
@@ -257,22 +234,11 @@ int main(int argc, char** argv) {
     Row("ztrain io_uring", best(zu), best(fu));
     Row("fio psync (1 call at a time)", best(fp), {});
     Row("ztrain pread/pwrite, 1 thread", best(zp), best(fp));
-    // The median over passes of ztrain's rate over fio's pass right after it: less sensitive
-    // to a disk whose speed drifts than the ratio of the bests.
-    auto paired = [](const std::vector<double>& z, const std::vector<double>& f) {
-      std::vector<double> q;
-      for (size_t i = 0; i < std::min(z.size(), f.size()); ++i) {
-        if (f[i] > 0) q.push_back(z[i] / f[i]);
-      }
-      if (q.empty()) return -1.0;
-      std::sort(q.begin(), q.end());
-      return q[q.size() / 2];
-    };
     if (fio && fio_error.empty()) {
       std::printf("  median of paired passes: io_uring %.2fx write %.2fx read, "
                   "pread/pwrite %.2fx write %.2fx read\n",
-                  paired(zu[0], fu[0]), paired(zu[1], fu[1]), paired(zp[0], fp[0]),
-                  paired(zp[1], fp[1]));
+                  PairedMedianRatio(zu[0], fu[0]), PairedMedianRatio(zu[1], fu[1]),
+                  PairedMedianRatio(zp[0], fp[0]), PairedMedianRatio(zp[1], fp[1]));
     }
     std::printf("  ztrain backends: %s | %s\n", uring.backend().c_str(), posix.backend().c_str());
     if (!fio_error.empty()) std::printf("  fio: %s\n", fio_error.c_str());

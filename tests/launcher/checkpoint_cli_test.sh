@@ -6,6 +6,7 @@
 # every layout sees the same global batch (16 rows x 2 micro-batches).
 #   checkpoint_cli_test.sh <ztrain> <mpiexec> <layout A> <layout B>
 set -euo pipefail
+source "$(dirname "$0")/compare_runs.sh"
 ztrain=$1 mpiexec=$2 a=$3 b=$4
 work=$(mktemp -d /tmp/ztrain_ckpt_cli_XXXXXX)
 trap '[ -n "${KEEP:-}" ] || rm -rf "$work"' EXIT
@@ -47,18 +48,6 @@ run "$a" "$work/a.json" "$work/a.log"
 [ -f "$work/ckpt_resumed/step10/meta.json" ] || { cat "$work/a.log"; echo "no checkpoint step10"; exit 1; }
 run "$b" "$work/b.json" "$work/b.log" --resume
 grep -q "resumed from .*step10" "$work/b.log" || { cat "$work/b.log"; echo "did not resume"; exit 1; }
-paste -d, "$work/single/train.csv" "$work/resumed/train.csv" | awk -F, -v cols=7 '
-  NR == 1 { next }
-  { a = $2; b = $(cols + 2); d = a - b; if (d < 0) d = -d
-    if ($1 != $(cols + 1)) { printf "row %d: step %s vs %s\n", NR, $1, $(cols + 1); bad = 1 }
-    if (d > 1e-5 * (a < 0 ? -a : a)) { printf "step %s: loss %s (straight) vs %s (resumed)\n", $1, a, b; bad = 1 }
-    n++ }
-  END { if (n != 20) { print "expected 20 steps, got " n; exit 1 }; exit bad }'
-weights() { od -An -v -f -j 1024 "$1" | tr -s ' ' '\n' | sed '/^$/d'; }
-cmp -n 1024 "$work/single.bin" "$work/resumed.bin" || { echo "model file headers differ"; exit 1; }
-paste <(weights "$work/single.bin") <(weights "$work/resumed.bin") | awk '
-  { d = $1 - $2; if (d < 0) d = -d; m = $1 < 0 ? -$1 : $1
-    if (d > 1e-5 * (1 + m)) { printf "weight %d: %s (straight) vs %s (resumed)\n", NR, $1, $2; bad = 1; exit }
-    n++ }
-  END { if (n < 1000) { print "only " n " weights compared"; exit 1 }; exit bad }'
+compare_losses "$work/single/train.csv" "$work/resumed/train.csv" 20 1e-5
+compare_models "$work/single.bin" "$work/resumed.bin" 1e-5
 echo "$a -> $b: 20 losses and the final weights equal 20 straight steps in one process"

@@ -7,6 +7,7 @@
 # scheduler's SIGUSR1 must make a run save a checkpoint of the step it stopped at and exit.
 #   checkpoint_crash_test.sh <ztrain binary> [kills]
 set -euo pipefail
+source "$(dirname "$0")/compare_runs.sh"
 ztrain=$1 kills=${2:-12}
 work=$(mktemp -d /tmp/ztrain_ckpt_crash_XXXXXX)
 trap '[ -n "${KEEP:-}" ] || rm -rf "$work"' EXIT
@@ -65,12 +66,6 @@ resume=()
 "$ztrain" --config "$work/crashed.json" "${resume[@]}" > "$work/final.log" 2>&1 || { cat "$work/final.log"; exit 1; }
 echo "$inside of $kills kills landed inside a save"
 [ "$inside" -ge 2 ] || { echo "too few kills landed inside a save to test anything"; exit 1; }
-paste -d, "$work/straight/train.csv" "$work/crashed/train.csv" | awk -F, -v cols=7 '
-  NR == 1 { next }
-  { a = $2; b = $(cols + 2); d = a - b; if (d < 0) d = -d
-    if ($1 != $(cols + 1)) { printf "row %d: step %s vs %s\n", NR, $1, $(cols + 1); bad = 1 }
-    if (d > 1e-6 * (a < 0 ? -a : a)) { printf "step %s: loss %s (straight) vs %s (crashed)\n", $1, a, b; bad = 1 }
-    n++ }
-  END { if (n != 30) { print "expected 30 steps, got " n; exit 1 }; exit bad }'
+compare_losses "$work/straight/train.csv" "$work/crashed/train.csv" 30 1e-6
 cmp "$work/straight.bin" "$work/crashed.bin" || { echo "final weights differ"; exit 1; }
 echo "30 losses and the final weights equal the uninterrupted run"

@@ -9,6 +9,7 @@
 # coordinates.
 #   dp_cli_test.sh <ztrain binary> <mpiexec> <np> <zero stage> [nvme|ppP|tpT]
 set -euo pipefail
+source "$(dirname "$0")/compare_runs.sh"
 ztrain=$1 mpiexec=$2 np=$3 stage=$4 offload=${5:-none}
 pp=1 tp=1 gas=1
 case "$offload" in
@@ -65,18 +66,6 @@ for r in $(seq 0 $((np - 1))); do
     [ -f "$work/out_dp/${report}_rank$r.json" ] || { echo "missing ${report}_rank$r.json"; exit 1; }
   done
 done
-paste -d, "$work/single/train.csv" "$work/dp/train.csv" | awk -F, -v cols=7 '
-  NR == 1 { next }
-  { a = $2; b = $(cols + 2); d = a - b; if (d < 0) d = -d
-    if (d > 1e-5 * (a < 0 ? -a : a)) { printf "step %s: loss %s (1 process) vs %s (dp)\n", $1, a, b; bad = 1 }
-    n++ }
-  END { if (n != 20) { print "expected 20 steps, got " n; exit 1 }; exit bad }'
-# The llm.c model files: identical 1 KiB headers, then every weight within 1e-5 relative.
-cmp -n 1024 "$work/single.bin" "$work/dp.bin" || { echo "model file headers differ"; exit 1; }
-weights() { od -An -v -f -j 1024 "$1" | tr -s ' ' '\n' | sed '/^$/d'; }
-paste <(weights "$work/single.bin") <(weights "$work/dp.bin") | awk '
-  { d = $1 - $2; if (d < 0) d = -d; m = $1 < 0 ? -$1 : $1
-    if (d > 1e-5 * (1 + m)) { printf "weight %d: %s (1 process) vs %s (dp)\n", NR, $1, $2; bad = 1; exit }
-    n++ }
-  END { if (n < 1000) { print "only " n " weights compared"; exit 1 }; exit bad }'
+compare_losses "$work/single/train.csv" "$work/dp/train.csv" 20 1e-5
+compare_models "$work/single.bin" "$work/dp.bin" 1e-5
 echo "np=$np stage $stage ($offload): 20 losses and the final weights equal the single-process run"
