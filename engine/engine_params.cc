@@ -1,0 +1,133 @@
+// Whole-parameter access to the engine's state: parameters and gradients by name, every
+// parameter whole (gathering ZeRO-3 shards over the dp group and tensor-parallel slices over
+// the tp group), setting parameters from whole values, and the names and counts.
+#include <cstring>
+
+#include "engine/engine.h"
+#include "engine/engine_state.h"
+#include "offload/param_swapper.h"
+
+namespace ztrain {
+
+const Engine::Slot& Engine::FindSlot(const std::string& name) const {
+  auto it = slot_by_name_.find(name);
+  ZTRAIN_CHECK(it != slot_by_name_.end(), "no parameter named '", name, "'");
+  return slots_[it->second];
+}
+
+Tensor Engine::Parameter(const std::string& name) const {
+  const Slot& s = FindSlot(name);
+  ZTRAIN_CHECK(stage_ <= 2, "parameter '", name, "' is not kept whole at ZeRO stage 3: each rank "
+               "holds only its shard; use ForEachFullParameter (collective)");
+  const LayerState& st = *states_[s.layer];
+  return st.Flat(st.params, st.padded).Flat(s.offset, s.spec.shape);
+}
+
+Shape Engine::ParameterShape(const std::string& name) const { return FindSlot(name).spec.shape; }
+
+Tensor Engine::Gradient(const std::string& name) const {
+  const Slot& s = FindSlot(name);
+  ZTRAIN_CHECK(stage_ <= 1, "gradient '", name, "' is not kept whole at ZeRO stage ", stage_,
+               ": each rank holds only its reduced shard");
+  return states_[s.layer]->grads.AsTensor(DType::kF32, {states_[s.layer]->padded})
+      .Flat(s.offset, s.spec.shape);
+}
+
+Shape Engine::FullShape(const nn::ParamSpec& spec) {
+  return spec.tp.split() ? spec.tp.full_shape : spec.shape;
+}
+
+// Copies between a rank's slice (`local`) and the whole parameter (`full`) along the slice's
+// runs; `to_full` says which way.
+void Engine::CopySlice(const nn::TensorSlice& slice, const Shape& local_shape, float* local,
+                       float* full, bool to_full) {
+  nn::ForEachSliceRun(slice, local_shape, [&](int64_t l, int64_t f, int64_t n) {
+    if (to_full) {
+      std::memcpy(full + f, local + l, static_cast<size_t>(n) * sizeof(float));
+    } else {
+      std::memcpy(local + l, full + f, static_cast<size_t>(n) * sizeof(float));
+    }
+  });
+}
+
+void Engine::ForEachFullParameter(
+    const std::function<void(const std::string&, const Tensor&)>& fn) {
+  for (size_t l = 0; l < states_.size(); ++l) {
+    LayerState& st = *states_[l];
+    Buffer whole;
+    const float* base = st.params.data<float>();
+    if (st.sharded) {
+      whole = Buffer(activations_, DType::kF32, {st.padded}, MemoryCategory::kParameters);
+      WaitFor(*LaunchGather(l, whole));
+      base = whole.data<float>();
+    }
+    for (size_t slot : st.owned) {
+      const Slot& s = slots_[slot];
+      const Tensor local(const_cast<float*>(base) + s.offset, DType::kF32, s.spec.shape);
+      if (!s.spec.tp.split()) {
+        fn(s.spec.name, local);
+        continue;
+      }
+      // A tensor-parallel slice: gather every rank's slice, then put each in its place.
+      const int t = tp_->size();
+      const int64_t n = local.numel();
+      Buffer slices(activations_, DType::kF32, {t * n}, MemoryCategory::kWorkspace);
+      WaitFor(*tp_->AllGather(local, slices.AsTensor(DType::kF32, {t * n})));
+      const Shape full_shape = FullShape(s.spec);
+      Buffer full(activations_, DType::kF32, full_shape, MemoryCategory::kWorkspace);
+      nn::TensorSlice slice = s.spec.tp;
+      for (int r = 0; r < t; ++r) {
+        slice.part = r;
+        CopySlice(slice, s.spec.shape, slices.data<float>() + r * n, full.data<float>(),
+                  /*to_full=*/true);
+      }
+      fn(s.spec.name, full.AsTensor(DType::kF32, full_shape));
+    }
+  }
+}
+
+void Engine::SetFullParameters(
+    const std::function<void(const std::string&, const Tensor&)>& fill) {
+  for (size_t l = 0; l < states_.size(); ++l) {
+    LayerState& st = *states_[l];
+    Buffer whole;
+    float* base = st.params.data<float>();
+    if (st.sharded) {
+      whole = Buffer(activations_, DType::kF32, {st.padded}, MemoryCategory::kWorkspace);
+      whole.Zero();
+      base = whole.data<float>();
+    }
+    for (size_t slot : st.owned) {
+      const Slot& s = slots_[slot];
+      if (!s.spec.tp.split()) {
+        fill(s.spec.name, Tensor(base + s.offset, DType::kF32, s.spec.shape));
+        continue;
+      }
+      const Shape full_shape = FullShape(s.spec);
+      Buffer full(activations_, DType::kF32, full_shape, MemoryCategory::kWorkspace);
+      fill(s.spec.name, full.AsTensor(DType::kF32, full_shape));
+      CopySlice(s.spec.tp, s.spec.shape, base + s.offset, full.data<float>(), /*to_full=*/false);
+    }
+    if (st.sharded && param_swap_) {
+      param_swap_->Store(l, whole.data<float>() + st.opt_begin);
+    } else if (st.sharded) {
+      ops_->Copy(st.Flat(whole, st.padded).Flat(st.opt_begin, {st.shard}),
+                 st.Flat(st.params, st.shard));
+    }
+  }
+  if (param_swap_) param_swap_->Flush();
+}
+
+std::vector<std::string> Engine::ParameterNames() const {
+  std::vector<std::string> names;
+  for (const Slot& s : slots_) names.push_back(s.spec.name);
+  return names;
+}
+
+int64_t Engine::NumParameters() const {
+  int64_t n = 0;
+  for (const Slot& s : slots_) n += NumElements(s.spec.shape);
+  return n;
+}
+
+}  // namespace ztrain
