@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 
 #include "core/config_internal.h"
 #include "core/error.h"
@@ -151,6 +152,7 @@ ZeroConfig ZeroFrom(const json& z) {
 
 Config ConfigFrom(const json& t, int world_size) {
   Config c;
+  c.device = t["device"].get<std::string>();
   c.train_batch_size = t["train_batch_size"];
   c.train_micro_batch_size_per_gpu = t["train_micro_batch_size_per_gpu"];
   c.gradient_accumulation_steps = t["gradient_accumulation_steps"];
@@ -224,6 +226,23 @@ int DataParallelSize(const json& tree, int world_size, detail::ConfigErrors& err
 }
 
 }  // namespace
+
+std::optional<DeviceSetting> ParseDeviceSetting(std::string_view setting) {
+  using Kind = DeviceSetting::Kind;
+  if (setting == "auto") return DeviceSetting{Kind::kAuto, -1};
+  if (setting == "cpu") return DeviceSetting{Kind::kCpu, -1};
+  if (setting == "cuda") return DeviceSetting{Kind::kCuda, -1};
+  constexpr std::string_view kPrefix = "cuda:";
+  if (setting.substr(0, kPrefix.size()) != kPrefix) return std::nullopt;
+  const std::string_view digits = setting.substr(kPrefix.size());
+  int index = -1;
+  const char* end = digits.data() + digits.size();
+  // from_chars takes a leading '-'; an index is digits only.
+  if (digits.empty() || !std::isdigit(static_cast<unsigned char>(digits[0]))) return std::nullopt;
+  const auto [ptr, ec] = std::from_chars(digits.data(), end, index);
+  if (ec != std::errc() || ptr != end) return std::nullopt;
+  return DeviceSetting{Kind::kCuda, index};
+}
 
 Config ParseConfig(const nlohmann::json& j, int world_size) {
   detail::ConfigErrors errors;

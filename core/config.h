@@ -10,7 +10,9 @@
 // which also lists the refused features (ConfigRefusals) in one place.
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace ztrain {
@@ -134,6 +136,10 @@ struct CommsLoggerConfig {
 };
 
 struct Config {
+  // Where this rank trains: "auto", "cpu", "cuda" or "cuda:N" as written in the config. The
+  // Trainer resolves it per rank (engine/device_select.h) and hands the Engine a concrete
+  // "cpu" or "cuda:N".
+  std::string device = "auto";
   int64_t train_batch_size = 0;
   int64_t train_micro_batch_size_per_gpu = 0;
   int64_t gradient_accumulation_steps = 0;
@@ -162,6 +168,19 @@ struct Config {
   int dp_size = 1;     // data-parallel ranks, the size the batch triple was resolved for
   nlohmann::json resolved;  // the full config with every default and "auto" filled in
 };
+
+// The `device` setting taken apart: "auto", "cpu", "cuda" (index -1), or "cuda:N" (index N).
+struct DeviceSetting {
+  enum class Kind { kAuto, kCpu, kCuda };
+  Kind kind = Kind::kAuto;
+  int index = -1;  // "cuda:N": N >= 0; otherwise -1
+};
+// Nullopt when `setting` is none of the accepted spellings (lower case, N a decimal index
+// without sign or spaces).
+std::optional<DeviceSetting> ParseDeviceSetting(std::string_view setting);
+// What the `device` key accepts, for messages.
+inline constexpr const char* kDeviceSettings =
+    "\"auto\", \"cpu\", \"cuda\" or \"cuda:N\" (N a GPU index: 0, 1, ...)";
 
 // Parses and validates `j` for a world of `world_size` ranks (dp = world_size /
 // (pipeline.stages x tensor_parallel.size), the batch triple resolved for dp). Throws

@@ -33,7 +33,8 @@ config: every key below with its default or derived value filled in.
   `optimizer.params.lr`; `scheduler.params.total_num_steps` is `training.steps`;
   `zero_optimization.reduce_bucket_size` is n_embd², `stage3_prefetch_bucket_size`
   0.9·n_embd², `stage3_param_persistence_threshold` 10·n_embd (Hugging Face's rules);
-  `pipeline.stages` is 1; every other `"auto"` is the key's default.
+  `pipeline.stages` is 1; every other `"auto"` is the key's default. `device: "auto"` stays
+  in the resolved config: each rank resolves it when it starts, by the GPUs it sees.
 - **Batch size**, exactly as DeepSpeed with `world_size` data-parallel ranks:
   `train_batch_size = train_micro_batch_size_per_gpu × gradient_accumulation_steps ×
   world_size`. All three given: they must agree. Two given: the third is derived (integer

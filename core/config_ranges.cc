@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "core/config.h"
 #include "core/config_internal.h"
 #include "core/config_schema.h"
 #include "core/error.h"
@@ -178,6 +179,15 @@ void CheckOffload(const json& t, int64_t stage, ConfigErrors& errors) {
   }
 }
 
+// "cuda:N" past the GPUs of the machine is found at start (engine/device_select.h): the
+// config may be checked where it does not run.
+void CheckDevice(const json& t, ConfigErrors& errors) {
+  const json& device = At(t, "device");
+  if (!ParseDeviceSetting(device.get<std::string>())) {
+    errors.Add("device", StrCat("expected ", kDeviceSettings, ", got ", device.dump()));
+  }
+}
+
 void CheckParallelAndIo(const json& t, ConfigErrors& errors) {
   const int64_t stage = Int(t, "zero_optimization.stage");
   if (stage < 0 || stage > 3) {
@@ -208,6 +218,7 @@ void CheckParallelAndIo(const json& t, ConfigErrors& errors) {
 }  // namespace
 
 void CheckRanges(const json& tree, ConfigErrors& errors) {
+  CheckDevice(tree, errors);
   CheckModel(tree, errors);
   CheckTraining(tree, errors);
   CheckOptimizer(tree, errors);

@@ -1,4 +1,4 @@
-// The schema table's lookup, and ztrain's own sections (model, data, training).
+// The schema table's lookup, and ztrain's own keys (device, model, data, training).
 #include "core/config_schema.h"
 
 #include <unordered_map>
@@ -107,6 +107,13 @@ using T = ConfigType;
 
 std::vector<ConfigKey> ZtrainKeys() {
   return {
+      Key("device", T::kString, "auto",
+          "ztrain: where each rank trains. `auto`: the GPU numbered by the rank's local rank "
+          "(its place among the ranks of its node) when the node has a GPU for each of its "
+          "ranks, else the CPU; `cpu`; `cuda`: the GPU of the local rank (one rank per GPU), "
+          "an error when the node has too few; `cuda:N`: GPU N (one rank per node, or `cuda:0` "
+          "when the launcher gives each rank its own GPU). The start log says which and why. "
+          "On CUDA the ranks communicate through NCCL."),
       Key("model", T::kSection, nullptr, "ztrain: the model to train."),
       Key("model.type", T::kString, "gpt2", "Model family. Only `gpt2` (llm.c's GPT-2).")
           .Choices({"gpt2"}),

@@ -7,6 +7,7 @@
 
 #include "core/logging.h"
 #include "engine/engine_state.h"
+#include "kernels/cuda_memory.h"
 #include "nn/init.h"
 #include "offload/io/io_engine.h"
 #include "offload/optimizer_swapper.h"
@@ -26,22 +27,29 @@ double SecondsBetween(std::chrono::steady_clock::time_point a,
   return std::chrono::duration<double>(b - a).count();
 }
 
-double MeanOf(const Tensor& t) {
+double MeanOf(const std::vector<float>& values) {
   double sum = 0.0;
-  const float* p = t.data<float>();
-  for (int64_t i = 0; i < t.numel(); ++i) sum += p[i];
-  return sum / static_cast<double>(t.numel());
+  for (const float v : values) sum += v;
+  return sum / static_cast<double>(values.size());
 }
 }  // namespace
 
 Engine::Engine(Config config, std::vector<std::unique_ptr<nn::Layer>> layers,
                ParallelGroups groups)
     : config_(std::move(config)),
+      device_(ResolveDevice(config_.device)),
       host_(&tracker_),
-      raw_host_(nullptr),
       pinned_(&tracker_),
-      activations_(raw_host_, &tracker_),
-      self_comm_(groups.dp ? nullptr : comm::MakeSelfCommunicator()),
+      device_alloc_(device_.is_cpu() ? std::make_unique<HostAllocator>(&tracker_)
+                                     : kernels::MakeCudaAllocator(device_.index, &tracker_)),
+      raw_device_(device_.is_cpu() ? std::make_unique<HostAllocator>(nullptr)
+                                   : kernels::MakeCudaAllocator(device_.index, nullptr)),
+      cuda_pinned_(device_.is_cpu() ? nullptr : kernels::MakeCudaPinnedAllocator(&tracker_)),
+      activations_(*raw_device_, &tracker_),
+      self_comm_(groups.dp ? nullptr
+                           : comm::MakeSelfCommunicator([this](const Tensor& a, const Tensor& b) {
+                               ops_->Copy(a, b);
+                             })),
       dp_(groups.dp ? groups.dp : self_comm_.get()),
       self_pp_(groups.pp ? nullptr : comm::MakeSelfCommunicator()),
       pp_(groups.pp ? groups.pp : self_pp_.get()),
@@ -49,11 +57,17 @@ Engine::Engine(Config config, std::vector<std::unique_ptr<nn::Layer>> layers,
       tp_(groups.tp ? groups.tp : self_tp_.get()),
       stage_(config_.zero.stage),
       overlap_(stage_ == 0 || config_.zero.overlap_comm),
-      ops_(kernels::MakeCpuOps()),
+      host_adam_(device_.is_cpu() || config_.zero.offload_optimizer.device != "none" ||
+                 (stage_ == 3 && config_.zero.offload_param.device != "none")),
+      ops_(device_.is_cpu() ? kernels::MakeCpuOps() : kernels::MakeCudaOps(device_.index)),
       schedule_(optim::MakeLrSchedule(config_.scheduler, config_.optimizer.lr)) {
   ZTRAIN_CHECK(!layers.empty(), "the model has no layers");
   ZTRAIN_CHECK(stage_ >= 0 && stage_ <= 3, "zero_optimization.stage is ", stage_,
                "; use 0, 1, 2 or 3");
+  ZTRAIN_CHECK(device_.is_cpu() || tp_->size() == 1, "tensor_parallel.size ", tp_->size(),
+               " runs on the CPU backend only so far (its vocabulary-parallel layers compute on "
+               "the host), but device is ", device_.ToString(), "; set \"device\": \"cpu\" or "
+               "tensor_parallel.size 1");
   SelectStage(std::move(layers));
   BuildStorage();
   SetUpOffload();
@@ -112,30 +126,34 @@ void Engine::BuildStorage() {
     st.opt_begin = stage_ >= 1 ? dp_->rank() * st.shard : 0;
     st.opt_len = stage_ >= 1 ? st.shard : st.padded;
     st.sharded = stage_ == 3;
+    // Where state lives (Note [Offload in the engine], Note [Devices in the engine]).
     const OffloadParamConfig& op = config_.zero.offload_param;
     const OffloadOptimizerConfig& oo = config_.zero.offload_optimizer;
-    Allocator& param_alloc = op.device == "cpu" && op.pin_memory ? static_cast<Allocator&>(pinned_)
-                                                                   : host_;
-    Allocator& opt_alloc = oo.device == "cpu" && oo.pin_memory ? static_cast<Allocator&>(pinned_)
-                                                                 : host_;
+    const bool param_offload = st.sharded && op.device != "none";
+    const Place param_place = op.device == "cpu" && op.pin_memory ? Place::kPinned
+                              : param_offload                     ? Place::kHost
+                                                                  : Place::kDevice;
+    const Place opt_place = oo.device == "cpu" && oo.pin_memory ? Place::kPinned
+                            : host_adam_                        ? Place::kHost
+                                                                : Place::kDevice;
     if (!(st.sharded && op.device == "nvme")) {  // on NVMe the ParamSwapper holds the shard
-      st.params = Buffer(param_alloc, DType::kF32, {st.sharded ? st.shard : st.padded},
-                         MemoryCategory::kParameters);
-      st.params.Zero();
+      st.params = StateBuffer(param_place, st.sharded ? st.shard : st.padded,
+                              MemoryCategory::kParameters);
     }
-    if (stage_ <= 1) {
-      st.grads = Buffer(host_, DType::kF32, {st.padded}, MemoryCategory::kGradients);
-      st.grads.Zero();
-    }
+    if (stage_ <= 1) st.grads = StateBuffer(Place::kDevice, st.padded, MemoryCategory::kGradients);
     if (oo.device != "nvme") {  // on NVMe the OptimizerSwapper holds m and v
-      for (Buffer* b : {&st.exp_avg, &st.exp_avg_sq}) {
-        *b = Buffer(opt_alloc, DType::kF32, {st.opt_len}, MemoryCategory::kOptimizerState);
-        b->Zero();
-      }
+      st.exp_avg = StateBuffer(opt_place, st.opt_len, MemoryCategory::kOptimizerState);
+      st.exp_avg_sq = StateBuffer(opt_place, st.opt_len, MemoryCategory::kOptimizerState);
     }
     if (stage_ >= 1) {
-      st.grad_shard = Buffer(host_, DType::kF32, {st.shard}, MemoryCategory::kGradients);
-      st.grad_shard.Zero();
+      st.grad_shard = StateBuffer(Place::kDevice, st.shard, MemoryCategory::kGradients);
+    }
+    if (on_device() && host_adam_) {
+      ZTRAIN_ASSERT(stage_ >= 1);  // offload needs ZeRO 1-3 (config validation)
+      st.grad_host = StateBuffer(Place::kPinned, st.opt_len, MemoryCategory::kGradients);
+      if (!param_offload) {
+        st.master = StateBuffer(Place::kPinned, st.opt_len, MemoryCategory::kOptimizerState);
+      }
     }
     for (size_t i = 0; i < specs.size(); ++i) {
       const nn::ParamSpec& spec = specs[i];
@@ -189,7 +207,7 @@ void Engine::AllocateFullGradients(size_t l) {
   LayerState& st = *states_[l];
   if (st.grads.data() != nullptr) return;
   st.grads = Buffer(activations_, DType::kF32, {st.padded}, MemoryCategory::kGradients);
-  st.grads.Zero();
+  ZeroFill(st.grads);
 }
 
 void Engine::WaitFor(comm::Work& work) {
@@ -280,12 +298,14 @@ void Engine::InitParameters() {
     const LayerState& st = *states_[l];
     const int64_t held_begin = st.sharded ? st.opt_begin : 0;
     const int64_t held_len = st.sharded ? st.shard : st.padded;
-    Buffer staging;  // parameters on NVMe: the shard is made here, then stored
-    float* held = st.params.data<float>();
-    if (param_swap_) {
-      staging = Buffer(activations_, DType::kF32, {held_len}, MemoryCategory::kParameters);
-      staging.Zero();
-      held = staging.data<float>();
+    Buffer staged;  // parameters on NVMe or a device: made here, then stored
+    float* held = nullptr;
+    if (!param_swap_ && st.params.device().is_cpu()) {
+      held = st.params.data<float>();
+    } else {
+      staged = Buffer(staging(), DType::kF32, {held_len}, MemoryCategory::kParameters);
+      staged.Zero();
+      held = staged.data<float>();
     }
     for (size_t slot : st.owned) {
       const Slot& s = slots_[slot];
@@ -301,7 +321,7 @@ void Engine::InitParameters() {
         nn::InitParam(s.spec, config_.training.seed, out, full + (a - local));
       });
     }
-    if (param_swap_) param_swap_->Store(l, held);
+    if (staged.data() != nullptr) WriteHeld(l, held);  // (and the host master, if any)
   }
   if (param_swap_) param_swap_->Flush();
 }
@@ -311,9 +331,20 @@ void Engine::InitParameters() {
 comm::WorkPtr Engine::LaunchGather(size_t l, const Buffer& whole) {
   LayerState& st = *states_[l];
   const Tensor out = st.Flat(whole, st.padded);
-  if (!param_swap_) return dp_->AllGather(st.Flat(st.params, st.shard), out);
-  param_swap_->CopyOut(l, whole.data<float>() + st.opt_begin);
-  return dp_->AllGather(out.Flat(st.opt_begin, {st.shard}), out);
+  if (!param_swap_ && st.params.device() == whole.device()) {
+    return dp_->AllGather(st.Flat(st.params, st.shard), out);
+  }
+  const Tensor mine = out.Flat(st.opt_begin, {st.shard});
+  if (whole.device().is_cpu()) {
+    param_swap_->CopyOut(l, mine.data<float>());
+  } else if (!param_swap_) {  // offloaded to host memory on a device
+    CopyIn(st.params.data<float>(), mine);
+  } else {  // (a pageable source may be freed once the copy is issued)
+    Buffer staged(host_, DType::kF32, {st.shard}, MemoryCategory::kWorkspace);
+    param_swap_->CopyOut(l, staged.data<float>());
+    CopyIn(staged.data<float>(), mine);
+  }
+  return dp_->AllGather(mine, out);
 }
 
 double Engine::TrainFlopsPerToken(int64_t seq_len) const {
@@ -330,15 +361,14 @@ void Engine::ZeroGrad() {
 }
 
 double Engine::ForwardBackward(const nn::MicroBatch& mb, float loss_weight, StepStats* stats) {
+  const StagedBatches staged = StageBatches({&mb, 1});
   if (stage_ == 3) StartGatherPlan(1, /*backward=*/true);
-  return ForwardBackwardImpl(mb, loss_weight, stats, /*reduce=*/false);
+  return ForwardBackwardImpl(staged.batches[0], loss_weight, stats, /*reduce=*/false);
 }
 
 double Engine::MeanOverDp(double value) {
   if (dp_->size() == 1) return value;
-  float v = static_cast<float>(value);
-  dp_->AllReduce(Tensor(&v, DType::kF32, {1}))->Wait();
-  return static_cast<double>(v) / dp_->size();
+  return static_cast<double>(AllReduceScalar(*dp_, static_cast<float>(value))) / dp_->size();
 }
 
 double Engine::ForwardBackwardImpl(const nn::MicroBatch& mb, float loss_weight,
@@ -349,7 +379,7 @@ double Engine::ForwardBackwardImpl(const nn::MicroBatch& mb, float loss_weight,
   MicroBatchRun run;
   RunForward(mb, mb.tokens, run, stats);
   const Tensor losses = run.out_views.back();
-  const double loss = MeanOf(losses);
+  const double loss = MeanOf(ToHost(losses));
   RunBackward(mb, LossGradient(losses.shape(), loss_weight), run, reduce, stats);
   if (stats) stats->comm_wait_seconds += comm_wait_seconds_ - wait_before;
   return loss;
@@ -357,10 +387,10 @@ double Engine::ForwardBackwardImpl(const nn::MicroBatch& mb, float loss_weight,
 
 Buffer Engine::LossGradient(const Shape& shape, float loss_weight) {
   Buffer dout(activations_, DType::kF32, shape, MemoryCategory::kActivations);
-  float* d = dout.data<float>();
   const int64_t n = NumElements(shape);
-  const float v = loss_weight / static_cast<float>(n);
-  for (int64_t i = 0; i < n; ++i) d[i] = v;
+  const std::vector<float> d(static_cast<size_t>(n), loss_weight / static_cast<float>(n));
+  CopyIn(d.data(), dout.AsTensor(DType::kF32, shape));
+  ops_->Synchronize();  // before `d` goes
   return dout;
 }
 
@@ -430,7 +460,9 @@ Buffer Engine::RunBackward(const nn::MicroBatch& mb, Buffer dout, MicroBatchRun&
   return dout;
 }
 
-double Engine::EvalLoss(const nn::MicroBatch& mb) {
+double Engine::EvalLoss(const nn::MicroBatch& host_mb) {
+  const StagedBatches staged = StageBatches({&host_mb, 1});
+  const nn::MicroBatch& mb = staged.batches[0];
   if (pp_->size() > 1) return EvalLossPipelined(mb);
   if (stage_ == 3) StartGatherPlan(1, /*backward=*/false);
   Tensor input = mb.tokens;
@@ -453,7 +485,7 @@ double Engine::EvalLoss(const nn::MicroBatch& mb) {
   if (stage_ == 3) {
     for (size_t l = 0; l < layers_.size(); ++l) BindLayer(l);
   }
-  return MeanOf(input);
+  return MeanOf(ToHost(input));
 }
 
 std::vector<Engine::Part> Engine::OptimizerParts() const {
@@ -471,7 +503,7 @@ std::vector<Engine::Part> Engine::OptimizerParts() const {
   return parts;
 }
 
-double Engine::GradNorm() const {
+double Engine::GradNorm() {
   // Each element once: a pipeline stage's copy of a weight another stage owns is left out.
   std::vector<Tensor> grads;
   for (size_t l = 0; l < states_.size(); ++l) {
@@ -485,23 +517,25 @@ double Engine::GradNorm() const {
     }
     if (skip < g.numel()) grads.push_back(g.Flat(skip, {g.numel() - skip}));
   }
-  if (stage_ == 0 && pp_->size() == 1 && tp_->size() == 1) return optim::GlobalNorm(grads);
-  double squares = optim::GradSquaredSum(grads);
+  if (stage_ == 0 && pp_->size() == 1 && tp_->size() == 1 && !on_device()) {
+    return optim::GlobalNorm(grads);
+  }
+  double squares = optim::GradSquaredSum(*ops_, grads);
   if (tp_->size() > 1) {
     // Parameters whole on every tp rank (layernorms, row-parallel biases) have equal
     // gradients there: each rank counts 1/tp of them, so the tp sum counts them once.
     squares -= (1.0 - 1.0 / tp_->size()) * ReplicatedSquares();
   }
   float sum = static_cast<float>(squares);
-  if (stage_ >= 1) dp_->AllReduce(Tensor(&sum, DType::kF32, {1}))->Wait();
-  if (pp_->size() > 1) pp_->AllReduce(Tensor(&sum, DType::kF32, {1}))->Wait();
-  if (tp_->size() > 1) tp_->AllReduce(Tensor(&sum, DType::kF32, {1}))->Wait();
+  if (stage_ >= 1) sum = AllReduceScalar(*dp_, sum);
+  sum = AllReduceScalar(*pp_, sum);
+  sum = AllReduceScalar(*tp_, sum);
   return std::sqrt(static_cast<double>(sum));
 }
 
 // The squared gradient elements of this rank's parameters that tensor parallelism does not
 // split, within the rank's gradient range (copies of tied weights left out, as in GradNorm).
-double Engine::ReplicatedSquares() const {
+double Engine::ReplicatedSquares() {
   std::vector<Tensor> parts;
   for (const Slot& s : slots_) {
     if (s.spec.tp.split() || s.stage_copy) continue;
@@ -514,7 +548,7 @@ double Engine::ReplicatedSquares() const {
     const Tensor g = stage_ >= 1 ? st.Flat(st.grad_shard, st.shard) : st.Flat(st.grads, st.padded);
     parts.push_back(g.Flat(a - range_begin, {b - a}));
   }
-  return optim::GradSquaredSum(parts);
+  return optim::GradSquaredSum(*ops_, parts);
 }
 
 void Engine::ForEachOptimizerRange(
@@ -524,7 +558,22 @@ void Engine::ForEachOptimizerRange(
     for (const Part& p : parts) {
       LayerState& st = *states_[p.slot->layer];
       const int64_t local = p.begin - st.opt_begin;
-      fn(p, p.begin, p.end, st.exp_avg.data<float>() + local, st.exp_avg_sq.data<float>() + local);
+      if (st.exp_avg.device().is_cpu()) {
+        fn(p, p.begin, p.end, st.exp_avg.data<float>() + local,
+           st.exp_avg_sq.data<float>() + local);
+        continue;
+      }
+      // m and v in device memory (checkpoints): through host copies.
+      const int64_t n = p.end - p.begin;
+      const Tensor m = st.Flat(st.exp_avg, st.opt_len).Flat(local, {n});
+      const Tensor v = st.Flat(st.exp_avg_sq, st.opt_len).Flat(local, {n});
+      std::vector<float> hm = ToHost(m), hv = ToHost(v);
+      fn(p, p.begin, p.end, hm.data(), hv.data());
+      if (save) {
+        CopyIn(hm.data(), m);
+        CopyIn(hv.data(), v);
+        ops_->Synchronize();
+      }
     }
     return;
   }
@@ -552,6 +601,54 @@ void Engine::OptimizerStep(double grad_norm, StepStats& stats) {
   const float coef = optim::ClipCoefficient(grad_norm, config_.gradient_clipping);
   ++step_;
   const std::vector<Part> parts = OptimizerParts();
+  if (!host_adam_) {
+    DeviceAdamStep(parts, lr, coef);
+  } else {
+    HostAdamStep(parts, lr, coef);
+  }
+  if ((stage_ == 1 || stage_ == 2) && dp_->size() > 1) GatherParameters();
+  stats.step = step_;
+  stats.lr = lr;
+  stats.clip_coef = coef;
+  stats.grad_norm = grad_norm;
+}
+
+// AdamW on the device, a parameter part at a time (Note [Devices in the engine]).
+void Engine::DeviceAdamStep(const std::vector<Part>& parts, double lr, float coef) {
+  for (const Part& p : parts) {
+    const Slot& s = *p.slot;
+    LayerState& st = *states_[s.layer];
+    const int64_t local = p.begin - st.opt_begin, n = p.end - p.begin;
+    const Tensor param = st.sharded ? st.Flat(st.params, st.shard).Flat(local, {n})
+                                    : st.Flat(st.params, st.padded).Flat(p.begin, {n});
+    const Tensor grad = stage_ >= 1 ? st.Flat(st.grad_shard, st.shard).Flat(local, {n})
+                                    : st.Flat(st.grads, st.padded).Flat(p.begin, {n});
+    optim::AdamStep(*ops_, optim::AdamArgsFor(config_.optimizer, lr, step_, coef,
+                                              s.spec.weight_decay),
+                    param, grad, st.Flat(st.exp_avg, st.opt_len).Flat(local, {n}),
+                    st.Flat(st.exp_avg_sq, st.opt_len).Flat(local, {n}));
+  }
+}
+
+// AdamW on the host: the CPU backend, and offload on a device, where the reduced gradient
+// ranges come to pinned host memory first and each layer's updated master range goes back to
+// the device once the host has stepped it (Note [Devices in the engine]).
+void Engine::HostAdamStep(const std::vector<Part>& parts, double lr, float coef) {
+  if (on_device()) {
+    for (auto& st : states_) {
+      CopyOut(st->Flat(st->grad_shard, st->shard), st->grad_host.data<float>());
+    }
+    ops_->Synchronize();
+  }
+  // The device copy of the last layer stepped, issued when the step moves to the next layer.
+  size_t stepped = states_.size();
+  auto push_stepped = [&] {
+    if (stepped == states_.size()) return;
+    LayerState& st = *states_[stepped];
+    if (st.master.data() == nullptr) return;
+    const Tensor whole = st.Flat(st.params, st.sharded ? st.shard : st.padded);
+    CopyIn(st.master.data<float>(), whole.Flat(st.sharded ? 0 : st.opt_begin, {st.opt_len}));
+  };
   // The fp32 master of a layer's optimizer range. With parameters on NVMe one layer's shard
   // is loaded at a time (the next one read ahead) and stored back when the step moves on.
   size_t loaded = states_.size();
@@ -561,10 +658,15 @@ void Engine::OptimizerStep(double grad_norm, StepStats& stats) {
   };
   auto master = [&](size_t l) -> float* {
     LayerState& st = *states_[l];
+    if (l != stepped) {
+      push_stepped();
+      stepped = l;
+    }
+    if (st.master.data() != nullptr) return st.master.data<float>();
     if (!param_swap_) return st.params.data<float>() + (st.sharded ? 0 : st.opt_begin);
     if (loaded != l) {
       store_loaded();
-      staged = Buffer(activations_, DType::kF32, {st.shard}, MemoryCategory::kParameters);
+      staged = Buffer(staging(), DType::kF32, {st.shard}, MemoryCategory::kParameters);
       param_swap_->CopyOut(l, staged.data<float>());
       if (l + 1 < states_.size()) param_swap_->Prefetch(l + 1);
       loaded = l;
@@ -576,26 +678,25 @@ void Engine::OptimizerStep(double grad_norm, StepStats& stats) {
     const Slot& s = *p.slot;
     LayerState& st = *states_[s.layer];
     const int64_t local = begin - st.opt_begin;
-    const float* grad = stage_ >= 1 ? st.grad_shard.data<float>() + local
-                                    : st.grads.data<float>() + begin;
+    const float* grad = on_device()   ? st.grad_host.data<float>() + local
+                        : stage_ >= 1 ? st.grad_shard.data<float>() + local
+                                      : st.grads.data<float>() + begin;
     const optim::AdamStepArgs args =
         optim::AdamArgsFor(config_.optimizer, lr, step_, coef, s.spec.weight_decay);
     optim::AdamStep(args, master(s.layer) + local, grad, m, v, end - begin);
   };
   ForEachOptimizerRange(parts, adam, /*save=*/true);
+  push_stepped();
   if (param_swap_) {
     store_loaded();
     param_swap_->Flush();
   }
-  if ((stage_ == 1 || stage_ == 2) && dp_->size() > 1) GatherParameters();
-  stats.step = step_;
-  stats.lr = lr;
-  stats.clip_coef = coef;
-  stats.grad_norm = grad_norm;
 }
 
-StepStats Engine::TrainStep(std::span<const nn::MicroBatch> micro_batches) {
-  ZTRAIN_CHECK(!micro_batches.empty(), "TrainStep needs at least one micro-batch");
+StepStats Engine::TrainStep(std::span<const nn::MicroBatch> host_batches) {
+  ZTRAIN_CHECK(!host_batches.empty(), "TrainStep needs at least one micro-batch");
+  const StagedBatches staged = StageBatches(host_batches);
+  const std::span<const nn::MicroBatch> micro_batches = staged.batches;
   if (pp_->size() > 1) return TrainStepPipelined(micro_batches);
   const auto start = std::chrono::steady_clock::now();
   const double wait_before = comm_wait_seconds_;

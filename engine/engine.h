@@ -38,6 +38,13 @@
 // indices (ParamSpec::tp), gathers slices when whole values are asked for, and counts
 // parameters that every tp rank holds whole once in the gradient norm.
 //
+// Devices (Note [Devices in the engine], engine_device.cc): config.device names where the
+// engine computes ("cpu", "cuda:N"; "auto" is cuda:0 when a GPU is visible, else cpu). On a
+// CUDA device the ops are CudaOps, the model state and activations live in device memory,
+// and the groups must be NCCL communicators (device memory); micro-batches, whole-parameter
+// values and checkpoints stay on the host and are copied. Parameter() and Gradient() are
+// views of device memory there.
+//
 // The engine knows nothing of the CLI, files or data sources: it is the piece research code
 // embeds (examples/custom_layer). Not thread safe; one step at a time. Errors throw.
 #include <functional>
@@ -128,7 +135,7 @@ class Engine {
   // per-token loss and, when `stats` is given, adds the forward and backward wall times.
   double ForwardBackward(const nn::MicroBatch& mb, float loss_weight, StepStats* stats = nullptr);
   // Global gradient norm (before clipping) of the reduced gradients.
-  double GradNorm() const;
+  double GradNorm();
   // Mean of `value` over the dp group (collective).
   double MeanOverDp(double value);
   // Clips, steps AdamW with the scheduled lr and advances the step counter.
@@ -183,6 +190,8 @@ class Engine {
   // Model layer index of this stage's first layer; layers() holds the stage's layers.
   size_t first_layer() const { return stage_begin_; }
   const Config& config() const { return config_; }
+  // Where the engine computes (resolved from config.device).
+  Device device() const { return device_; }
   MemoryTracker& memory() { return tracker_; }
   kernels::Ops& ops() { return *ops_; }
   const std::vector<std::unique_ptr<nn::Layer>>& layers() const { return layers_; }
@@ -200,6 +209,38 @@ class Engine {
   void ForEachOptimizerRange(
       const std::vector<Part>& parts,
       const std::function<void(const Part&, int64_t, int64_t, float*, float*)>& fn, bool save);
+  // Devices (engine_device.cc).
+  struct StagedBatches;
+  static Device ResolveDevice(const std::string& setting);
+  bool on_device() const { return !device_.is_cpu(); }
+  // Model-state buffers: where `where` says, zeroed.
+  enum class Place { kDevice, kHost, kPinned };
+  Buffer StateBuffer(Place where, int64_t elements, MemoryCategory category);
+  void ZeroFill(const Buffer& b);
+  // The micro-batches' tokens and targets on the engine's device (the same views on the CPU).
+  StagedBatches StageBatches(std::span<const nn::MicroBatch> micro_batches);
+  // A tensor's values on the host (waits for the ops that produce it).
+  std::vector<float> ToHost(const Tensor& t);
+  // Copies between host memory and a tensor on the engine's device (or the host), in order
+  // with the ops; Synchronize before reading or reusing the host side.
+  void CopyIn(const float* host, const Tensor& dst);
+  void CopyOut(const Tensor& src, float* host);
+  // Where host copies of device state are made: host memory on CUDA; on the CPU the
+  // caching allocator, as before devices existed (its bytes are counted the same way).
+  Allocator& staging() { return on_device() ? static_cast<Allocator&>(host_) : activations_; }
+  // The parameter elements layer l holds (the whole layer; its shard at stage 3) to and from
+  // host memory, wherever they live (memory, device, NVMe); WriteHeld also refreshes the
+  // host master. Both return with the copies done.
+  void ReadHeld(size_t l, float* dst);
+  void WriteHeld(size_t l, const float* src);
+  // Layer l's held parameters on the host: `params` itself when it is host memory, else a
+  // copy in `staged`.
+  float* HeldOnHost(size_t l, Buffer& staged);
+  // `value` reduced over `group`, through device memory when the group needs it.
+  float AllReduceScalar(comm::Communicator& group, float value,
+                        comm::ReduceOp op = comm::ReduceOp::kSum);
+  void DeviceAdamStep(const std::vector<Part>& parts, double lr, float coef);
+  void HostAdamStep(const std::vector<Part>& parts, double lr, float coef);
   void SelectStage(std::vector<std::unique_ptr<nn::Layer>> model);
   void BuildStorage();
   void SetUpOffload();
@@ -239,7 +280,7 @@ class Engine {
   void ReleaseAfterUse();
   void ReleaseAllGathered();
   const Slot& FindSlot(const std::string& name) const;
-  double ReplicatedSquares() const;
+  double ReplicatedSquares();
   static Shape FullShape(const nn::ParamSpec& spec);
   static void CopySlice(const nn::TensorSlice& slice, const Shape& local_shape, float* local,
                         float* full, bool to_full);
@@ -247,10 +288,16 @@ class Engine {
   Config config_;
   std::vector<std::unique_ptr<nn::Layer>> layers_;
   MemoryTracker tracker_;
-  HostAllocator host_;        // model state: parameters, gradients, optimizer state
-  HostAllocator raw_host_;    // untracked upstream of the caching allocator
-  PinnedHostAllocator pinned_;  // offloaded state with pin_memory
-  CachingAllocator activations_;
+  Device device_;
+  HostAllocator host_;        // host state: staging, swapper buffers (all state on the CPU)
+  PinnedHostAllocator pinned_;  // offloaded state with pin_memory (CPU backend)
+  // On the CPU backend these are host allocators; on CUDA, device memory (cudaMallocAsync)
+  // for the model state and, untracked, for the caching allocator, and cudaHostAlloc'd host
+  // memory for offloaded state and the buffers copies go through.
+  std::unique_ptr<Allocator> device_alloc_;
+  std::unique_ptr<Allocator> raw_device_;
+  std::unique_ptr<Allocator> cuda_pinned_;
+  CachingAllocator activations_;  // activations and per-step buffers, on the device
   std::unique_ptr<comm::Communicator> self_comm_;  // the dp group when none is given
   comm::Communicator* dp_;
   std::unique_ptr<comm::Communicator> self_pp_;  // the pp group when none is given
@@ -275,6 +322,9 @@ class Engine {
   std::vector<int64_t> min_padded_;  // per stage layer: the least flat size (tied layouts)
   int stage_;
   bool overlap_;  // let gradient reductions run behind backward (stage 0, or overlap_comm)
+  // AdamW runs on the host: always on the CPU backend; on CUDA when state is offloaded
+  // (Note [Devices in the engine]).
+  bool host_adam_;
   std::unique_ptr<kernels::Ops> ops_;
   std::unique_ptr<optim::LrSchedule> schedule_;
   std::vector<std::unique_ptr<LayerState>> states_;

@@ -59,12 +59,7 @@ void Engine::SaveState(checkpoint::ShardWriter& writer) {
     LayerState& st = *states_[l];
     const int64_t held_begin = st.sharded ? st.opt_begin : 0;
     Buffer staged;
-    const float* held = st.params.data<float>();
-    if (param_swap_) {
-      staged = Buffer(activations_, DType::kF32, {st.shard}, MemoryCategory::kWorkspace);
-      param_swap_->CopyOut(l, staged.data<float>());
-      held = staged.data<float>();
-    }
+    const float* held = HeldOnHost(l, staged);
     for (; next < parts.size() && parts[next].slot->layer == l; ++next) {
       const Part& p = parts[next];
       const nn::ParamSpec& spec = p.slot->spec;
@@ -109,8 +104,8 @@ void Engine::LoadState(const checkpoint::ModelIndex& index, int64_t step) {
     const int64_t held_len = st.sharded ? st.shard : st.padded;
     Buffer staged;
     float* held = st.params.data<float>();
-    if (param_swap_) {
-      staged = Buffer(activations_, DType::kF32, {held_len}, MemoryCategory::kWorkspace);
+    if (param_swap_ || !st.params.device().is_cpu()) {
+      staged = Buffer(staging(), DType::kF32, {held_len}, MemoryCategory::kWorkspace);
       staged.Zero();
       held = staged.data<float>();
     }
@@ -122,7 +117,7 @@ void Engine::LoadState(const checkpoint::ModelIndex& index, int64_t step) {
         read(s.spec, Kind::kParam, begin - s.offset, end - s.offset, held + (begin - held_begin));
       }
     }
-    if (param_swap_) param_swap_->Store(l, held);
+    if (staged.data() != nullptr) WriteHeld(l, held);
   }
   if (param_swap_) param_swap_->Flush();
   ForEachOptimizerRange(

@@ -54,12 +54,18 @@ void Engine::ForEachFullParameter(
     const std::function<void(const std::string&, const Tensor&)>& fn) {
   for (size_t l = 0; l < states_.size(); ++l) {
     LayerState& st = *states_[l];
-    Buffer whole;
+    Buffer whole, host_copy;
     const float* base = st.params.data<float>();
     if (st.sharded) {
       whole = Buffer(activations_, DType::kF32, {st.padded}, MemoryCategory::kParameters);
       WaitFor(*LaunchGather(l, whole));
       base = whole.data<float>();
+    }
+    if (on_device()) {  // the whole layer comes to the host
+      host_copy = Buffer(host_, DType::kF32, {st.padded}, MemoryCategory::kWorkspace);
+      CopyOut(st.Flat(st.sharded ? whole : st.params, st.padded), host_copy.data<float>());
+      ops_->Synchronize();
+      base = host_copy.data<float>();
     }
     for (size_t slot : st.owned) {
       const Slot& s = slots_[slot];
@@ -90,10 +96,10 @@ void Engine::SetFullParameters(
     const std::function<void(const std::string&, const Tensor&)>& fill) {
   for (size_t l = 0; l < states_.size(); ++l) {
     LayerState& st = *states_[l];
-    Buffer whole;
+    Buffer whole;  // the whole layer on the host, when the parameters are not
     float* base = st.params.data<float>();
-    if (st.sharded) {
-      whole = Buffer(activations_, DType::kF32, {st.padded}, MemoryCategory::kWorkspace);
+    if (st.sharded || on_device()) {
+      whole = Buffer(staging(), DType::kF32, {st.padded}, MemoryCategory::kWorkspace);
       whole.Zero();
       base = whole.data<float>();
     }
@@ -108,12 +114,7 @@ void Engine::SetFullParameters(
       fill(s.spec.name, full.AsTensor(DType::kF32, full_shape));
       CopySlice(s.spec.tp, s.spec.shape, base + s.offset, full.data<float>(), /*to_full=*/false);
     }
-    if (st.sharded && param_swap_) {
-      param_swap_->Store(l, whole.data<float>() + st.opt_begin);
-    } else if (st.sharded) {
-      ops_->Copy(st.Flat(whole, st.padded).Flat(st.opt_begin, {st.shard}),
-                 st.Flat(st.params, st.shard));
-    }
+    if (whole.data() != nullptr) WriteHeld(l, base + (st.sharded ? st.opt_begin : 0));
   }
   if (param_swap_) param_swap_->Flush();
 }

@@ -146,9 +146,7 @@ Shape Engine::StageInputShape(const nn::MicroBatch& mb) const {
 
 double Engine::SumOverPipeline(double value) {
   if (pp_->size() == 1) return value;
-  float v = static_cast<float>(value);
-  pp_->AllReduce(Tensor(&v, DType::kF32, {1}))->Wait();
-  return static_cast<double>(v);
+  return static_cast<double>(AllReduceScalar(*pp_, static_cast<float>(value)));
 }
 
 StepStats Engine::TrainStepPipelined(std::span<const nn::MicroBatch> micro_batches) {
@@ -206,10 +204,10 @@ StepStats Engine::TrainStepPipelined(std::span<const nn::MicroBatch> micro_batch
                                   : run.received.AsTensor(DType::kF32, StageInputShape(mb)),
                    run, &stats);
         if (stage == stages - 1) {
-          const Tensor& losses = run.out_views.back();
           double sum = 0.0;
-          for (int64_t k = 0; k < losses.numel(); ++k) sum += losses.data<float>()[k];
-          loss_sum += sum / static_cast<double>(losses.numel());
+          const std::vector<float> losses = ToHost(run.out_views.back());
+          for (const float x : losses) sum += x;
+          loss_sum += sum / static_cast<double>(losses.size());
         }
         break;
       case pipeline::OpType::kSendActivation: {
@@ -290,9 +288,9 @@ double Engine::EvalLossPipelined(const nn::MicroBatch& mb) {
   if (stage < stages - 1) {
     WaitFor(*pp_->Send(run.out_views.back(), stage + 1, ActivationTag(0)));
   } else {
-    const Tensor& losses = run.out_views.back();
-    for (int64_t k = 0; k < losses.numel(); ++k) loss += losses.data<float>()[k];
-    loss /= static_cast<double>(losses.numel());
+    const std::vector<float> losses = ToHost(run.out_views.back());
+    for (const float x : losses) loss += x;
+    loss /= static_cast<double>(losses.size());
   }
   return SumOverPipeline(loss);
 }
@@ -335,7 +333,15 @@ void Engine::ForEachModelParameter(
   ForEachFullParameter([&](const std::string& name, const Tensor& value) {
     if (slots_[slot_by_name_.at(name)].stage_copy) return;  // the owner's stage sends it
     if (writer) fn(name, value);
-    if (sender) WaitFor(*pp_->Send(value, 0, 0));
+    if (!sender) return;
+    if (!on_device()) {
+      WaitFor(*pp_->Send(value, 0, 0));
+      return;
+    }
+    Buffer sent(activations_, DType::kF32, value.shape(), MemoryCategory::kWorkspace);
+    const Tensor view = sent.AsTensor(DType::kF32, value.shape());
+    CopyIn(value.data<float>(), view);
+    WaitFor(*pp_->Send(view, 0, 0));
   });
   if (!writer) return;
   // The later stages' parameters, stage by stage in model order.
@@ -349,7 +355,12 @@ void Engine::ForEachModelParameter(
         Buffer value(activations_, DType::kF32, shape, MemoryCategory::kWorkspace);
         const Tensor view = value.AsTensor(DType::kF32, shape);
         WaitFor(*pp_->Recv(view, s, 0));
-        fn(spec.name, view);
+        if (!on_device()) {
+          fn(spec.name, view);
+          continue;
+        }
+        std::vector<float> host = ToHost(view);
+        fn(spec.name, Tensor(host.data(), DType::kF32, shape));
       }
     }
   }

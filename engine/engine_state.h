@@ -30,6 +30,13 @@ struct Engine::Part {
   int64_t global;      // of `begin`
 };
 
+// Micro-batches whose tokens and targets the engine's device can read: copies on a CUDA
+// device (owned by `buffers`), the caller's views on the CPU.
+struct Engine::StagedBatches {
+  std::vector<Buffer> buffers;
+  std::vector<nn::MicroBatch> batches;
+};
+
 // One micro-batch in flight through the stage: each layer's saved context and output, kept
 // from its forward until its backward.
 struct Engine::MicroBatchRun {
@@ -90,6 +97,10 @@ struct Engine::LayerState {
   Buffer gathered;            // stage 3: the whole layer while gathered
   comm::WorkPtr gather;       // stage 3: the all-gather filling `gathered`
   Buffer grads, exp_avg, exp_avg_sq;
+  // CUDA with AdamW on the host (Note [Devices in the engine]): the fp32 master of the
+  // optimizer range and the gradient range's copy, in pinned host memory (master absent when
+  // `params` itself is host memory).
+  Buffer master, grad_host;
   Buffer grad_shard;          // stage >= 1: this rank's reduced gradient range
   Buffer grad_recv;           // stages 2, 3: a micro-batch's reduced range, added to grad_shard
   comm::WorkPtr reduction;    // the gradient reduction in flight

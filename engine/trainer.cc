@@ -3,15 +3,16 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <map>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "core/logging.h"
 #include "nn/gpt2.h"
 #include "nn/llmc_model_file.h"
-#include "parallel/tensor/tp_layers.h"
 #include "optim/adam.h"
+#include "parallel/comm/nccl/nccl_communicator.h"
+#include "parallel/tensor/tp_layers.h"
 
 namespace ztrain {
 namespace {
@@ -85,16 +86,17 @@ void SaveWeights(const std::string& path, const ModelConfig& model, Engine& e) {
 }  // namespace
 
 Trainer::Trainer(Config config, comm::Communicator* world)
-    : config_(std::move(config)), world_(world) {
+    : Trainer(std::move(config), world, DetectLaunchEnv()) {}
+
+Trainer::Trainer(Config config, comm::Communicator* world, const LaunchEnv& launch)
+    : config_(std::move(config)), world_(world), device_(SelectDevice(config_.device, launch)) {
+  config_.device = device_.device.ToString();
+  Log().info("device: {} ({})", config_.device, device_.reason);
   const int world_size = world ? world->size() : 1;
   grid_ = std::make_unique<ProcessGrid>(world_size, world_size / (config_.pipeline_stages *
                                                                   config_.tensor_parallel_size),
                                         config_.pipeline_stages, config_.tensor_parallel_size);
-  ParallelGroups groups{world, nullptr, nullptr};
-  if (world && (config_.pipeline_stages > 1 || config_.tensor_parallel_size > 1)) {
-    groups_ = MakeGridCommunicators(*world, *grid_);
-    groups = ParallelGroups{groups_.dp.get(), groups_.pp.get(), groups_.tp.get()};
-  }
+  const ParallelGroups groups = MakeGroups();
   engine_ = std::make_unique<Engine>(
       config_,
       config_.tensor_parallel_size > 1 ? tensor::BuildParallelGpt2(config_.model, *groups.tp)
@@ -120,6 +122,24 @@ Trainer::Trainer(Config config, comm::Communicator* world)
     mb.targets = Tensor(targets_.data() + i * b * t, DType::kI32, {b, t});
     micro_batches_.push_back(mb);
   }
+}
+
+ParallelGroups Trainer::MakeGroups() {
+  comm::Communicator* base = world_;
+  if (world_ && !device_.device.is_cpu()) {
+    // MPI moves host memory; on CUDA the engine's collectives go through NCCL, bootstrapped
+    // over the MPI world. One rank has nothing to communicate: the engine's own groups of one.
+    if (world_->size() == 1) return {};
+    const auto timeout = std::chrono::milliseconds(
+        static_cast<int64_t>(config_.training.comm_timeout_s * 1000.0));
+    nccl_world_ = comm::MakeNcclCommunicator(*world_, device_.device.index, timeout);
+    base = nccl_world_.get();
+  }
+  if (base && (config_.pipeline_stages > 1 || config_.tensor_parallel_size > 1)) {
+    groups_ = MakeGridCommunicators(*base, *grid_);
+    return ParallelGroups{groups_.dp.get(), groups_.pp.get(), groups_.tp.get()};
+  }
+  return ParallelGroups{base, nullptr, nullptr};
 }
 
 ResumePoint Trainer::Resume(const std::string& tag) {
@@ -170,9 +190,14 @@ void Trainer::LogStart() const {
              config_.data.train.empty() ? "built-in synthetic corpus" : config_.data.train,
              train_loader_->source().num_tokens(), train_loader_->batches_per_epoch(),
              config_.data.shuffle ? ", shuffled" : "");
-  Log().info("optimizer: {} (adam_w_mode {}), {} CPU kernel; scheduler: {}",
-             config_.optimizer.type, config_.optimizer.adam_w_mode,
-             optim::AdamImplName(optim::BestAdamImpl()),
+  // Offloaded state is stepped in host memory (Note [Devices in the engine]).
+  const bool adam_on_cpu = device_.device.is_cpu() ||
+                           config_.zero.offload_optimizer.device != "none" ||
+                           (config_.zero.stage == 3 && config_.zero.offload_param.device != "none");
+  Log().info("optimizer: {} (adam_w_mode {}), {} kernel; scheduler: {}", config_.optimizer.type,
+             config_.optimizer.adam_w_mode,
+             adam_on_cpu ? std::string(optim::AdamImplName(optim::BestAdamImpl())) + " CPU"
+                         : std::string("CUDA"),
              config_.scheduler.type.empty() ? "constant lr" : config_.scheduler.type);
   const MemorySnapshot mem = engine_->memory().Snapshot();
   Log().info("model state: parameters {}, gradients {}, optimizer state {}",

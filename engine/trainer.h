@@ -5,15 +5,23 @@
 //
 // A stop request (the flag given to Run) ends the loop after the step in flight; the run
 // then saves and reports as at a normal end. Errors throw; files already written stay valid.
+//
+// Devices: the config's `device` is resolved for this rank first (SelectDevice, Note [One rank
+// per GPU] in engine/device_select.h) and the Engine gets the concrete "cpu" or "cuda:N". On
+// CUDA with several ranks the engine's dp/pp/tp groups are NCCL communicators made over
+// `world`; the Trainer's own collectives of host values (stopping together, the memory
+// report, checkpoints) stay on `world`.
 #include <atomic>
 #include <memory>
 #include <vector>
 
 #include "core/config.h"
 #include "data/data_loader.h"
-#include "engine/csv_monitor.h"
 #include "engine/checkpointer.h"
+#include "engine/csv_monitor.h"
+#include "engine/device_select.h"
 #include "engine/engine.h"
+#include "parallel/launch_env.h"
 #include "parallel/process_grid.h"
 
 namespace ztrain {
@@ -33,7 +41,11 @@ class Trainer {
   // `world` is every rank of the job (not owned); null trains in one process. The ranks form
   // the dp x pp x tp grid of the config (ProcessGrid); every rank builds the same Trainer,
   // and the ranks at data-parallel coordinate d read rows d*B.. of each global batch.
+  // `launch` places this process on its node (its local rank picks its GPU); the first form
+  // reads it from the launcher's variables (DetectLaunchEnv). Collective over `world` (the
+  // NCCL groups and the grid's splits).
   explicit Trainer(Config config, comm::Communicator* world = nullptr);
+  Trainer(Config config, comm::Communicator* world, const LaunchEnv& launch);
   // Continues from a checkpoint under checkpoint.dir: `tag` is "latest" (falling back to the
   // newest intact checkpoint) or a step ("20", "step20"). Collective; call before Run.
   ResumePoint Resume(const std::string& tag);
@@ -46,6 +58,8 @@ class Trainer {
   // averaged over the dp group.
   double Evaluate();
   Engine& engine() { return *engine_; }
+  // Where this rank trains, and why (logged at start).
+  const DeviceChoice& device() const { return device_; }
 
  private:
   void LogStart() const;
@@ -58,9 +72,15 @@ class Trainer {
   std::string RankName(int rank) const;
   bool AnyRank(bool value);  // collective over the world
 
-  Config config_;
+  // The engine's groups: `world` itself on the CPU, NCCL ones on CUDA with several ranks.
+  ParallelGroups MakeGroups();
+
+  Config config_;              // device: the concrete one SelectDevice chose
   comm::Communicator* world_;  // null: one process
+  DeviceChoice device_;
   std::unique_ptr<ProcessGrid> grid_;
+  // Declared before the groups split from it and the engine using them: destroyed after.
+  std::unique_ptr<comm::Communicator> nccl_world_;  // on CUDA with several ranks
   GridCommunicators groups_;   // set when the grid has a pipeline or tensor parallelism
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<Checkpointer> checkpointer_;  // with checkpoint.dir

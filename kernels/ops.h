@@ -13,6 +13,8 @@
 //   micro-batches and tied weights sum naturally, and OVERWRITE input gradients (dx, dqkv),
 //   unless the comment says otherwise.
 // - Ops may run multi-threaded internally; an Ops object is used by one thread at a time.
+// - Ops may run asynchronously (CUDA: enqueued on the object's stream, in issue order):
+//   results reach the host only through Copy followed by Synchronize, or SumSquares.
 #include <cstdint>
 #include <memory>
 
@@ -76,8 +78,12 @@ class Ops {
   virtual void AddInPlace(const Tensor& y, const Tensor& x) = 0;
   // t = 0.
   virtual void Zero(const Tensor& t) = 0;
-  // dst = src (same shape and dtype).
+  // dst = src (same shape and dtype). Either may be host memory instead of this device's
+  // (the host<->device copies of a CUDA backend); read a copy into the host only after
+  // Synchronize().
   virtual void Copy(const Tensor& src, const Tensor& dst) = 0;
+  // Waits until every op issued so far has finished (a no-op where ops run synchronously).
+  virtual void Synchronize() = 0;
 
   // Fused softmax + cross-entropy over a padded vocabulary. logits [N,Vp] fp32, targets int32
   // [N]; only columns [0,V) take part. losses[N] = -log softmax(logits)[target].

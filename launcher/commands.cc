@@ -10,11 +10,12 @@
 #include "core/logging.h"
 #include "data/byte_tokenizer.h"
 #include "engine/checkpoint_export.h"
+#include "engine/device_select.h"
 #include "engine/trainer.h"
+#include "kernels/ops.h"
 #include "launcher/build_info.h"
 #include "launcher/signals.h"
 #include "parallel/comm/mpi/mpi_communicator.h"
-#include "parallel/comm/nccl/nccl_communicator.h"
 #include "parallel/launch_env.h"
 
 namespace ztrain::launcher {
@@ -39,13 +40,29 @@ Config LoadTrainConfig(const std::string& config_path, int world_size) {
   return LoadConfigFile(config_path, world_size);
 }
 
-int Train(Config config, comm::Communicator* world, const std::string& resume) {
+int Train(Config config, comm::Communicator* world, const LaunchEnv& env,
+          const std::string& resume) {
   const std::atomic<bool>& stop = InstallStopHandlers();
   const bool resuming = !resume.empty() || config.checkpoint.resume;
-  Trainer trainer(std::move(config), world);
+  Trainer trainer(std::move(config), world, env);
   if (resuming) trainer.Resume(resume.empty() ? "latest" : resume);
   const TrainSummary summary = trainer.Run(&stop);
   return summary.interrupted ? kExitInterrupted : kExitOk;
+}
+
+// Where `setting` would put this process (a rank of `world_size` outside a launcher), on
+// stderr so that stdout stays the JSON. A device this machine lacks is not a config error:
+// the config may be checked where it does not run.
+void PrintDeviceChoice(const std::string& setting, int world_size) {
+  try {
+    LaunchEnv env = DetectLaunchEnv();
+    if (env.launcher == "none") env.world_size = world_size;
+    const DeviceChoice choice = SelectDevice(setting, env);
+    std::fprintf(stderr, "device on this machine: %s (%s)\n",
+                 choice.device.ToString().c_str(), choice.reason.c_str());
+  } catch (const Error& e) {
+    std::fprintf(stderr, "device on this machine: not usable here: %s\n", e.what());
+  }
 }
 
 }  // namespace
@@ -55,7 +72,7 @@ int RunTrain(const std::string& config_path, const std::string& resume) {
   // Every rank reads the config before MPI starts: a bad config fails every rank the same
   // way, with nothing to wait for.
   Config config = LoadTrainConfig(config_path, env.world_size);
-  if (env.world_size == 1) return Train(std::move(config), nullptr, resume);
+  if (env.world_size == 1) return Train(std::move(config), nullptr, env, resume);
   const auto timeout = std::chrono::milliseconds(
       static_cast<int64_t>(config.training.comm_timeout_s * 1000.0));
   std::unique_ptr<comm::Communicator> world = comm::MakeMpiWorld(timeout);
@@ -65,7 +82,7 @@ int RunTrain(const std::string& config_path, const std::string& resume) {
   try {
     ZTRAIN_CHECK(world->size() == env.world_size, "the launcher says ", env.world_size,
                  " ranks (", env.launcher, ") but MPI has ", world->size());
-    return Train(std::move(config), world.get(), resume);
+    return Train(std::move(config), world.get(), env, resume);
   } catch (const std::exception& e) {
     // One failing rank ends the whole job, so no other rank waits in a collective forever.
     std::fprintf(stderr, "ztrain: rank %d of %d failed: %s\n", world->rank(), world->size(),
@@ -88,6 +105,8 @@ int RunCheckConfig(const std::string& config_path, int world_size) {
   try {
     const Config config = LoadConfigFile(config_path, world_size);
     std::printf("%s\n", config.resolved.dump(2).c_str());
+    std::fflush(stdout);
+    PrintDeviceChoice(config.device, world_size);
     return kExitOk;
   } catch (const ConfigError& e) {
     std::fprintf(stderr, "%s\n", e.what());  // names the file and every problem
@@ -103,17 +122,18 @@ int RunData(const std::string& text_path, const std::string& shard_path) {
 }
 
 void PrintVersion() {
-  auto yes = [](int on) { return on ? "yes" : "no"; };
   std::printf("ztrain %s\n", ZTRAIN_VERSION_STRING);
   std::printf("backends in this build:\n");
   std::printf("  CPU       yes (OpenBLAS %s, OpenMP)\n", ZTRAIN_BUILD_OPENBLAS);
-  std::printf("  CUDA      no (toolkit found at configure: %s; CUDA kernels not built yet)\n",
-              yes(ZTRAIN_BUILD_HAS_CUDA_TOOLKIT));
+  if (ZTRAIN_BUILD_HAS_CUDA_TOOLKIT) {
+    std::printf("  CUDA      yes (cuBLAS and ztrain's kernels; CUDA devices visible now: %d; "
+                "the config's \"device\" chooses)\n",
+                kernels::CudaDeviceCount());
+  } else {
+    std::printf("  CUDA      no (reconfigure with -DZTRAIN_WITH_CUDA=ON; needs the CUDA toolkit)\n");
+  }
   if (ZTRAIN_BUILD_HAS_NCCL) {
-    std::printf(
-        "  NCCL      built (device-memory communicator; CUDA devices visible now: %d; "
-        "training does not use it until the CUDA kernels are built)\n",
-        comm::VisibleCudaDevices());
+    std::printf("  NCCL      yes (the ranks' collectives when they train on CUDA)\n");
   } else {
     std::printf("  NCCL      no (reconfigure with -DZTRAIN_WITH_NCCL=ON; needs CUDA and NCCL)\n");
   }

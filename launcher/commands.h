@@ -17,7 +17,8 @@ int RunExport(const std::string& checkpoint, const std::string& format, const st
               const std::string& dtype);
 // `resume`: "" (start fresh unless checkpoint.resume), "latest" or a step to resume from.
 int RunTrain(const std::string& config_path, const std::string& resume = "");
-// Prints the resolved config (exit 0) or every error found (exit 2).
+// Prints the resolved config (exit 0) or every error found (exit 2); on stderr, where its
+// device would put this process on this machine.
 int RunCheckConfig(const std::string& config_path, int world_size);
 // Turns UTF-8 text into a token shard with the byte-level tokenizer.
 int RunData(const std::string& text_path, const std::string& shard_path);

@@ -52,6 +52,26 @@ double SquaredSumScalar(const float* x, int64_t n) {
   return sum;
 }
 
+namespace {
+
+float BiasCorrection(float beta, int64_t step) {
+  // As FusedAdam: 1 - std::pow(beta, step) with a float beta, evaluated in double.
+  return static_cast<float>(1.0 - std::pow(static_cast<double>(beta), static_cast<double>(step)));
+}
+
+}  // namespace
+
+AdamKernelArgs KernelArgsFor(const AdamStepArgs& args) {
+  ZTRAIN_CHECK(args.step >= 1, "AdamStep: step is 1-based, got ", args.step);
+  AdamKernelArgs a{args.lr,         args.beta1, args.beta2, args.eps,        args.weight_decay,
+                   args.grad_scale, 1.0f,       1.0f,       args.adam_w_mode};
+  if (args.bias_correction) {
+    a.bias_correction1 = BiasCorrection(args.beta1, args.step);
+    a.bias_correction2 = BiasCorrection(args.beta2, args.step);
+  }
+  return a;
+}
+
 AdamImpl ResolveImpl(AdamImpl impl) {
   if (impl == AdamImpl::kAuto) return BestAdamImpl();
   ZTRAIN_CHECK(AdamImplAvailable(impl), "AdamImpl '", AdamImplName(impl),
@@ -82,11 +102,6 @@ AdamKernel KernelFor(AdamImpl impl) {
 // array's last is full); schedule(static) hands each thread one contiguous run of blocks.
 constexpr int64_t kBlock = 16384;
 constexpr int64_t kParallelMin = 4 * kBlock;
-
-float BiasCorrection(float beta, int64_t step) {
-  // As FusedAdam: 1 - std::pow(beta, step) with a float beta, evaluated in double.
-  return static_cast<float>(1.0 - std::pow(static_cast<double>(beta), static_cast<double>(step)));
-}
 
 }  // namespace
 
@@ -126,17 +141,10 @@ const char* AdamImplName(AdamImpl impl) {
 
 void AdamStep(const AdamStepArgs& args, float* param, const float* grad, float* m, float* v,
               int64_t n, AdamImpl impl) {
-  ZTRAIN_CHECK(args.step >= 1, "AdamStep: step is 1-based, got ", args.step);
+  const detail::AdamKernelArgs a = detail::KernelArgsFor(args);  // checks step
   ZTRAIN_CHECK(n >= 0, "AdamStep: negative element count ", n);
   const AdamKernel kernel = KernelFor(detail::ResolveImpl(impl));
   if (n == 0) return;
-  detail::AdamKernelArgs a{args.lr,           args.beta1,      args.beta2, args.eps,
-                           args.weight_decay, args.grad_scale, 1.0f,       1.0f,
-                           args.adam_w_mode};
-  if (args.bias_correction) {
-    a.bias_correction1 = BiasCorrection(args.beta1, args.step);
-    a.bias_correction2 = BiasCorrection(args.beta2, args.step);
-  }
   const int64_t blocks = (n + kBlock - 1) / kBlock;
 #pragma omp parallel for schedule(static) if (n >= kParallelMin)
   for (int64_t b = 0; b < blocks; ++b) {

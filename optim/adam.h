@@ -7,9 +7,14 @@
 // what the CPU supports (kAuto), or named explicitly (tests, benchmarks). The result of an
 // element does not depend on the thread count. Thread safe: no state beyond the arguments.
 // Fails with ztrain::Error for step < 1, n < 0 or an impl the CPU cannot run.
+//
+// The Tensor overload is the mixed-precision step ("fp32 master, bf16 params") on whichever
+// device holds the tensors; see its comment and Note [Adam on tensors].
 #include <cstdint>
 
 #include "core/config.h"
+#include "core/tensor.h"
+#include "kernels/ops.h"
 
 namespace ztrain::optim {
 
@@ -46,6 +51,29 @@ struct AdamStepArgs {
 
 void AdamStep(const AdamStepArgs& args, float* param, const float* grad, float* m, float* v,
               int64_t n, AdamImpl impl = AdamImpl::kAuto);
+
+// Note [Adam on tensors]
+// The same step on tensors, dispatched on where they live:
+// - param, m, v: fp32, one element count n; param is the fp32 master copy.
+// - grad: fp32 or bf16, n elements.
+// - param_copy: optional (an undefined Tensor() = none), bf16 or fp32, n elements. After the
+//   update it receives the new param, rounded to nearest-even for bf16: the low-precision
+//   weights the forward pass reads.
+// All on the host (cpu): the pointer AdamStep above with AdamImpl::kAuto, then param_copy is
+// written; `ops` is not used, so ZeRO-Offload may step host tensors while training on a GPU.
+// A bf16 grad is widened to fp32 in chunks of 2^20 elements (a multiple of 16, so the result
+// is bitwise that of the pointer AdamStep on the widened gradient).
+// All on one CUDA device: one kernel is enqueued on the stream of `ops`, which must be the
+// kernels::cuda::CudaOps of that device (as for every CudaOps op, that device must be the
+// current one); it returns without synchronising. The kernel performs the float operations
+// of the scalar CPU kernel in the same order, without contraction into FMAs, so it agrees
+// with AdamImpl::kScalar to the last bit in principle (the CUDA test allows 2 ulps).
+// Fails with ztrain::Error, before anything is written or enqueued, for step < 1, a tensor of
+// another dtype, element count or device than the list above asks (the message names the
+// argument and what was expected), `ops` that is not the CudaOps of the tensors' device, or
+// CUDA tensors in a build without CUDA. The tensors must not overlap.
+void AdamStep(kernels::Ops& ops, const AdamStepArgs& args, const Tensor& param, const Tensor& grad,
+              const Tensor& m, const Tensor& v, const Tensor& param_copy = Tensor());
 
 // The fastest implementation this CPU runs (never kAuto).
 AdamImpl BestAdamImpl();

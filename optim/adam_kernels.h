@@ -9,6 +9,10 @@
 // otherwise be the copy the linker keeps for the whole program.
 #include <cstdint>
 
+namespace ztrain::optim {
+struct AdamStepArgs;  // optim/adam.h (declared, not included: see above)
+}  // namespace ztrain::optim
+
 namespace ztrain::optim::detail {
 
 // AdamStepArgs reduced to what the element loop needs (Note [DeepSpeed Adam formula]).
@@ -17,6 +21,11 @@ struct AdamKernelArgs {
   float bias_correction1, bias_correction2;  // 1 - beta^step, or 1
   bool adam_w_mode;
 };
+
+// The loop's arguments for `args`, bias corrections included (computed in double and rounded
+// to float, as FusedAdam). Shared by the CPU step and the CUDA one (optim/cuda/adam_cuda.cu),
+// so both divide by the same floats. Throws ztrain::Error for step < 1.
+AdamKernelArgs KernelArgsFor(const AdamStepArgs& args);
 
 void AdamKernelScalar(const AdamKernelArgs& a, float* p, const float* g, float* m, float* v,
                       int64_t n);

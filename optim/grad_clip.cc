@@ -61,6 +61,20 @@ double GradSquaredSum(std::span<const Tensor> grads, AdamImpl impl) {
   return sum;
 }
 
+double GradSquaredSum(kernels::Ops& ops, std::span<const Tensor> grads) {
+  const bool on_host =
+      std::all_of(grads.begin(), grads.end(), [](const Tensor& g) { return g.device().is_cpu(); });
+  if (on_host) return GradSquaredSum(grads);
+  double sum = 0.0;
+  for (size_t t = 0; t < grads.size(); ++t) {
+    ZTRAIN_CHECK(grads[t].device() == ops.device(), "GradSquaredSum: gradient ", t, " is on ",
+                 grads[t].device().ToString(), "; expected every gradient on ",
+                 ops.device().ToString(), " (ops' device) or every one on cpu");
+    sum += ops.SumSquares(grads[t]);
+  }
+  return sum;
+}
+
 double GlobalNorm(std::span<const Tensor> grads, AdamImpl impl) {
   return std::sqrt(GradSquaredSum(grads, impl));
 }

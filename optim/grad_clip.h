@@ -5,11 +5,13 @@
 // gradients are read once. Sums are in double and deterministic: the same gradients give the
 // same bits whatever the thread count or SIMD kernel (Note [Deterministic squared sum] in
 // optim/adam_kernels.h). Thread safe. Gradients must be fp32 host tensors (ztrain::Error
-// otherwise). A NaN or Inf gradient makes the norm NaN or Inf; it is returned, not thrown, so
-// the caller can report it and skip the step as DeepSpeed does on overflow.
+// otherwise), except for the Ops overload, which also sums device gradients. A NaN or Inf
+// gradient makes the norm NaN or Inf; it is returned, not thrown, so the caller can report it
+// and skip the step as DeepSpeed does on overflow.
 #include <span>
 
 #include "core/tensor.h"
+#include "kernels/ops.h"
 #include "optim/adam.h"
 
 namespace ztrain::optim {
@@ -17,6 +19,13 @@ namespace ztrain::optim {
 // Sum of squares of every element of every tensor. Under data or tensor parallelism each
 // rank sums its shard, the sums are all-reduced, and the norm is sqrt of the total.
 double GradSquaredSum(std::span<const Tensor> grads, AdamImpl impl = AdamImpl::kAuto);
+
+// The same where the gradients live. All on the host: the function above (AdamImpl::kAuto),
+// bit for bit, and `ops` is not used. Otherwise every gradient must be on ops' device:
+// ops.SumSquares of each (fp32 or bf16 on CUDA; each call synchronises the stream), added in
+// order, so the result is deterministic but not bitwise the host's (another summation order).
+// A gradient on another device throws ztrain::Error naming its index.
+double GradSquaredSum(kernels::Ops& ops, std::span<const Tensor> grads);
 
 // sqrt(GradSquaredSum(grads)): the L2 norm of all gradients seen as one vector.
 double GlobalNorm(std::span<const Tensor> grads, AdamImpl impl = AdamImpl::kAuto);

@@ -51,6 +51,7 @@ class CpuOps final : public Ops {
   void AddInPlace(const Tensor& y, const Tensor& x) override;
   void Zero(const Tensor& t) override;
   void Copy(const Tensor& src, const Tensor& dst) override;
+  void Synchronize() override {}
 
   void SoftmaxCrossEntropy(const Tensor& logits, const Tensor& targets, int64_t vocab,
                            const Tensor& losses, const Tensor& dlosses) override;

@@ -24,7 +24,7 @@ CudaOps::CudaOps(int device) : device_(device) {
   ZTRAIN_CHECK(device >= 0 && device < count, "CUDA device ", device, " does not exist: ", count,
                " visible (CUDA_VISIBLE_DEVICES)");
   ZTRAIN_CUDA_CHECK(cudaSetDevice(device));
-  ZTRAIN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  ZTRAIN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamDefault));
   ZTRAIN_CUBLAS_CHECK(cublasCreate(&cublas_));
   ZTRAIN_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
   ZTRAIN_CUBLAS_CHECK(cublasLtCreate(&cublaslt_));

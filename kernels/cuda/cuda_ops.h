@@ -2,7 +2,9 @@
 // CudaOps: the op set on one CUDA device (DESIGN.md "kernels"; the contract is kernels/ops.h).
 //
 // Every op is enqueued on the object's stream and returns without waiting (SumSquares, which
-// returns a value to the host, synchronises). Tensors live on this device, contiguous,
+// returns a value to the host, synchronises). The stream is a blocking stream, so work on the
+// legacy default stream (where NcclCommunicator orders its collectives) waits for the ops
+// issued before it: a collective on an op's output needs no host synchronisation. Tensors live on this device, contiguous,
 // row-major. Floating-point tensors are fp32 or bf16 (not mixed within one op, except where
 // ops.h fixes a dtype: LayerNorm's mean/rstd, attention's lse and the losses are fp32);
 // arithmetic accumulates in fp32. GEMMs go through cuBLAS / cuBLASLt (bias and GELU fused in
@@ -63,6 +65,7 @@ class CudaOps final : public Ops {
   void AddInPlace(const Tensor& y, const Tensor& x) override;
   void Zero(const Tensor& t) override;
   void Copy(const Tensor& src, const Tensor& dst) override;
+  void Synchronize() override;
 
   void SoftmaxCrossEntropy(const Tensor& logits, const Tensor& targets, int64_t vocab,
                            const Tensor& losses, const Tensor& dlosses) override;

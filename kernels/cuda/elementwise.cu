@@ -127,12 +127,17 @@ void CudaOps::Zero(const Tensor& t) {
 }
 
 void CudaOps::Copy(const Tensor& src, const Tensor& dst) {
-  CheckOnDevice(src, device(), "Copy", "src");
-  CheckLike(dst, src, "Copy", "dst");
+  // Each side is this device's memory or the host's (pinned or not: cudaMemcpyDefault lets
+  // unified addressing tell them apart).
+  CheckOnDevice(src, src.device().is_cpu() ? Device::Cpu() : device(), "Copy", "src");
+  CheckOnDevice(dst, dst.device().is_cpu() ? Device::Cpu() : device(), src.dtype(), src.shape(),
+                "Copy", "dst");
   if (src.nbytes() == 0 || src.data() == dst.data()) return;
   ZTRAIN_CUDA_CHECK(
-      cudaMemcpyAsync(dst.data(), src.data(), src.nbytes(), cudaMemcpyDeviceToDevice, stream_));
+      cudaMemcpyAsync(dst.data(), src.data(), src.nbytes(), cudaMemcpyDefault, stream_));
 }
+
+void CudaOps::Synchronize() { ZTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
 void CudaOps::Scale(const Tensor& t, float alpha) {
   CheckFloat(t, device(), "Scale", "t");

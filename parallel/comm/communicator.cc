@@ -34,19 +34,12 @@ int64_t CommStats::TotalBytes() const {
 
 namespace {
 
-// Copies `src` to `dst` unless they are the same memory; host only (a device tensor works
-// only in place).
-void CopyUnlessSame(const char* op, const Tensor& src, const Tensor& dst) {
-  if (src.data() == dst.data()) return;
-  detail::CheckHost(op, src);
-  detail::CheckHost(op, dst);
-  std::memmove(dst.data(), src.data(), src.nbytes());
-}
 
 // A group of one: collectives finish when issued. Ops are still checked and counted
 // (with zero bytes), so code that runs at dp = 1 is checked the same way.
 class SelfCommunicator final : public Communicator {
  public:
+  explicit SelfCommunicator(CopyFn copy) : copy_(std::move(copy)) {}
   int rank() const override { return 0; }
   int size() const override { return 1; }
   std::string name() const override { return detail::GroupName(label_, {0}); }
@@ -83,7 +76,7 @@ class SelfCommunicator final : public Communicator {
   WorkPtr Barrier() override { return Count(OpKind::kBarrier, 0); }
   std::unique_ptr<Communicator> Split(int color, int /*key*/) override {
     ZTRAIN_CHECK(color >= 0, "Split: color ", color, " is negative");
-    auto split = std::make_unique<SelfCommunicator>();
+    auto split = std::make_unique<SelfCommunicator>(copy_);
     split->label_ = "group";
     split->timeout_ = timeout_;
     return split;
@@ -96,6 +89,19 @@ class SelfCommunicator final : public Communicator {
     return detail::FinishedWork();
   }
 
+  // Copies `src` to `dst` unless they are the same memory: with copy_, or on the host.
+  void CopyUnlessSame(const char* op, const Tensor& src, const Tensor& dst) {
+    if (src.data() == dst.data()) return;
+    if (copy_) {
+      copy_(src, dst);
+      return;
+    }
+    detail::CheckHost(op, src);
+    detail::CheckHost(op, dst);
+    std::memmove(dst.data(), src.data(), src.nbytes());
+  }
+
+  CopyFn copy_;
   std::string label_ = "world";
   std::chrono::milliseconds timeout_{std::chrono::minutes(5)};
   CommStats stats_;
@@ -103,8 +109,8 @@ class SelfCommunicator final : public Communicator {
 
 }  // namespace
 
-std::unique_ptr<Communicator> MakeSelfCommunicator() {
-  return std::make_unique<SelfCommunicator>();
+std::unique_ptr<Communicator> MakeSelfCommunicator(CopyFn copy) {
+  return std::make_unique<SelfCommunicator>(std::move(copy));
 }
 
 }  // namespace ztrain::comm

@@ -17,6 +17,7 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -95,6 +96,9 @@ class Communicator {
 
 // A group of one rank: every collective completes at once and moves no bytes (the
 // reduction of one rank is its own data). What a single process without a launcher uses.
-std::unique_ptr<Communicator> MakeSelfCommunicator();
+// Out-of-place ReduceScatter and AllGather copy their input with `copy` (src, dst): by
+// default a host memmove; an engine on a GPU gives its ops' Copy.
+using CopyFn = std::function<void(const Tensor& src, const Tensor& dst)>;
+std::unique_ptr<Communicator> MakeSelfCommunicator(CopyFn copy = nullptr);
 
 }  // namespace ztrain::comm

@@ -57,7 +57,11 @@ TEST(ConfigParseTest, ResolvedHasEveryApplicableKeyAndNoAuto) {
     if (!of.empty() && std::find(of.begin(), of.end(), "WarmupCosineLR") == of.end()) continue;
     EXPECT_TRUE(c.resolved.contains(Pointer(k.path))) << k.path;
   }
-  EXPECT_EQ(c.resolved.dump().find("\"auto\""), std::string::npos) << c.resolved.dump(2);
+  // `device` keeps "auto": each rank resolves it at start (engine/device_select.h).
+  EXPECT_EQ(c.resolved["device"], "auto");
+  json others = c.resolved;
+  others.erase("device");
+  EXPECT_EQ(others.dump().find("\"auto\""), std::string::npos) << c.resolved.dump(2);
   EXPECT_EQ(c.resolved["zero_optimization"]["overlap_comm"], false);
   EXPECT_EQ(c.resolved["training"]["output_dir"], "runs/ztrain");
   EXPECT_EQ(c.resolved["csv_monitor"]["output_path"], "runs/ztrain");
@@ -359,6 +363,43 @@ TEST(ConfigRangeTest, ModelAndDataShapes) {
   EXPECT_NE(ErrorOf(With(base, "/zero_optimization/stage", 4))
                 .find("zero_optimization.stage: must be 0, 1, 2 or 3, got 4"),
             std::string::npos);
+}
+
+// --- device ----------------------------------------------------------------------------------
+
+TEST(ConfigDeviceTest, DefaultIsAutoAndEverySpellingIsKept) {
+  EXPECT_EQ(ParseConfig(DefaultConfigJson()).device, "auto");
+  for (const char* device : {"auto", "cpu", "cuda", "cuda:0", "cuda:7", "cuda:12"}) {
+    const Config c = ParseConfig(With(DefaultConfigJson(), "/device", device));
+    EXPECT_EQ(c.device, device);
+    EXPECT_EQ(c.resolved["device"], device);
+  }
+}
+
+TEST(ConfigDeviceTest, BadValueNamesKeyValueAndAcceptedValues) {
+  for (const char* bad : {"gpu", "CUDA", "cuda:", "cuda:-1", "cuda:one", "cuda:0:1", "cpu:0"}) {
+    const std::string e = ErrorOf(With(DefaultConfigJson(), "/device", bad));
+    EXPECT_NE(e.find(std::string("device: expected \"auto\", \"cpu\", \"cuda\" or \"cuda:N\" "
+                                 "(N a GPU index: 0, 1, ...), got \"") + bad + "\""),
+              std::string::npos)
+        << e;
+  }
+  const std::string e = ErrorOf(With(DefaultConfigJson(), "/device", 0));
+  EXPECT_NE(e.find("device: expected string, got number 0"), std::string::npos) << e;
+}
+
+TEST(ConfigDeviceTest, ParseDeviceSettingTakesTheSettingApart) {
+  using Kind = DeviceSetting::Kind;
+  EXPECT_EQ(ParseDeviceSetting("auto")->kind, Kind::kAuto);
+  EXPECT_EQ(ParseDeviceSetting("cpu")->kind, Kind::kCpu);
+  EXPECT_EQ(ParseDeviceSetting("cuda")->kind, Kind::kCuda);
+  EXPECT_EQ(ParseDeviceSetting("cuda")->index, -1);
+  EXPECT_EQ(ParseDeviceSetting("cuda:3")->kind, Kind::kCuda);
+  EXPECT_EQ(ParseDeviceSetting("cuda:3")->index, 3);
+  EXPECT_EQ(ParseDeviceSetting("cuda:10")->index, 10);
+  for (const char* bad : {"", "Cpu", "cuda:+1", "cuda:99999999999", "cuda:1 ", "cuda1"}) {
+    EXPECT_FALSE(ParseDeviceSetting(bad).has_value()) << bad;
+  }
 }
 
 }  // namespace

@@ -6,6 +6,8 @@
 // pinned memory or in swap files under a fresh directory:
 //   mpirun -np 4 zero_equivalence_test --stage 3 --gas 2 --zero stage3_max_live_parameters=0
 //   mpirun -np 2 zero_equivalence_test --stage 3 --offload-param nvme --zero max_in_cpu=2000
+// --device cuda runs both engines on the rank's GPU (by local rank) with the dp group on NCCL;
+// it skips unless every local rank has a GPU.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -14,12 +16,16 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <map>
+#include <memory>
 
 #include <unistd.h>
 
 #include "engine/engine.h"
 #include "nn/gpt2.h"
 #include "parallel/comm/mpi/mpi_communicator.h"
+#include "parallel/comm/nccl/nccl_communicator.h"
+#include "parallel/launch_env.h"
 #include "side_by_side.h"
 #include "test_model.h"
 
@@ -30,7 +36,10 @@ int g_stage = 0, g_gas = 1;
 nlohmann::json g_zero = nlohmann::json::object();  // extra zero_optimization keys
 std::string g_offload_param = "none", g_offload_optimizer = "none";
 std::string g_nvme_dir;  // made by main when a device is nvme
-comm::Communicator* g_world = nullptr;
+comm::Communicator* g_world = nullptr;  // MPI: the test's own host-memory messages
+comm::Communicator* g_dp = nullptr;     // the parallel engines' group (NCCL with --device cuda)
+std::string g_device = "cpu";           // "cpu" or "cuda:<local rank>"
+std::string g_skip;                     // why every test skips, when it does
 
 int64_t ZeroKey(const std::string& key, int64_t fallback) {
   return g_zero.contains(key) ? g_zero[key].get<int64_t>() : fallback;
@@ -61,6 +70,7 @@ Config MakeConfig(int world_size, int64_t micro, bool reference = false) {
   j["zero_optimization"] = g_zero;
   j["zero_optimization"]["stage"] = reference ? 0 : g_stage;
   j["training"]["job_name"] = "zero_equivalence";
+  j["device"] = g_device;
   if (!reference) {
     // Offload: the buffer and tile sizes come from --zero (e.g. sub_group_size=1000); the
     // keys below only name where the state goes.
@@ -86,16 +96,22 @@ Config MakeConfig(int world_size, int64_t micro, bool reference = false) {
 }
 
 TEST(ZeroEquivalenceTest, LossesAndWeightsMatchOneProcess) {
+  if (!g_skip.empty()) GTEST_SKIP() << g_skip;
   const int n = g_world->size(), r = g_world->rank();
   const int64_t b = 2;  // rows per rank per micro-batch
-  Engine parallel(MakeConfig(n, b), nn::BuildGpt2(MakeConfig(n, b).model), g_world);
+  Engine parallel(MakeConfig(n, b), nn::BuildGpt2(MakeConfig(n, b).model), g_dp);
   nlohmann::json single_json;
   Engine single(MakeConfig(1, b * n, true), nn::BuildGpt2(MakeConfig(1, b * n, true).model));
   // The same global micro-batches on every rank; rank r takes rows [r*b, (r+1)*b).
   ASSERT_NO_FATAL_FAILURE(testing::TrainSideBySide(parallel, single, 20, g_gas, b, n, r));
+  std::map<std::string, std::vector<float>> expected;  // host values on any device
+  single.ForEachFullParameter([&](const std::string& name, const Tensor& e) {
+    expected[name].assign(e.data<float>(), e.data<float>() + e.numel());
+  });
   size_t compared = 0;
   parallel.ForEachFullParameter([&](const std::string& name, const Tensor& a) {
-    testing::ExpectParameterNear(name, a, single.Parameter(name));
+    std::vector<float>& e = expected.at(name);
+    testing::ExpectParameterNear(name, a, Tensor(e.data(), DType::kF32, a.shape()));
     ++compared;
   });
   EXPECT_EQ(compared, single.ParameterNames().size());
@@ -105,16 +121,17 @@ TEST(ZeroEquivalenceTest, LossesAndWeightsMatchOneProcess) {
 }
 
 TEST(ZeroEquivalenceTest, BytesPerStepMatchTheZeroFormula) {
+  if (!g_skip.empty()) GTEST_SKIP() << g_skip;
   const int n = g_world->size();
-  Engine parallel(MakeConfig(n, 2), nn::BuildGpt2(MakeConfig(n, 2).model), g_world);
+  Engine parallel(MakeConfig(n, 2), nn::BuildGpt2(MakeConfig(n, 2).model), g_dp);
   const std::vector<int64_t> sizes = PaddedLayerSizes(parallel, n);
   int64_t padded = 0;  // Ψ with each layer padded to dp x 16 elements
   for (int64_t x : sizes) padded += x;
   testing::OwnedBatch batch(2, 8, 11, 5);
   std::vector<nn::MicroBatch> micro(g_gas, batch.mb);
-  const comm::CommStats before = g_world->stats();
+  const comm::CommStats before = g_dp->stats();
   parallel.TrainStep(micro);
-  const comm::CommStats after = g_world->stats();
+  const comm::CommStats after = g_dp->stats();
   const double moved = static_cast<double>(after.TotalBytes() - before.TotalBytes());
   // Stages 0 and 1 move 2Ψ(N-1)/N fp32 elements per rank and step (all-reduce, or
   // reduce-scatter + all-gather); stage 2 reduce-scatters every micro-batch, so
@@ -154,13 +171,18 @@ TEST(ZeroEquivalenceTest, BytesPerStepMatchTheZeroFormula) {
 }
 
 TEST(ZeroEquivalenceTest, ModelStateIsShardedAsZeroSays) {
+  if (!g_skip.empty()) GTEST_SKIP() << g_skip;
   const int n = g_world->size();
-  Engine parallel(MakeConfig(n, 2), nn::BuildGpt2(MakeConfig(n, 2).model), g_world);
+  Engine parallel(MakeConfig(n, 2), nn::BuildGpt2(MakeConfig(n, 2).model), g_dp);
   Engine single(MakeConfig(1, 2, true), nn::BuildGpt2(MakeConfig(1, 2, true).model));
   // fp32: m + v are 8 bytes per parameter, the parameters and gradients 4 each.
   const int64_t full = single.memory().Current(MemoryCategory::kOptimizerState);
   const int64_t mine = parallel.memory().Current(MemoryCategory::kOptimizerState);
   const bool nvme = g_offload_param == "nvme" || g_offload_optimizer == "nvme";
+  if (g_device != "cpu" && (g_offload_param != "none" || g_offload_optimizer != "none")) {
+    GTEST_SKIP() << "offload on a GPU adds the host master and gradient copies "
+                    "(cuda_engine_test checks them)";
+  }
   EXPECT_EQ(parallel.memory().Peak(MemoryCategory::kSwapBuffers) > 0, nvme);
   if (g_offload_optimizer == "nvme") {
     EXPECT_EQ(mine, 0) << "m and v belong in the swap file";
@@ -232,6 +254,7 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--gas") == 0) ztrain::g_gas = std::atoi(argv[i + 1]);
     if (std::strcmp(argv[i], "--offload-param") == 0) ztrain::g_offload_param = argv[i + 1];
     if (std::strcmp(argv[i], "--offload-optimizer") == 0) ztrain::g_offload_optimizer = argv[i + 1];
+    if (std::strcmp(argv[i], "--device") == 0) ztrain::g_device = argv[i + 1];
     if (std::strcmp(argv[i], "--zero") == 0) {  // key=value, an integer or true/false
       const std::string kv = argv[i + 1];
       const size_t eq = kv.find('=');
@@ -240,6 +263,20 @@ int main(int argc, char** argv) {
   }
   auto world = ztrain::comm::MakeMpiWorld(std::chrono::seconds(120));
   ztrain::g_world = world.get();
+  ztrain::g_dp = world.get();
+  std::unique_ptr<ztrain::comm::Communicator> nccl;
+  if (ztrain::g_device == "cuda") {
+    const ztrain::LaunchEnv env = ztrain::DetectLaunchEnv();
+    const int gpus = ztrain::comm::VisibleCudaDevices();
+    if (gpus < env.local_size) {  // the same answer on every rank of one node
+      ztrain::g_skip = "--device cuda needs a GPU per local rank: " + std::to_string(gpus) +
+                       " visible for " + std::to_string(env.local_size) + " ranks";
+    } else {
+      ztrain::g_device = "cuda:" + std::to_string(env.local_rank);
+      nccl = ztrain::comm::MakeNcclCommunicator(*world, env.local_rank, std::chrono::seconds(120));
+      ztrain::g_dp = nccl.get();
+    }
+  }
   // Swap files go to a directory of this run; each rank gets its own rank<R> below it, and
   // the engine removes them.
   if (ztrain::g_offload_param == "nvme" || ztrain::g_offload_optimizer == "nvme") {

@@ -21,6 +21,16 @@ config() {  # job, steps, checkpoint dir ("" = none), csv on/off
  "csv_monitor": {"enabled": $4, "output_path": "$work", "job_name": "$1"}}
 JSON
 }
+# Waits until the run of <pid> logging to <log> has started its step loop (or ended): how
+# long the start takes depends on the machine (loading the CUDA libraries alone may take half
+# a second), so signals and kills are timed from there.
+wait_for_training() {
+  for _ in $(seq 1 1200); do
+    grep -q "model state:" "$1" 2> /dev/null && return
+    kill -0 "$2" 2> /dev/null || return
+    sleep 0.05
+  done
+}
 export OMP_NUM_THREADS=1
 config straight 30 "" true > "$work/straight.json"
 config crashed 30 "$work/ckpt" true > "$work/crashed.json"
@@ -30,7 +40,8 @@ config check 0 "$work/ckpt" false > "$work/check.json"
 config signalled 30 "$work/ckpt_usr1" true > "$work/signalled.json"
 "$ztrain" --config "$work/signalled.json" > "$work/signalled.log" 2>&1 &
 pid=$!
-sleep 0.8
+wait_for_training "$work/signalled.log" "$pid"
+sleep 0.3
 kill -USR1 "$pid"
 status=0
 wait "$pid" || status=$?
@@ -45,7 +56,8 @@ for k in $(seq 1 "$kills"); do
   [ -f "$work/ckpt/latest" ] && resume=(--resume)
   "$ztrain" --config "$work/crashed.json" "${resume[@]}" > "$work/run$k.log" 2>&1 &
   pid=$!
-  sleep "$(awk -v k="$k" 'BEGIN { srand(k); printf "%.3f", 0.35 + 0.6 * rand() }')"
+  wait_for_training "$work/run$k.log" "$pid"
+  sleep "$(awk -v k="$k" 'BEGIN { srand(k); printf "%.3f", 0.6 * rand() }')"
   kill -9 "$pid" 2> /dev/null || true
   wait "$pid" 2> /dev/null || true
   # A kill inside a save leaves a partial directory or a temporary file behind.

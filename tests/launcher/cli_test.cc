@@ -1,5 +1,6 @@
-// The ztrain executable end to end: version, check-config, data, a training run whose loss
-// falls far below ln(vocab) with its csv_monitor file, save_final, and a clean stop on Ctrl-C.
+// The ztrain executable end to end: version, check-config, the device choice, data, a training
+// run whose loss falls far below ln(vocab) with its csv_monitor file, save_final, and a clean
+// stop on Ctrl-C.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -28,9 +29,11 @@ struct Result {
   std::string out;
 };
 
-// Runs a shell command, capturing stdout and stderr together.
-Result RunZtrain(const std::string& args) {
-  const std::string cmd = std::string(ZTRAIN_BINARY) + " " + args + " 2>&1";
+// Runs ztrain with `args` through the shell, capturing stdout and, by default, stderr
+// together (`redirect` "2>FILE" keeps stdout alone); `env` ("VAR=value ...") is set for it.
+Result RunZtrain(const std::string& args, const std::string& redirect = "2>&1",
+                 const std::string& env = "") {
+  const std::string cmd = env + " " + ZTRAIN_BINARY + " " + args + " " + redirect;
   FILE* p = popen(cmd.c_str(), "r");
   std::string out;
   char buf[4096];
@@ -39,6 +42,9 @@ Result RunZtrain(const std::string& args) {
   const int status = pclose(p);
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
 }
+
+// Hides the GPUs from a run, as on a machine without any.
+const std::string kNoGpus = "CUDA_VISIBLE_DEVICES=";
 
 std::vector<std::string> Lines(const std::string& path) {
   std::ifstream f(path);
@@ -72,10 +78,27 @@ TEST_F(CliTest, VersionNamesTheBackends) {
 
 TEST_F(CliTest, CheckConfigPrintsResolvedConfigOrErrors) {
   nlohmann::json j = DefaultConfigJson();
-  Result ok = RunZtrain("check-config " + WriteConfig(j));
+  const std::string err = dir_ + "/stderr.txt";
+  Result ok = RunZtrain("check-config " + WriteConfig(j), "2>" + err, kNoGpus);
   ASSERT_EQ(ok.code, 0) << ok.out;
-  const nlohmann::json resolved = nlohmann::json::parse(ok.out);
+  const nlohmann::json resolved = nlohmann::json::parse(ok.out);  // stdout is the JSON alone
   EXPECT_EQ(resolved["train_batch_size"], j["train_micro_batch_size_per_gpu"]);
+  EXPECT_EQ(resolved["device"], "auto");
+  // stderr says where the device setting puts a process on this machine.
+  ASSERT_EQ(Lines(err).size(), 1u);
+  EXPECT_EQ(Lines(err)[0], "device on this machine: cpu (no CUDA device visible)");
+  j["device"] = "cuda";  // valid, but not here: said, not an error
+  EXPECT_EQ(RunZtrain("check-config " + WriteConfig(j), "2>" + err, kNoGpus).code, 0);
+  EXPECT_NE(Lines(err)[0].find("device on this machine: not usable here: device is \"cuda\""),
+            std::string::npos)
+      << Lines(err)[0];
+  j["device"] = "tpu";
+  const Result tpu = RunZtrain("check-config " + WriteConfig(j));
+  EXPECT_EQ(tpu.code, 2);
+  EXPECT_NE(tpu.out.find("device: expected \"auto\", \"cpu\", \"cuda\" or \"cuda:N\""),
+            std::string::npos)
+      << tpu.out;
+  j.erase("device");
   j["zero_optimization"] = {{"stage", 0}, {"reduce_bucket_sise", 100}};
   const Result bad = RunZtrain("check-config " + WriteConfig(j));
   EXPECT_EQ(bad.code, 2);
@@ -83,6 +106,24 @@ TEST_F(CliTest, CheckConfigPrintsResolvedConfigOrErrors) {
   EXPECT_NE(bad.out.find("reduce_bucket_size"), std::string::npos) << bad.out;
   EXPECT_EQ(RunZtrain("check-config " + dir_ + "/missing.json").code, 2);
   EXPECT_EQ(RunZtrain("--config " + WriteConfig(j)).code, 2);  // train refuses it too
+}
+
+// Without GPUs the default "auto" trains on the CPU and says why; "cuda" is a config error
+// that names the key and the fix.
+TEST_F(CliTest, DeviceIsChosenAndLoggedOrRefusedWithTheFix) {
+  nlohmann::json j = DefaultConfigJson();
+  j["training"]["steps"] = 1;
+  j["training"]["output_dir"] = dir_ + "/out";
+  const Result cpu = RunZtrain("train --config " + WriteConfig(j), "2>&1", kNoGpus);
+  ASSERT_EQ(cpu.code, 0) << cpu.out;
+  EXPECT_NE(cpu.out.find("device: cpu (no CUDA device visible)"), std::string::npos) << cpu.out;
+  j["device"] = "cuda";
+  const Result cuda = RunZtrain("train --config " + WriteConfig(j), "2>&1", kNoGpus);
+  EXPECT_EQ(cuda.code, 2) << cuda.out;
+  for (const char* part : {"config error", "device is \"cuda\"", "no CUDA device is visible",
+                           "use \"device\": \"cpu\""}) {
+    EXPECT_NE(cuda.out.find(part), std::string::npos) << part << " not in: " << cuda.out;
+  }
 }
 
 TEST_F(CliTest, DataTurnsTextIntoAShard) {

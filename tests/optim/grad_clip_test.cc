@@ -9,7 +9,9 @@
 #include <random>
 #include <vector>
 
+#include "../expect_error.h"
 #include "core/error.h"
+#include "kernels/ops.h"
 
 namespace ztrain::optim {
 namespace {
@@ -83,6 +85,24 @@ TEST(GradClipTest, RejectsNonFp32Gradients) {
   uint16_t h[4] = {};
   Tensor bf16(h, DType::kBF16, {4});
   EXPECT_THROW(GlobalNorm(std::span<const Tensor>(&bf16, 1)), Error);
+}
+
+TEST(GradClipTest, OpsOverloadOnHostIsTheHostSumBitwise) {
+  Grads g({17, 1000003, 333});
+  const auto ops = kernels::MakeCpuOps();
+  const double host = GradSquaredSum(g.tensors);
+  const double via_ops = GradSquaredSum(*ops, g.tensors);
+  EXPECT_EQ(std::memcmp(&host, &via_ops, sizeof(double)), 0) << host << " vs " << via_ops;
+  EXPECT_EQ(GradSquaredSum(*ops, {}), 0.0);
+}
+
+TEST(GradClipTest, OpsOverloadRejectsGradientsOffTheOpsDevice) {
+  // Never dereferenced: the device check comes first.
+  Grads g({4, 4});
+  g.tensors[1] = Tensor(g.data[1].data(), DType::kF32, {4}, Device::Cuda(0));
+  const auto ops = kernels::MakeCpuOps();
+  ::ztrain::testing::ExpectErrorWith<Error>([&] { GradSquaredSum(*ops, g.tensors); },
+                                            {"gradient 1", "cuda:0", "every one on cpu"});
 }
 
 TEST(GradClipTest, ClipCoefficientAsDeepSpeed) {

@@ -1,0 +1,154 @@
+// The engine on a device: which device, where each kind of state lives, and the copies
+// between the host and the device.
+//
+// Note [Devices in the engine]
+// The engine computes on one device, config.device: the CPU, or one CUDA GPU (the Trainer
+// picks the GPU by local rank, engine/device_select.h). On CUDA:
+// - the ops are CudaOps, on their own (blocking) stream, so NCCL collectives, which order
+//   themselves after the legacy default stream, see every op issued before them;
+// - parameters, gradients, Adam's m and v and activations live in device memory
+//   (cudaMallocAsync; activations through the caching allocator), and AdamW runs on the
+//   device (optim::AdamStep on device tensors, fp32);
+// - with offload_optimizer (or offload_param) AdamW runs on the host, as ZeRO-Offload does:
+//   m and v live in host memory (or NVMe), the fp32 master of the rank's optimizer range in
+//   pinned host memory (`master`; at stage 3 with offloaded parameters the host shard is
+//   itself the master), and each step copies the reduced gradient range to pinned host memory
+//   (`grad_host`), steps on the host, and copies each layer's updated range back to the
+//   device as soon as the host has stepped it, so the copy of one layer runs while the host
+//   steps the next. Offloaded stage-3 parameter shards are copied into their own chunk of the
+//   gathered buffer and all-gathered in place, as with NVMe on the CPU;
+// - the groups are NCCL communicators; scalars (loss, norm) cross them through device memory;
+// - micro-batches arrive in host memory and are copied in; losses come back to the host;
+//   whole-parameter values, initialisation and checkpoints go through host copies (HeldOnHost,
+//   ReadHeld, WriteHeld).
+// Tensor parallelism stays on the CPU backend: its vocabulary-parallel layers compute on the
+// host (the engine says so when asked for it on CUDA).
+// On the CPU every "copy" is host memory to host memory and every buffer is host memory, so
+// the CPU backend runs exactly the arithmetic it ran before devices existed.
+#include <algorithm>
+#include <cstring>
+#include <optional>
+
+#include "core/logging.h"
+#include "engine/engine.h"
+#include "engine/engine_state.h"
+#include "kernels/cuda_memory.h"
+#include "offload/param_swapper.h"
+
+namespace ztrain {
+
+Device Engine::ResolveDevice(const std::string& setting) {
+  const std::optional<DeviceSetting> parsed = ParseDeviceSetting(setting);
+  ZTRAIN_CHECK_T(ConfigError, parsed.has_value(), "device is \"", setting, "\"; use ",
+                 kDeviceSettings);
+  switch (parsed->kind) {
+    case DeviceSetting::Kind::kCpu:
+      return Device::Cpu();
+    case DeviceSetting::Kind::kAuto:
+      return kernels::CudaDeviceCount() > 0 ? Device::Cuda(0) : Device::Cpu();
+    case DeviceSetting::Kind::kCuda:
+      break;
+  }
+  return Device::Cuda(std::max(parsed->index, 0));
+}
+
+Buffer Engine::StateBuffer(Place where, int64_t elements, MemoryCategory category) {
+  Allocator* alloc = device_alloc_.get();
+  if (where == Place::kHost) alloc = &host_;
+  if (where == Place::kPinned) alloc = on_device() ? cuda_pinned_.get() : &pinned_;
+  Buffer b(*alloc, DType::kF32, {elements}, category);
+  ZeroFill(b);
+  return b;
+}
+
+void Engine::ZeroFill(const Buffer& b) {
+  if (b.device().is_cpu()) {
+    std::memset(b.data(), 0, b.nbytes());
+  } else {
+    ops_->Zero(b.AsTensor(DType::kF32, {static_cast<int64_t>(b.nbytes() / sizeof(float))}));
+  }
+}
+
+void Engine::CopyIn(const float* host, const Tensor& dst) {
+  ops_->Copy(Tensor(const_cast<float*>(host), DType::kF32, dst.shape()), dst);
+}
+
+void Engine::CopyOut(const Tensor& src, float* host) {
+  ops_->Copy(src, Tensor(host, DType::kF32, src.shape()));
+}
+
+std::vector<float> Engine::ToHost(const Tensor& t) {
+  std::vector<float> out(static_cast<size_t>(t.numel()));
+  CopyOut(t, out.data());
+  ops_->Synchronize();
+  return out;
+}
+
+Engine::StagedBatches Engine::StageBatches(std::span<const nn::MicroBatch> micro_batches) {
+  StagedBatches staged;
+  staged.batches.assign(micro_batches.begin(), micro_batches.end());
+  if (!on_device()) return staged;
+  // A copy from pageable host memory returns once the source has been read: the caller's
+  // token arrays may change as soon as this returns.
+  for (nn::MicroBatch& mb : staged.batches) {
+    for (Tensor* t : {&mb.tokens, &mb.targets}) {
+      Buffer& b = staged.buffers.emplace_back(activations_, DType::kI32, t->shape(),
+                                              MemoryCategory::kActivations);
+      const Tensor dst = b.AsTensor(DType::kI32, t->shape());
+      ops_->Copy(*t, dst);
+      *t = dst;
+    }
+  }
+  return staged;
+}
+
+float Engine::AllReduceScalar(comm::Communicator& group, float value, comm::ReduceOp op) {
+  if (group.size() == 1) return value;
+  if (!on_device()) {
+    group.AllReduce(Tensor(&value, DType::kF32, {1}), op)->Wait();
+    return value;
+  }
+  Buffer b(activations_, DType::kF32, {1}, MemoryCategory::kCommunication);
+  const Tensor t = b.AsTensor(DType::kF32, {1});
+  CopyIn(&value, t);
+  group.AllReduce(t, op)->Wait();
+  return ToHost(t)[0];
+}
+
+void Engine::ReadHeld(size_t l, float* dst) {
+  LayerState& st = *states_[l];
+  const int64_t held_len = st.sharded ? st.shard : st.padded;
+  if (param_swap_) {
+    param_swap_->CopyOut(l, dst);
+    return;
+  }
+  CopyOut(st.Flat(st.params, held_len), dst);
+  ops_->Synchronize();
+}
+
+void Engine::WriteHeld(size_t l, const float* src) {
+  LayerState& st = *states_[l];
+  const int64_t held_len = st.sharded ? st.shard : st.padded;
+  if (param_swap_) {
+    param_swap_->Store(l, src);
+    return;
+  }
+  CopyIn(src, st.Flat(st.params, held_len));
+  if (st.master.data() != nullptr) {
+    const int64_t held_begin = st.sharded ? st.opt_begin : 0;
+    std::memcpy(st.master.data(), src + (st.opt_begin - held_begin),
+                static_cast<size_t>(st.opt_len) * sizeof(float));
+  }
+  ops_->Synchronize();
+}
+
+float* Engine::HeldOnHost(size_t l, Buffer& staged) {
+  LayerState& st = *states_[l];
+  if (!param_swap_ && st.params.device().is_cpu()) return st.params.data<float>();
+  staged = Buffer(staging(), DType::kF32, {st.sharded ? st.shard : st.padded},
+                  MemoryCategory::kWorkspace);
+  ReadHeld(l, staged.data<float>());
+  return staged.data<float>();
+}
+
+}  // namespace ztrain

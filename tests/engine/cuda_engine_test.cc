@@ -1,0 +1,165 @@
+// The engine on a CUDA device against the same engine on the CPU (Note [Devices in the
+// engine]): one micro-batch's loss and every gradient, then training at every ZeRO stage and
+// offload mode, step by step, and the weights at the end. Skips without a GPU (except the
+// test that a missing GPU is named).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "engine/engine.h"
+#include "kernels/ops.h"
+#include "nn/gpt2.h"
+#include "test_model.h"
+
+namespace ztrain {
+namespace {
+
+// fp32 on both, but the GPU sums in other orders (GEMM tiles, attention blocks, reductions).
+constexpr double kLossTolerance = 1e-5;   // relative, one forward
+constexpr double kGradTolerance = 1e-4;   // relative to the tensor's largest magnitude
+constexpr double kTrainTolerance = 2e-4;  // relative, after 10 AdamW steps
+
+struct Layout {
+  int stage = 0;
+  std::string offload_optimizer = "none", offload_param = "none";
+};
+void PrintTo(const Layout& l, std::ostream* os) {
+  *os << "stage " << l.stage << ", offload_optimizer " << l.offload_optimizer
+      << ", offload_param " << l.offload_param;
+}
+
+Config MakeConfig(const std::string& device, const Layout& layout, const std::string& nvme_dir) {
+  nlohmann::json j = testing::TinyConfigJson(2, 32, 4, 11, 8);
+  j["device"] = device;
+  j["train_micro_batch_size_per_gpu"] = 4;
+  j["gradient_accumulation_steps"] = 2;
+  j.erase("train_batch_size");
+  j["gradient_clipping"] = 1.0;
+  j["optimizer"]["params"]["weight_decay"] = 0.1;
+  j["zero_optimization"] = {{"stage", layout.stage}, {"sub_group_size", 2000}};
+  for (const auto& [section, where] : {std::pair{"offload_optimizer", layout.offload_optimizer},
+                                       std::pair{"offload_param", layout.offload_param}}) {
+    if (where == "none") continue;
+    j["zero_optimization"][section] = {{"device", where}, {"pin_memory", true}};
+    if (where == "nvme") j["zero_optimization"][section]["nvme_path"] = nvme_dir;
+  }
+  j["training"]["job_name"] = "cuda_engine_test";
+  return ParseConfig(j);
+}
+
+std::map<std::string, std::vector<float>> Weights(Engine& e) {
+  std::map<std::string, std::vector<float>> out;
+  e.ForEachFullParameter([&](const std::string& name, const Tensor& t) {
+    out[name].assign(t.data<float>(), t.data<float>() + t.numel());
+  });
+  return out;
+}
+
+std::vector<float> OnHost(Engine& e, const Tensor& t) {
+  std::vector<float> out(static_cast<size_t>(t.numel()));
+  e.ops().Copy(t, Tensor(out.data(), DType::kF32, t.shape()));
+  e.ops().Synchronize();
+  return out;
+}
+
+class CudaEngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (kernels::CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device visible";
+    nvme_dir_ = "/tmp/ztrain_cuda_engine_" + std::to_string(getpid());
+    std::filesystem::create_directories(nvme_dir_);
+  }
+  void TearDown() override {
+    if (!nvme_dir_.empty()) std::filesystem::remove_all(nvme_dir_);
+  }
+  std::string nvme_dir_;
+};
+
+TEST_F(CudaEngineTest, LossAndGradientsMatchTheCpu) {
+  const Layout plain;
+  const Config cpu_config = MakeConfig("cpu", plain, nvme_dir_);
+  Engine cpu(cpu_config, nn::BuildGpt2(cpu_config.model));
+  const Config gpu_config = MakeConfig("cuda:0", plain, nvme_dir_);
+  Engine gpu(gpu_config, nn::BuildGpt2(gpu_config.model));
+  ASSERT_EQ(gpu.device(), Device::Cuda(0));
+  testing::OwnedBatch batch(4, 8, 11, 7);
+  const double want = cpu.ForwardBackward(batch.mb, 1.0f);
+  const double got = gpu.ForwardBackward(batch.mb, 1.0f);
+  EXPECT_NEAR(got, want, kLossTolerance * want);
+  for (const std::string& name : cpu.ParameterNames()) {
+    ASSERT_FALSE(gpu.Gradient(name).device().is_cpu()) << name;
+    const std::vector<float> g = OnHost(gpu, gpu.Gradient(name));
+    const Tensor e = cpu.Gradient(name);
+    double largest = 0.0;
+    for (int64_t i = 0; i < e.numel(); ++i) {
+      largest = std::max(largest, std::fabs(static_cast<double>(e.data<float>()[i])));
+    }
+    for (int64_t i = 0; i < e.numel(); ++i) {
+      ASSERT_NEAR(g[static_cast<size_t>(i)], e.data<float>()[i], kGradTolerance * largest + 1e-9)
+          << name << "[" << i << "]";
+    }
+  }
+}
+
+class CudaTrainingTest : public CudaEngineTest, public ::testing::WithParamInterface<Layout> {};
+
+TEST_P(CudaTrainingTest, TenStepsMatchTheCpu) {
+  const Layout layout = GetParam();
+  const Config cpu_config = MakeConfig("cpu", Layout{}, nvme_dir_);
+  Engine cpu(cpu_config, nn::BuildGpt2(cpu_config.model));
+  const Config gpu_config = MakeConfig("cuda:0", layout, nvme_dir_);
+  Engine gpu(gpu_config, nn::BuildGpt2(gpu_config.model));
+  for (int step = 0; step < 10; ++step) {
+    testing::OwnedBatch a(4, 8, 11, 100 + step), b(4, 8, 11, 200 + step);
+    const std::vector<nn::MicroBatch> micro{a.mb, b.mb};
+    const StepStats want = cpu.TrainStep(micro);
+    const StepStats got = gpu.TrainStep(micro);
+    ASSERT_NEAR(got.loss, want.loss, kTrainTolerance * want.loss) << "step " << step;
+    ASSERT_NEAR(got.grad_norm, want.grad_norm, kTrainTolerance * want.grad_norm) << "step " << step;
+  }
+  const auto want = Weights(cpu);
+  const auto got = Weights(gpu);
+  ASSERT_EQ(got.size(), want.size());
+  for (const auto& [name, w] : want) {
+    const std::vector<float>& g = got.at(name);
+    ASSERT_EQ(g.size(), w.size()) << name;
+    for (size_t i = 0; i < w.size(); ++i) {
+      ASSERT_NEAR(g[i], w[i], kTrainTolerance * (1.0 + std::fabs(w[i]))) << name << "[" << i << "]";
+    }
+  }
+  // The evaluation path (forward only, stage-3 gathers without backward) agrees as well.
+  testing::OwnedBatch eval(4, 8, 11, 99);
+  EXPECT_NEAR(gpu.EvalLoss(eval.mb), cpu.EvalLoss(eval.mb), kTrainTolerance);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, CudaTrainingTest,
+    ::testing::Values(Layout{0}, Layout{1}, Layout{2}, Layout{3}, Layout{1, "cpu"},
+                      Layout{2, "nvme"}, Layout{3, "cpu", "cpu"}, Layout{3, "nvme", "nvme"},
+                      Layout{3, "none", "cpu"}),
+    [](const ::testing::TestParamInfo<Layout>& info) {
+      return "stage" + std::to_string(info.param.stage) + "_opt_" +
+             info.param.offload_optimizer + "_param_" + info.param.offload_param;
+    });
+
+TEST(CudaEngineNoGpuTest, AMissingGpuIsNamed) {
+  if (kernels::CudaDeviceCount() > 0) GTEST_SKIP() << "a GPU is visible";
+  const Config config = MakeConfig("cuda:0", Layout{}, "");
+  try {
+    Engine e(config, nn::BuildGpt2(config.model));
+    FAIL() << "an engine on cuda:0 was built without a GPU";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("CUDA"), std::string::npos) << what;
+  }
+}
+
+}  // namespace
+}  // namespace ztrain
