@@ -4,6 +4,10 @@
 // default 989: H100/H200 SXM).
 //
 //   build/bench/gpt2_bench [--steps N] [--batch B] [--seq T] [--layers L] [--device cuda]
+//                          [--precision bf16|fp16]
+//
+// With --precision the model trains in mixed precision, and the same step is then timed in
+// fp32 in the same run: the report ends with the 16-bit step time against fp32's.
 //
 // Prints ms/step, the step's matmul FLOPs (6 x parameters in matmuls per token plus causal
 // attention, the convention of llm.c and PaLM's MFU), achieved GFLOP/s as a fraction of the
@@ -88,6 +92,8 @@ int main(int argc, char** argv) {
   j["gradient_clipping"] = 1.0;
   const std::string device = ArgString(argc, argv, "--device", "cpu");
   j["device"] = device == "cuda" ? "cuda:0" : device;
+  const std::string precision = ArgString(argc, argv, "--precision", "fp32");
+  if (precision != "fp32") j[precision] = {{"enabled", true}};
   const ztrain::Config cfg = ztrain::ParseConfig(j);
   ztrain::Engine engine(cfg, ztrain::nn::BuildGpt2(cfg.model));
   const bool gpu = !engine.device().is_cpu();
@@ -124,8 +130,8 @@ int main(int argc, char** argv) {
   peak = std::max(peak, gemm_peak());
   const double flops = engine.TrainFlopsPerToken(t) * b * t;
   const double achieved = flops / best / 1e9;
-  std::printf("GPT-2 %d layers, %lld parameters, B=%d T=%d fp32 on %s\n", cfg.model.n_layer,
-              static_cast<long long>(engine.NumParameters()), b, t,
+  std::printf("GPT-2 %d layers, %lld parameters, B=%d T=%d %s on %s\n", cfg.model.n_layer,
+              static_cast<long long>(engine.NumParameters()), b, t, precision.c_str(),
               engine.device().ToString().c_str());
   std::printf("%s peak (best before/after, same run): %.1f GFLOP/s\n",
               gpu ? "cuBLAS fp32 GEMM 8192^3" : "OpenBLAS SGEMM 2048^3", peak);
@@ -146,6 +152,19 @@ int main(int argc, char** argv) {
     std::printf("  %-16s %s\n",
                 std::string(ztrain::MemoryCategoryName(static_cast<ztrain::MemoryCategory>(c))).c_str(),
                 ztrain::FormatBytes(mem.peak[c]).c_str());
+  }
+  if (precision != "fp32") {
+    // The same step in fp32, timed in this run.
+    nlohmann::json f = j;
+    f.erase(precision);
+    const ztrain::Config fcfg = ztrain::ParseConfig(f);
+    ztrain::Engine fp32(fcfg, ztrain::nn::BuildGpt2(fcfg.model));
+    fp32.TrainStep({&mb, 1});
+    double fp32_best = 1e30;
+    for (int s = 0; s < steps; ++s) fp32_best = std::min(fp32_best, fp32.TrainStep({&mb, 1}).seconds);
+    std::printf("%s step %.1f ms, fp32 step %.1f ms (same run): %s/fp32 = %.2f, a %.2fx speed-up\n",
+                precision.c_str(), best * 1e3, fp32_best * 1e3, precision.c_str(),
+                best / fp32_best, fp32_best / best);
   }
   return 0;
 }

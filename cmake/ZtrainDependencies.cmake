@@ -30,6 +30,36 @@ target_include_directories(ztrain_openblas INTERFACE $<BUILD_INTERFACE:${ZTRAIN_
 target_link_libraries(ztrain_openblas INTERFACE $<BUILD_INTERFACE:${ZTRAIN_OPENBLAS_LIBRARY}>)
 install(TARGETS ztrain_openblas EXPORT ztrainTargets)
 
+# oneDNN (optional, libdnnl-dev): the CPU backend's bf16 GEMMs (Note [bf16 GEMMs] in
+# kernels/cpu/gemm_mixed.cc). Without it they run as SGEMM on widened copies. Linked by its
+# full path, so an installed static ztrain_kernels carries it to the program.
+ztrain_tristate(ZTRAIN_WITH_ONEDNN "Run bf16 GEMMs on the CPU through oneDNN")
+string(TOUPPER "${ZTRAIN_WITH_ONEDNN}" _onednn)
+if(NOT _onednn STREQUAL "OFF")
+  find_path(ZTRAIN_DNNL_INCLUDE_DIR oneapi/dnnl/dnnl.hpp)
+  find_library(ZTRAIN_DNNL_LIBRARY NAMES dnnl)
+endif()
+if(ZTRAIN_DNNL_INCLUDE_DIR AND ZTRAIN_DNNL_LIBRARY)
+  set(_onednn_found TRUE)
+else()
+  set(_onednn_found FALSE)
+endif()
+ztrain_resolve(ZTRAIN_WITH_ONEDNN "${_onednn_found}" ZTRAIN_HAVE_ONEDNN)
+if(ZTRAIN_HAVE_ONEDNN)
+  file(STRINGS "${ZTRAIN_DNNL_INCLUDE_DIR}/oneapi/dnnl/dnnl_version.h" _dnnl_version
+       REGEX "#define DNNL_VERSION_(MAJOR|MINOR|PATCH) ")
+  string(REGEX REPLACE ".*MAJOR ([0-9]+).*MINOR ([0-9]+).*PATCH ([0-9]+).*" "\\1.\\2.\\3"
+         ZTRAIN_DNNL_VERSION "${_dnnl_version}")
+  add_library(ztrain_onednn INTERFACE)
+  target_include_directories(ztrain_onednn INTERFACE $<BUILD_INTERFACE:${ZTRAIN_DNNL_INCLUDE_DIR}>)
+  target_link_libraries(ztrain_onednn INTERFACE "${ZTRAIN_DNNL_LIBRARY}")
+  install(TARGETS ztrain_onednn EXPORT ztrainTargets)
+  message(STATUS "oneDNN ${ZTRAIN_DNNL_VERSION}: ${ZTRAIN_DNNL_LIBRARY} (bf16 GEMMs on the CPU)")
+else()
+  message(STATUS "oneDNN: no (ZTRAIN_WITH_ONEDNN=${ZTRAIN_WITH_ONEDNN}); bf16 GEMMs on the CPU "
+                 "run as SGEMM (apt-get install libdnnl-dev)")
+endif()
+
 # Optional backends: found now, used by later parts (communicators, offload, CUDA kernels).
 string(TOUPPER "${ZTRAIN_WITH_MPI}" _mpi)
 if(NOT _mpi STREQUAL "OFF")

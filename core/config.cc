@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <cstdint>
 
 #include "core/config_internal.h"
 #include "core/error.h"
@@ -50,6 +51,13 @@ const json& At(const json& tree, std::string_view path) {
 
 json& At(json& tree, std::string_view path) {
   return const_cast<json&>(At(static_cast<const json&>(tree), path));
+}
+
+int64_t ClampedInt(const json& v) {
+  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
+    return INT64_MAX;
+  }
+  return v.get<int64_t>();
 }
 
 std::string ValueText(const json& v, bool quote) {
@@ -150,6 +158,33 @@ ZeroConfig ZeroFrom(const json& z) {
   return c;
 }
 
+PrecisionConfig PrecisionFrom(const json& t) {
+  PrecisionConfig c;
+  const json& f = t["fp16"];
+  c.bf16 = At(t, "bf16.enabled");
+  c.fp16 = f["enabled"];
+  c.loss_scale = f["loss_scale"];
+  c.initial_scale_power = f["initial_scale_power"];
+  c.loss_scale_window = f["loss_scale_window"];
+  c.hysteresis = f["hysteresis"];
+  c.consecutive_hysteresis = f["consecutive_hysteresis"];
+  c.min_loss_scale = f["min_loss_scale"];
+  c.max_consecutive_skips = f["max_consecutive_skips"];
+  c.grad_accum_dtype = At(t, "data_types.grad_accum_dtype").get<std::string>();
+  return c;
+}
+
+ActivationCheckpointingConfig ActivationCheckpointingFrom(const json& a) {
+  ActivationCheckpointingConfig c;
+  c.enabled = a["enabled"];
+  c.partition_activations = a["partition_activations"];
+  c.cpu_checkpointing = a["cpu_checkpointing"];
+  const json& number = a["number_checkpoints"];
+  c.number_checkpoints = number.is_null() ? 0 : number.get<int64_t>();
+  if (c.enabled) c.blocks = a["blocks"].get<std::vector<int>>();
+  return c;
+}
+
 Config ConfigFrom(const json& t, int world_size) {
   Config c;
   c.device = t["device"].get<std::string>();
@@ -179,6 +214,8 @@ Config ConfigFrom(const json& t, int world_size) {
   const json& cl = t["comms_logger"];
   c.comms_logger = CommsLoggerConfig{cl["enabled"], cl["verbose"], cl["prof_all"], cl["debug"],
                                      cl["prof_ops"].get<std::vector<std::string>>()};
+  c.precision = PrecisionFrom(t);
+  c.activation_checkpointing = ActivationCheckpointingFrom(t["activation_checkpointing"]);
   c.prescale_gradients = t["prescale_gradients"];
   c.gradient_predivide_factor = t["gradient_predivide_factor"];
   c.memory_breakdown = t["memory_breakdown"];
@@ -243,6 +280,14 @@ std::optional<DeviceSetting> ParseDeviceSetting(std::string_view setting) {
   if (ec != std::errc() || ptr != end) return std::nullopt;
   return DeviceSetting{Kind::kCuda, index};
 }
+
+DType ComputeDType(const Config& config) {
+  if (config.precision.bf16) return DType::kBF16;
+  if (config.precision.fp16) return DType::kF16;
+  return DType::kF32;
+}
+
+DType GradAccumDType(const Config& config) { return ParseDType(config.precision.grad_accum_dtype); }
 
 Config ParseConfig(const nlohmann::json& j, int world_size) {
   detail::ConfigErrors errors;

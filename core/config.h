@@ -15,6 +15,8 @@
 #include <string_view>
 #include <vector>
 
+#include "core/dtype.h"
+
 namespace ztrain {
 
 struct ModelConfig {
@@ -135,6 +137,36 @@ struct CommsLoggerConfig {
   std::vector<std::string> prof_ops;
 };
 
+// Mixed precision (Note [Mixed precision config], core/config_resolve.cc): DeepSpeed's "bf16"
+// and "fp16" sections and data_types.grad_accum_dtype. Master weights and optimizer state are
+// fp32 in every mode.
+struct PrecisionConfig {
+  bool bf16 = false;  // bf16.enabled
+  bool fp16 = false;  // fp16.enabled; never both
+  // fp16's loss scale, as optim::LossScalerOptions takes it (ranges already checked).
+  double loss_scale = 0;  // > 0 static, 0 dynamic
+  int initial_scale_power = 16;
+  int64_t loss_scale_window = 1000;
+  int hysteresis = 2;
+  bool consecutive_hysteresis = false;
+  double min_loss_scale = 1;
+  int64_t max_consecutive_skips = 50;  // ztrain: 0 = no limit
+  // "fp32", "fp16" or "bf16", resolved: null is fp16 with fp16 training, else fp32; a 16-bit
+  // value always equals the compute dtype.
+  std::string grad_accum_dtype = "fp32";
+};
+
+// Activation checkpointing of transformer blocks (Note [Activation checkpointing config],
+// core/config_resolve.cc).
+struct ActivationCheckpointingConfig {
+  bool enabled = false;
+  bool partition_activations = false;  // shard checkpoints across tensor-parallel ranks
+  bool cpu_checkpointing = false;      // keep checkpoints in host memory
+  int64_t number_checkpoints = 0;      // as given; 0 = not set
+  // The blocks checkpointed, ascending, each in [0, model.n_layer); empty when !enabled.
+  std::vector<int> blocks;
+};
+
 struct Config {
   // Where this rank trains: "auto", "cpu", "cuda" or "cuda:N" as written in the config. The
   // Trainer resolves it per rank (engine/device_select.h) and hands the Engine a concrete
@@ -156,6 +188,8 @@ struct Config {
   ZeroConfig zero;
   AioConfig aio;
   CommsLoggerConfig comms_logger;
+  PrecisionConfig precision;
+  ActivationCheckpointingConfig activation_checkpointing;
   bool prescale_gradients = false;
   double gradient_predivide_factor = 1.0;
   bool memory_breakdown = false;
@@ -168,6 +202,12 @@ struct Config {
   int dp_size = 1;     // data-parallel ranks, the size the batch triple was resolved for
   nlohmann::json resolved;  // the full config with every default and "auto" filled in
 };
+
+// The dtype the model computes in: kBF16, kF16 or kF32.
+DType ComputeDType(const Config& config);
+// The dtype gradients are accumulated in (data_types.grad_accum_dtype as resolved): kF32, or
+// the compute dtype.
+DType GradAccumDType(const Config& config);
 
 // The `device` setting taken apart: "auto", "cpu", "cuda" (index -1), or "cuda:N" (index N).
 struct DeviceSetting {

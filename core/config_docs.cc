@@ -51,6 +51,23 @@ config: every key below with its default or derived value filled in.
   `warmup_min_ratio` to 1, then cosine down to `cos_min_ratio` at `total_num_steps`.
   `warmup_type` `log` (DeepSpeed's default) or `linear`. Without a scheduler the lr is
   constant.
+- **Mixed precision.** `bf16.enabled` or `fp16.enabled` (not both) makes the model compute
+  in bf16 or fp16; master weights and optimizer state stay fp32. fp16 multiplies the loss by
+  a scale, static (`loss_scale` > 0) or dynamic: it starts at 2^`initial_scale_power`, halves
+  after `hysteresis` overflowing steps, doubles after `loss_scale_window` clean ones and stays
+  >= `min_loss_scale`, as DeepSpeed's. A step whose gradients overflow is skipped; after
+  `max_consecutive_skips` skipped steps in a row the run stops with an error naming it.
+  `data_types.grad_accum_dtype` null resolves to `fp16` with fp16 (DeepSpeed's fp16 optimizers
+  keep fp16 gradients) and to `fp32` otherwise, with bf16 too (DeepSpeed would keep bf16
+  gradients: set `"bf16"` for that). `"bfloat16"` is read as `"bf16"`, as DeepSpeed does.
+- **Activation checkpointing.** DeepSpeed leaves what to checkpoint to model code; ztrain
+  checkpoints whole transformer blocks: with `activation_checkpointing.enabled` every block,
+  or those in `blocks`, or the first `number_checkpoints`. A checkpointed block keeps only
+  its input in forward and recomputes its activations in backward. `enabled` absent is true
+  when the section sets `number_checkpoints` or `blocks`, or `partition_activations` or
+  `cpu_checkpointing` to true. The resolved config lists the checkpointed blocks in
+  `blocks`. `contiguous_memory_optimization`, `synchronize_checkpoint_boundary` and `profile`
+  are accepted and have no effect (see their rows).
 - **Refused features.** A DeepSpeed feature ztrain does not run yet parses, but a config
   that turns it on is refused naming the key (see the last table) — never silently ignored.
   Keys that only tune how a feature runs (bucket sizes at stage 0, `aio`, `comms_logger`)

@@ -37,6 +37,9 @@ nlohmann::json BuildResolvedTree(const nlohmann::json& input, ConfigErrors& erro
 size_t EditDistance(std::string_view a, std::string_view b);
 
 // config_resolve.cc
+// The most transformer blocks a model may have: bounds the block list that
+// activation_checkpointing resolves to (Note [Activation checkpointing config]).
+inline constexpr int64_t kMaxLayers = 65536;
 void ResolveDerived(nlohmann::json& tree);
 void ResolveBatchSize(nlohmann::json& tree, int world_size, ConfigErrors& errors);
 
@@ -53,6 +56,8 @@ nlohmann::json& At(nlohmann::json& tree, std::string_view path);
 // Null when any part of `path` is missing.
 const nlohmann::json* Find(const nlohmann::json& tree, std::string_view path);
 nlohmann::json* Find(nlohmann::json& tree, std::string_view path);
+// An integer value as int64_t; unsigned values above INT64_MAX (JSON's 2^64 - 1) clamp to it.
+int64_t ClampedInt(const nlohmann::json& v);
 // A value as messages show it: strings unquoted when `quote` is false.
 std::string ValueText(const nlohmann::json& v, bool quote = true);
 bool EqualsIgnoreCase(std::string_view a, std::string_view b);

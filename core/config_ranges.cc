@@ -1,6 +1,7 @@
 // Pass 5 of ParseConfig: values of the right type that the trainer still cannot use. Each
 // message says what the value must be and how to get there.
 #include <algorithm>
+#include <cstdint>
 #include <string>
 
 #include "core/config.h"
@@ -45,6 +46,10 @@ void CheckModel(const json& t, ConfigErrors& errors) {
   for (const char* key :
        {"model.n_layer", "model.n_head", "model.n_embd", "model.vocab_size", "model.max_seq_len"}) {
     IntAtLeast(t, key, 1, errors);
+  }
+  if (ClampedInt(At(t, "model.n_layer")) > kMaxLayers) {
+    errors.Add("model.n_layer", StrCat("must be <= ", kMaxLayers, ", got ",
+                                       ValueText(At(t, "model.n_layer"))));
   }
   const int64_t n_head = Int(t, "model.n_head"), n_embd = Int(t, "model.n_embd");
   if (n_head >= 1 && n_embd >= 1 && n_embd % n_head != 0) {
@@ -209,9 +214,97 @@ void CheckParallelAndIo(const json& t, ConfigErrors& errors) {
   }
   IntAtLeast(t, "tensor_parallel.autotp_size", 0, errors);
   IntAtLeast(t, "pipeline.activation_checkpoint_interval", 0, errors);
-  const json& checkpoints = At(t, "activation_checkpointing.number_checkpoints");
-  if (checkpoints.is_number() && checkpoints.get<int64_t>() < 1) {
-    errors.Add("activation_checkpointing.number_checkpoints", "must be >= 1 or null");
+}
+
+// Note [Mixed precision config] (config_resolve.cc). DeepSpeed's pydantic model checks the
+// fp16 keys whether or not fp16 is enabled, and so do we.
+void CheckPrecision(const json& t, ConfigErrors& errors) {
+  const bool fp16 = At(t, "fp16.enabled") == true;
+  const bool bf16 = At(t, "bf16.enabled") == true;
+  if (fp16 && bf16) {
+    errors.Add("fp16.enabled",
+               "true together with bf16.enabled true; choose one: bf16 (fp32's range, no loss "
+               "scaling) where the hardware has it, else fp16");
+  }
+  if (!(Num(t, "fp16.loss_scale") >= 0)) {
+    errors.Add("fp16.loss_scale", StrCat("must be >= 0 (0 = dynamic loss scaling), got ",
+                                         Num(t, "fp16.loss_scale")));
+  }
+  const int64_t power = ClampedInt(At(t, "fp16.initial_scale_power"));
+  if (power < 0 || power > 1023) {
+    errors.Add("fp16.initial_scale_power",
+               StrCat("must be in [0, 1023] (the dynamic scale starts at 2^power; DeepSpeed's "
+                      "default is 16), got ", ValueText(At(t, "fp16.initial_scale_power"))));
+  }
+  IntAtLeast(t, "fp16.loss_scale_window", 1, errors);
+  IntAtLeast(t, "fp16.hysteresis", 1, errors);
+  if (ClampedInt(At(t, "fp16.hysteresis")) > INT32_MAX) {
+    errors.Add("fp16.hysteresis", StrCat("must be <= ", INT32_MAX, " (usually 2)"));
+  }
+  if (!(Num(t, "fp16.min_loss_scale") > 0)) {
+    errors.Add("fp16.min_loss_scale", StrCat("must be > 0 (DeepSpeed's default is 1), got ",
+                                             Num(t, "fp16.min_loss_scale")));
+  }
+  IntAtLeast(t, "fp16.max_consecutive_skips", 0, errors);
+  if (fp16 && bf16) return;  // the training dtype is unknown until one is chosen
+  const std::string compute = fp16 ? "fp16" : bf16 ? "bf16" : "fp32";
+  const std::string accum = At(t, "data_types.grad_accum_dtype");
+  if (accum == "fp32" || accum == compute) return;
+  if (compute == "fp32") {
+    errors.Add("data_types.grad_accum_dtype",
+               StrCat("\"", accum, "\" gradients need ", accum, " training, but this config "
+                      "trains in fp32; set ", accum, ".enabled to true, or grad_accum_dtype to "
+                      "\"fp32\" or null"));
+  } else {
+    errors.Add("data_types.grad_accum_dtype",
+               StrCat("\"", accum, "\" gradients do not go with ", compute, " training (",
+                      compute, ".enabled); use \"", compute, "\" or \"fp32\", or null (",
+                      compute == "fp16" ? "fp16" : "fp32", ")"));
+  }
+}
+
+// Note [Activation checkpointing config] (config_resolve.cc): the blocks resolved there, or
+// the values it left for us to name.
+void CheckActivationCheckpointing(const json& t, ConfigErrors& errors) {
+  const std::string a = "activation_checkpointing.";
+  const int64_t layers = ClampedInt(At(t, "model.n_layer"));
+  if (layers < 1 || layers > kMaxLayers) return;  // CheckModel names it
+  const json& number = At(t, a + "number_checkpoints");
+  const int64_t count = number.is_null() ? 0 : ClampedInt(number);
+  const bool count_ok = count >= 1 && count <= layers;
+  if (!number.is_null() && !count_ok) {
+    errors.Add(a + "number_checkpoints",
+               StrCat("must be in [1, model.n_layer = ", layers, "] (checkpoint the first N "
+                      "blocks) or null (every block), got ", ValueText(number)));
+  }
+  const json& blocks = At(t, a + "blocks");
+  if (!blocks.is_array()) return;
+  if (blocks.empty()) {
+    errors.Add(a + "blocks",
+               "lists no block; give the indices to checkpoint, null for every block, or set "
+               "enabled to false");
+    return;
+  }
+  bool blocks_ok = true;
+  for (size_t i = 0; i < blocks.size(); ++i) {  // sorted by ResolveActivationCheckpointing
+    const int64_t b = ClampedInt(blocks[i]);
+    if (b < 0 || b >= layers) {
+      errors.Add(a + "blocks", StrCat("block index ", ValueText(blocks[i]), " is out of range [0, "
+                                      "model.n_layer = ", layers, "); blocks count from 0"));
+      blocks_ok = false;
+    } else if (i > 0 && blocks[i] == blocks[i - 1]) {
+      errors.Add(a + "blocks", StrCat("block index ", b, " is listed twice"));
+      blocks_ok = false;
+    }
+  }
+  if (!number.is_null() && count_ok && blocks_ok) {
+    const bool first_n = static_cast<int64_t>(blocks.size()) == count &&
+                         ClampedInt(blocks.back()) == count - 1;  // sorted, distinct, >= 0
+    if (!first_n) {
+      errors.Add(a + "blocks",
+                 StrCat(blocks.dump(), " disagrees with number_checkpoints ", count,
+                        " (the first ", count, " blocks); give only one of the two keys"));
+    }
   }
 }
 
@@ -224,6 +317,8 @@ void CheckRanges(const json& tree, ConfigErrors& errors) {
   CheckOptimizer(tree, errors);
   CheckScheduler(tree, errors);
   CheckParallelAndIo(tree, errors);
+  CheckPrecision(tree, errors);
+  CheckActivationCheckpointing(tree, errors);
 }
 
 }  // namespace ztrain::detail

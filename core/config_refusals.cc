@@ -65,7 +65,6 @@ ConfigRefusal R(std::string path, std::string when, std::string why, Check check
 
 std::vector<ConfigRefusal> BuildRefusals() {
   const std::string z = "zero_optimization.";
-  const std::string ac = "activation_checkpointing.";
   const std::string not_built = " is not built yet";
   std::vector<ConfigRefusal> r = {
       R(z + "zero_quantized_weights", "true", "ZeRO++ weight quantisation" + not_built, IsTrue()),
@@ -76,15 +75,30 @@ std::vector<ConfigRefusal> BuildRefusals() {
       R(z + "zero_hpz_partition_size", "> 1", "ZeRO++ hierarchical partitioning" + not_built,
         GreaterThan(1)),
       R(z + "mics_shard_size", "> 0", "MiCS sharding" + not_built, GreaterThan(0)),
-      R("fp16.enabled", "true", "fp16 training is not built yet; ztrain trains in fp32", IsTrue()),
-      R("bf16.enabled", "true", "bf16 training is not built yet; ztrain trains in fp32", IsTrue()),
-      R("amp", "enabled", "Apex AMP is not available; ztrain trains in fp32", AnyEnabled()),
-      R("torch_autocast", "enabled", "autocast is not available; ztrain trains in fp32",
+      R("fp16.auto_cast", "true",
+        "ztrain does not autocast: with fp16.enabled every op computes in fp16 from fp32 "
+        "master weights; set auto_cast to false",
+        IsTrue()),
+      R("fp16.fp16_master_weights_and_grads", "true",
+        "fp16 master weights and gradients are not built; ztrain keeps fp32 master weights "
+        "(fp16 gradients: data_types.grad_accum_dtype)",
+        IsTrue()),
+      R("bf16.bf16_master_weights_and_grads", "true",
+        "bf16 master weights and gradients are not built; ztrain keeps fp32 master weights "
+        "(bf16 gradients: data_types.grad_accum_dtype)",
+        IsTrue()),
+      R("bf16.bf16_optimizer_states", "true",
+        "bf16 optimizer states are not built; ztrain keeps them in fp32", IsTrue()),
+      R("amp", "enabled",
+        "Apex AMP is not available; use \"bf16\": {\"enabled\": true} or \"fp16\": "
+        "{\"enabled\": true}",
+        AnyEnabled()),
+      R("torch_autocast", "enabled",
+        "autocast is not available; use \"bf16\": {\"enabled\": true} or \"fp16\": "
+        "{\"enabled\": true}",
         AnyEnabled()),
       R("communication_data_type", "not fp32",
         "{} gradient communication is not built yet; use \"fp32\" or null", NotIn({"fp32"})),
-      R("data_types.grad_accum_dtype", "not fp32",
-        "{} gradient accumulation is not built yet; use \"fp32\" or null", NotIn({"fp32"})),
       R("optimizer.type", "not Adam/AdamW",
         "optimizer {} is not built yet; supported: " + JoinTypes(SupportedOptimizerTypes()),
         NotIn(SupportedOptimizerTypes())),
@@ -104,12 +118,10 @@ std::vector<ConfigRefusal> BuildRefusals() {
           return std::nullopt;
         }),
       R("sparse_gradients", "true", "sparse (CSR) gradient all-reduce" + not_built, IsTrue()),
-      R(ac + "partition_activations", "true", "activation checkpointing" + not_built, IsTrue()),
-      R(ac + "cpu_checkpointing", "true", "activation checkpointing" + not_built, IsTrue()),
-      R(ac + "contiguous_memory_optimization", "true", "activation checkpointing" + not_built,
-        IsTrue()),
-      R(ac + "number_checkpoints", "set", "activation checkpointing" + not_built, NotNull()),
-      R("pipeline.activation_checkpoint_interval", "> 0", "activation checkpointing" + not_built,
+      R("pipeline.activation_checkpoint_interval", "> 0",
+        "checkpointing every N pipeline layers" + not_built +
+            "; use activation_checkpointing.enabled (every block) or activation_checkpointing."
+            "blocks",
         GreaterThan(0)),
       R("tensor_parallel.autotp_size", "> 1",
         "DeepSpeed's AutoTP" + not_built + "; use tensor_parallel.size (Megatron-style splits)",

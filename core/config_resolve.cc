@@ -1,6 +1,7 @@
 // Passes 2 and 3 of ParseConfig: values derived from other keys ("auto" and friends), and
 // the batch triple exactly as DeepSpeed's DeepSpeedConfig._set_batch_related_parameters and
 // _batch_assertion (deepspeed/runtime/config.py).
+#include <algorithm>
 #include <functional>
 #include <optional>
 #include <utility>
@@ -68,6 +69,63 @@ std::optional<int64_t> OptionalInt(const json& tree, const char* path) {
   return v.is_null() ? std::nullopt : std::optional<int64_t>(v.get<int64_t>());
 }
 
+// Note [Mixed precision config]
+// bf16.enabled or fp16.enabled chooses the dtype the model computes in (ComputeDType); both
+// is an error, neither is fp32. Master weights and optimizer state stay fp32 in every case
+// (the *_master_weights_and_grads keys are refused). data_types.grad_accum_dtype null
+// resolves to fp16 when training in fp16 (DeepSpeed's fp16 optimizers keep fp16 gradients)
+// and to fp32 otherwise, bf16 included: a sum over many micro-batches keeps its precision.
+// DeepSpeed defaults to bf16 gradients there (fp32 in older releases without ZeRO); the
+// setting "bf16" matches it. A 16-bit accumulation dtype needs training in that same dtype
+// (CheckRanges). DeepSpeed's spellings (its DtypeEnum: "half", "float16", "torch.bfloat16",
+// ...) resolve to "fp32", "fp16" or "bf16".
+void ResolveGradAccumDType(json& tree) {
+  static const std::pair<const char*, const char*> kSpellings[] = {
+      {"float32", "fp32"},  {"float", "fp32"},         {"torch.float32", "fp32"},
+      {"float16", "fp16"},  {"half", "fp16"},          {"torch.float16", "fp16"},
+      {"bfloat16", "bf16"}, {"torch.bfloat16", "bf16"}};
+  json& dtype = At(tree, "data_types.grad_accum_dtype");
+  if (dtype.is_null()) {
+    dtype = At(tree, "fp16.enabled") == true ? "fp16" : "fp32";
+    return;
+  }
+  for (const auto& [spelling, name] : kSpellings) {
+    if (dtype == spelling) dtype = name;
+  }
+}
+
+// Note [Activation checkpointing config]
+// DeepSpeed's section only tunes the checkpointing that model code asks for
+// (deepspeed.checkpointing.checkpoint); ztrain checkpoints whole transformer blocks and
+// chooses them here. `enabled` null resolves to true when the section says which blocks
+// (number_checkpoints, blocks) or how to checkpoint (partition_activations or
+// cpu_checkpointing true), else false. When enabled, `blocks` resolves to the sorted list of
+// checkpointed blocks: as given, else the first number_checkpoints, else all model.n_layer.
+// So the resolved config names every checkpointed block and parses to itself again (both
+// keys given must agree, CheckRanges). Values out of range are left for CheckRanges to name.
+void ResolveActivationCheckpointing(json& tree) {
+  json& ac = At(tree, "activation_checkpointing");
+  json& enabled = ac["enabled"];
+  json& blocks = ac["blocks"];
+  const json& number = ac["number_checkpoints"];
+  if (enabled.is_null()) {
+    enabled = !number.is_null() || !blocks.is_null() || ac["partition_activations"] == true ||
+              ac["cpu_checkpointing"] == true;
+  }
+  if (blocks.is_array()) {
+    std::sort(blocks.begin(), blocks.end());
+    return;
+  }
+  const json& n_layer = At(tree, "model.n_layer");
+  if (enabled != true || !n_layer.is_number_integer()) return;
+  const int64_t layers = n_layer.get<int64_t>();
+  if (layers < 1 || layers > kMaxLayers) return;
+  const int64_t count = number.is_null() ? layers : ClampedInt(number);
+  if (count < 1 || count > layers) return;
+  blocks = json::array();
+  for (int64_t i = 0; i < count; ++i) blocks.push_back(i);
+}
+
 }  // namespace
 
 void ResolveDerived(json& tree) {
@@ -77,6 +135,8 @@ void ResolveDerived(json& tree) {
     if (v && *v == "auto") *v = ResolveAuto(key, tree);
   }
   CanonicaliseOptimizerType(tree);
+  ResolveGradAccumDType(tree);
+  ResolveActivationCheckpointing(tree);
   json& overlap = At(tree, "zero_optimization.overlap_comm");
   if (overlap.is_null()) overlap = At(tree, "zero_optimization.stage") == 3;
   json& output_dir = At(tree, "training.output_dir");

@@ -18,6 +18,8 @@ std::string_view ConfigTypeName(ConfigType type) {
       return "string";
     case ConfigType::kStringList:
       return "array of strings";
+    case ConfigType::kIntList:
+      return "array of integers";
     case ConfigType::kNumberPair:
       return "array of 2 numbers";
     case ConfigType::kSection:

@@ -21,6 +21,7 @@ enum class ConfigType {
   kNumber,
   kString,
   kStringList,  // array of strings
+  kIntList,     // array of integers (integral floats accepted, as for kInt)
   kNumberPair,  // array of exactly two numbers (Adam betas)
   kSection,     // object whose keys are themselves in the schema
   kFreeObject,  // object with DeepSpeed-defined free-form content (checked only for refusals)

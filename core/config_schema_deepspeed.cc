@@ -128,25 +128,57 @@ std::vector<ConfigKey> SchedulerKeys() {
   };
 }
 
+// See Note [Mixed precision config] (config_resolve.cc) for how they combine.
 std::vector<ConfigKey> PrecisionKeys() {
   return {
-      Key("fp16", T::kSection, nullptr, "fp16 mixed precision with dynamic loss scaling."),
-      Key("fp16.enabled", T::kBool, false, "Train in fp16 (`\"auto\"`: false).").Auto(),
-      Key("fp16.auto_cast", T::kBool, false, "Cast inputs to fp16."),
-      Key("fp16.loss_scale", T::kNumber, 0, "Static loss scale; 0 = dynamic."),
-      Key("fp16.initial_scale_power", T::kInt, 16, "Dynamic scale starts at 2^this."),
-      Key("fp16.loss_scale_window", T::kInt, 1000, "Steps without overflow before doubling."),
-      Key("fp16.hysteresis", T::kInt, 2, "Overflows tolerated before halving."),
+      Key("fp16", T::kSection, nullptr,
+          "fp16 mixed precision: the model computes in fp16 from fp32 master weights, with a "
+          "loss scale that keeps small gradients from flushing to zero. An overflowing step is "
+          "skipped. DeepSpeed's keys and defaults, plus `max_consecutive_skips`."),
+      Key("fp16.enabled", T::kBool, false,
+          "Train in fp16 (`\"auto\"`: false). Not together with `bf16.enabled`.")
+          .Auto(),
+      Key("fp16.auto_cast", T::kBool, false,
+          "Cast inputs to fp16 (torch autocast). ztrain has no autocast: with `enabled` every "
+          "op computes in fp16, so only false is accepted."),
+      Key("fp16.loss_scale", T::kNumber, 0,
+          "Static loss scale, >= 0; 0 = dynamic (the keys below). A static scale never "
+          "changes, but an overflowing step is still skipped."),
+      Key("fp16.initial_scale_power", T::kInt, 16,
+          "The dynamic scale starts at 2^this, in [0, 1023]."),
+      Key("fp16.loss_scale_window", T::kInt, 1000,
+          "The dynamic scale doubles after this many steps without overflow, >= 1."),
+      Key("fp16.hysteresis", T::kInt, 2,
+          "Overflows tolerated before the dynamic scale halves, >= 1 (1 = halve on every "
+          "overflow)."),
       Key("fp16.consecutive_hysteresis", T::kBool, false,
-          "Refill hysteresis after a step without overflow."),
-      Key("fp16.min_loss_scale", T::kNumber, 1, "Lower bound of the dynamic scale."),
+          "Refill `hysteresis` after every step without overflow (else only when the scale "
+          "doubles)."),
+      Key("fp16.min_loss_scale", T::kNumber, 1,
+          "Lower bound of the dynamic scale, > 0. At the bound an overflow still skips the "
+          "step (DeepSpeed raises instead; ztrain counts the skip, see `max_consecutive_skips`)."),
+      Key("fp16.max_consecutive_skips", T::kInt, 50,
+          "ztrain: the run stops with an error after this many overflowing (skipped) steps in "
+          "a row, >= 0; 0 = no limit. 50 is well above the descent of a healthy start (17 "
+          "overflows take 2^16 to 1 with hysteresis 2)."),
       Key("fp16.fp16_master_weights_and_grads", T::kBool, false,
           "Keep master weights and gradients in fp16 (ZeRO-2 + CPU offload only)."),
-      Key("bf16", T::kSection, nullptr, "bf16 mixed precision."),
-      Key("bf16.enabled", T::kBool, false, "Train in bf16 (`\"auto\"`: false).").Auto(),
+      Key("bf16", T::kSection, nullptr,
+          "bf16 mixed precision: the model computes in bf16 from fp32 master weights; bf16 has "
+          "fp32's range, so there is no loss scaling. Also read under DeepSpeed's older name "
+          "`bfloat16` when `bf16` is absent."),
+      Key("bf16.enabled", T::kBool, false,
+          "Train in bf16 (`\"auto\"`: false). Not together with `fp16.enabled`.")
+          .Auto(),
       Key("bf16.immediate_grad_update", T::kBool, true,
           "Accumulate gradients into fp32 right after each backward."),
       Key("bf16.check_overflow", T::kBool, false, "Check bf16 gradients for inf/nan."),
+      Key("bf16.check_grad_overflow", T::kBool, false,
+          "Newer DeepSpeed name of `check_overflow`."),
+      Key("bf16.bf16_master_weights_and_grads", T::kBool, false,
+          "Keep master weights and gradients in bf16 (ZeRO)."),
+      Key("bf16.bf16_optimizer_states", T::kBool, false,
+          "Keep optimizer states in bf16 (with `bf16_master_weights_and_grads`)."),
       Key("amp", T::kFreeObject, nlohmann::json{{"enabled", false}},
           "NVIDIA Apex AMP: `enabled` plus arguments passed to `amp.initialize`."),
   };

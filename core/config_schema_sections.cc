@@ -8,21 +8,50 @@ namespace {
 using T = ConfigType;
 using nlohmann::json;
 
+// DeepSpeed leaves what to checkpoint to model code (deepspeed.checkpointing.checkpoint);
+// ztrain's own `enabled` and `blocks` choose transformer blocks. See Note [Activation
+// checkpointing config] (config_resolve.cc).
 std::vector<ConfigKey> ActivationCheckpointingKeys() {
   const std::string a = "activation_checkpointing.";
+  const std::string no_effect = " Accepted for DeepSpeed configs; no effect in ztrain: ";
   return {
       Key("activation_checkpointing", T::kSection, nullptr,
-          "Recompute activations in backward instead of storing them."),
+          "Recompute activations in backward instead of storing them: a checkpointed "
+          "transformer block keeps only its input through the forward pass and runs its "
+          "forward again in backward. DeepSpeed's keys, plus ztrain's `enabled` and `blocks`."),
+      Key(a + "enabled", T::kBool, nullptr,
+          "ztrain: checkpoint transformer blocks (which ones: `blocks`, else "
+          "`number_checkpoints`, else all). null (absent): true when the section sets "
+          "`number_checkpoints` or `blocks`, or `partition_activations` or "
+          "`cpu_checkpointing` to true (DeepSpeed users set these when they checkpoint); "
+          "else false.")
+          .Nullable(),
+      Key(a + "blocks", T::kIntList, nullptr,
+          "ztrain: the indices of the blocks to checkpoint, each in [0, `model.n_layer`), "
+          "no repeats; resolved sorted. null: the first `number_checkpoints` blocks, else "
+          "every block. Resolved to the full list when checkpointing is enabled.")
+          .Nullable(),
       Key(a + "partition_activations", T::kBool, false,
-          "Shard checkpointed activations across model-parallel ranks."),
+          "Shard checkpointed activations across tensor-parallel (model-parallel) ranks."),
       Key(a + "cpu_checkpointing", T::kBool, false, "Keep checkpointed activations on the CPU."),
       Key(a + "contiguous_memory_optimization", T::kBool, false,
-          "Copy checkpoints into one contiguous buffer."),
-      Key(a + "number_checkpoints", T::kInt, nullptr, "Checkpoints kept (contiguous buffer).")
+          "Copy checkpoints into one contiguous buffer." + no_effect +
+              "its allocators already keep freed blocks and hand them out again for the same "
+              "sizes on the next step (CachingAllocator, CUDA memory pools), which is what the "
+              "contiguous buffer buys DeepSpeed against fragmentation."),
+      Key(a + "number_checkpoints", T::kInt, nullptr,
+          "DeepSpeed: checkpoints in the contiguous buffer. ztrain: checkpoint the first N "
+          "blocks, N in [1, `model.n_layer`]; with `blocks` as well, `blocks` must be exactly "
+          "[0, N).")
           .Nullable(),
       Key(a + "synchronize_checkpoint_boundary", T::kBool, false,
-          "Synchronise the device at each checkpoint boundary."),
-      Key(a + "profile", T::kBool, false, "Time the checkpointed forward and recompute."),
+          "Synchronise the device at each checkpoint boundary." + no_effect +
+              "the recompute is enqueued on the one stream every op runs on (in order on the "
+              "CPU), so no boundary needs a synchronisation; DeepSpeed uses it for timing and "
+              "debugging."),
+      Key(a + "profile", T::kBool, false,
+          "Time the checkpointed forward and recompute." + no_effect +
+              "`wall_clock_breakdown` times forward and backward, recompute included."),
   };
 }
 
@@ -88,9 +117,16 @@ std::vector<ConfigKey> CheckpointAndParallelKeys() {
   return {
       Key("data_types", T::kSection, nullptr, "Data types of internal buffers."),
       Key("data_types.grad_accum_dtype", T::kString, nullptr,
-          "Gradient accumulation dtype; null = the training dtype (fp32).")
+          "Data type gradients are accumulated in. DeepSpeed's spellings are "
+          "accepted (`float32`, `float`, `float16`, `half`, `bfloat16`, `torch.*`) and resolved "
+          "to `fp32`, `fp16` or `bf16`. null: `fp16` when training in fp16 (DeepSpeed's fp16 "
+          "optimizers keep fp16 gradients), else `fp32`, with bf16 too: a sum over many "
+          "micro-batches keeps its precision (DeepSpeed defaults to bf16 there, fp32 in older "
+          "releases without ZeRO; set `bf16` to match it). "
+          "`fp16`/`bf16` need training in that same dtype; `fp32` always works.")
           .Nullable()
-          .Choices({"fp32", "fp16", "bf16"}),
+          .Choices({"fp32", "fp16", "bf16", "float32", "float", "torch.float32", "float16",
+                    "half", "torch.float16", "bfloat16", "torch.bfloat16"}),
       Key("checkpoint", T::kSection, nullptr, "Checkpoint options."),
       Key("checkpoint.dir", T::kString, "",
           "ztrain: where checkpoints go (`<dir>/step<N>/`, `<dir>/latest`); empty = no "

@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cmath>
 #include <optional>
+#include <utility>
 
 #include "core/config_internal.h"
 #include "core/config_schema.h"
@@ -81,6 +82,18 @@ std::string Expected(const ConfigKey& key) {
   return s;
 }
 
+// An integer, or an integral float as an integer (DeepSpeed accepts 5e8); nullopt otherwise.
+std::optional<json> AsInteger(const json& v) {
+  if (v.is_number_integer()) return v;
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.2e18) {
+      return json(static_cast<int64_t>(d));
+    }
+  }
+  return std::nullopt;
+}
+
 // The value normalised to the key's type, or nullopt after recording why it is wrong.
 std::optional<json> Normalise(const ConfigKey& key, const json& v, ConfigErrors& errors) {
   if (v.is_null() && key.nullable) return v;
@@ -90,13 +103,7 @@ std::optional<json> Normalise(const ConfigKey& key, const json& v, ConfigErrors&
       if (v.is_boolean()) return v;
       break;
     case ConfigType::kInt:
-      if (v.is_number_integer()) return v;
-      if (v.is_number_float()) {
-        const double d = v.get<double>();
-        if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.2e18) {
-          return json(static_cast<int64_t>(d));
-        }
-      }
+      if (auto i = AsInteger(v)) return i;
       break;
     case ConfigType::kNumber:
       if (v.is_number()) return v;
@@ -119,6 +126,17 @@ std::optional<json> Normalise(const ConfigKey& key, const json& v, ConfigErrors&
         return v;
       }
       break;
+    case ConfigType::kIntList:
+      if (v.is_array()) {
+        json out = json::array();
+        for (const json& e : v) {
+          auto i = AsInteger(e);
+          if (!i) break;
+          out.push_back(*i);
+        }
+        if (out.size() == v.size()) return out;
+      }
+      break;
     case ConfigType::kNumberPair:
       if (v.is_array() && v.size() == 2 && v[0].is_number() && v[1].is_number()) return v;
       break;
@@ -136,7 +154,6 @@ std::optional<json> Normalise(const ConfigKey& key, const json& v, ConfigErrors&
 // DeepSpeed's deprecated spellings, answered with the current key.
 const std::vector<std::pair<std::string, std::string>>& RenamedKeys() {
   static const std::vector<std::pair<std::string, std::string>> renamed = {
-      {"bfloat16", "bf16"},
       {"zero_optimization.cpu_offload", "zero_optimization.offload_optimizer"},
       {"zero_optimization.cpu_offload_param", "zero_optimization.offload_param"},
       {"zero_optimization.cpu_offload_use_pin_memory",
@@ -233,6 +250,26 @@ json FillSection(const std::string& path, const json* given, const WalkContext& 
   return out;
 }
 
+// DeepSpeed still reads a section under its older name when the current one is absent
+// (get_bfloat16_config in deepspeed/runtime/precision_config.py reads "bfloat16" without
+// "bf16"); the resolved tree has only the current name. Both given is an error: DeepSpeed
+// would silently drop the older one.
+json WithCurrentSectionNames(const json& input, ConfigErrors& errors) {
+  static const std::pair<const char*, const char*> kOlderNames[] = {{"bfloat16", "bf16"}};
+  json out = input;
+  for (const auto& [older, current] : kOlderNames) {
+    if (!out.contains(older)) continue;
+    if (out.contains(current)) {
+      errors.Add(older, StrCat("\"", current, "\" and its older name \"", older,
+                               "\" are both given; keep only \"", current, "\""));
+    } else {
+      out[current] = out[older];
+    }
+    out.erase(older);
+  }
+  return out;
+}
+
 }  // namespace
 
 size_t EditDistance(std::string_view a, std::string_view b) {
@@ -256,7 +293,8 @@ json BuildResolvedTree(const json& input, ConfigErrors& errors) {
     errors.Add("(top level)", "a config is a JSON object { ... }, got " + Describe(input));
     return FillSection("", nullptr, WalkContext{}, errors);
   }
-  return FillSection("", &input, ContextOf(input), errors);
+  const json named = WithCurrentSectionNames(input, errors);
+  return FillSection("", &named, ContextOf(named), errors);
 }
 
 }  // namespace ztrain::detail

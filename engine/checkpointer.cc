@@ -133,10 +133,10 @@ void Checkpointer::Save(int64_t step, const data::LoaderState& data) {
             {"offload_param", config_.zero.offload_param.device},
             {"offload_optimizer", config_.zero.offload_optimizer.device}}},
           // The lr schedule is a function of the step; the data order of (seed, epoch): no
-          // other random state exists. fp16's loss scaler arrives with mixed precision.
+          // other random state exists. fp16's loss scaler (null without fp16).
           {"scheduler", {{"type", config_.scheduler.type}, {"step", step}}},
           {"rng", {{"seed", config_.training.seed}}},
-          {"loss_scaler", nullptr},
+          {"loss_scaler", engine_.LossScalerState()},
           {"config", config_.resolved}};
       checkpoint::WriteMeta(partial, meta);
       const std::string final_dir = root_ + "/" + name;
@@ -205,6 +205,7 @@ ResumePoint Checkpointer::Resume(const std::string& tag) {
     checkpoint::ModelIndex index(dir, meta);
     const int64_t step = meta.at("step");
     engine_.LoadState(index, step);
+    engine_.RestoreLossScaler(meta.value("loss_scaler", nlohmann::json()));
     ResumePoint point;
     point.step = step;
     point.directory = dir;

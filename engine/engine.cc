@@ -27,6 +27,19 @@ double SecondsBetween(std::chrono::steady_clock::time_point a,
   return std::chrono::duration<double>(b - a).count();
 }
 
+// Adds the wall time of its scope to `total` (time blocked on the swappers).
+class ScopeTimer {
+ public:
+  explicit ScopeTimer(double& total) : total_(total) {}
+  ~ScopeTimer() { total_ += SecondsBetween(start_, std::chrono::steady_clock::now()); }
+  ScopeTimer(const ScopeTimer&) = delete;
+  ScopeTimer& operator=(const ScopeTimer&) = delete;
+
+ private:
+  double& total_;
+  const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
+
 double MeanOf(const std::vector<float>& values) {
   double sum = 0.0;
   for (const float v : values) sum += v;
@@ -59,16 +72,28 @@ Engine::Engine(Config config, std::vector<std::unique_ptr<nn::Layer>> layers,
       overlap_(stage_ == 0 || config_.zero.overlap_comm),
       host_adam_(device_.is_cpu() || config_.zero.offload_optimizer.device != "none" ||
                  (stage_ == 3 && config_.zero.offload_param.device != "none")),
+      act_dtype_(ComputeDType(config_)),
+      grad_dtype_(GradAccumDType(config_)),
+      scaler_(config_.precision.fp16 ? std::make_unique<optim::LossScaler>(LossScalerOptionsFrom(
+                                           config_.precision))
+                                     : nullptr),
       ops_(device_.is_cpu() ? kernels::MakeCpuOps() : kernels::MakeCudaOps(device_.index)),
       schedule_(optim::MakeLrSchedule(config_.scheduler, config_.optimizer.lr)) {
   ZTRAIN_CHECK(!layers.empty(), "the model has no layers");
   ZTRAIN_CHECK(stage_ >= 0 && stage_ <= 3, "zero_optimization.stage is ", stage_,
                "; use 0, 1, 2 or 3");
+  ZTRAIN_CHECK(!mixed() || device_.is_cpu(), "bf16/fp16 training runs on the CPU backend only "
+               "so far (the CUDA ops do not mix dtypes within one op yet); device is ",
+               device_.ToString(), ": set \"device\": \"cpu\" or train in fp32");
+  ZTRAIN_CHECK(!mixed() || tp_->size() == 1, "bf16/fp16 with tensor_parallel.size ",
+               tp_->size(), " is not supported yet (the vocabulary-parallel layers compute in fp32 "
+               "on the host); train in fp32 or with tensor_parallel.size 1");
   ZTRAIN_CHECK(device_.is_cpu() || tp_->size() == 1, "tensor_parallel.size ", tp_->size(),
                " runs on the CPU backend only so far (its vocabulary-parallel layers compute on "
                "the host), but device is ", device_.ToString(), "; set \"device\": \"cpu\" or "
                "tensor_parallel.size 1");
   SelectStage(std::move(layers));
+  SetUpCheckpointing();
   BuildStorage();
   SetUpOffload();
   InitParameters();
@@ -140,13 +165,18 @@ void Engine::BuildStorage() {
       st.params = StateBuffer(param_place, st.sharded ? st.shard : st.padded,
                               MemoryCategory::kParameters);
     }
-    if (stage_ <= 1) st.grads = StateBuffer(Place::kDevice, st.padded, MemoryCategory::kGradients);
+    if (mixed() && !st.sharded) {
+      st.lp = StateBuffer(Place::kDevice, st.padded, MemoryCategory::kParameters, act_dtype_);
+    }
+    if (stage_ <= 1) {
+      st.grads = StateBuffer(Place::kDevice, st.padded, MemoryCategory::kGradients, grad_dtype_);
+    }
     if (oo.device != "nvme") {  // on NVMe the OptimizerSwapper holds m and v
       st.exp_avg = StateBuffer(opt_place, st.opt_len, MemoryCategory::kOptimizerState);
       st.exp_avg_sq = StateBuffer(opt_place, st.opt_len, MemoryCategory::kOptimizerState);
     }
-    if (stage_ >= 1) {
-      st.grad_shard = StateBuffer(Place::kDevice, st.shard, MemoryCategory::kGradients);
+    if (stage_ >= 1 || grad_dtype_ != DType::kF32) {
+      st.grad_shard = StateBuffer(Place::kDevice, st.opt_len, MemoryCategory::kGradients);
     }
     if (on_device() && host_adam_) {
       ZTRAIN_ASSERT(stage_ >= 1);  // offload needs ZeRO 1-3 (config validation)
@@ -192,13 +222,15 @@ void Engine::BindLayer(size_t l) {
   for (size_t slot : states_[l]->bound) {
     const Slot& s = slots_[slot];
     const LayerState& owner = *states_[s.layer];
-    const Buffer& whole = owner.Whole();
-    params.push_back(whole.data() == nullptr
-                         ? Tensor()
-                         : owner.Flat(whole, owner.padded).Flat(s.offset, s.spec.shape));
+    // Layers compute with the compute-dtype copy under mixed precision (gathered at stage 3).
+    const Buffer& whole = owner.sharded ? owner.gathered : mixed() ? owner.lp : owner.params;
+    params.push_back(whole.data() == nullptr ? Tensor()
+                                             : whole.AsTensor(act_dtype_, {owner.padded})
+                                                   .Flat(s.offset, s.spec.shape));
     grads.push_back(owner.grads.data() == nullptr
                         ? Tensor()
-                        : owner.Flat(owner.grads, owner.padded).Flat(s.offset, s.spec.shape));
+                        : owner.grads.AsTensor(grad_dtype_, {owner.padded})
+                              .Flat(s.offset, s.spec.shape));
   }
   layers_[l]->Bind(std::move(params), std::move(grads));
 }
@@ -206,7 +238,7 @@ void Engine::BindLayer(size_t l) {
 void Engine::AllocateFullGradients(size_t l) {
   LayerState& st = *states_[l];
   if (st.grads.data() != nullptr) return;
-  st.grads = Buffer(activations_, DType::kF32, {st.padded}, MemoryCategory::kGradients);
+  st.grads = Buffer(activations_, grad_dtype_, {st.padded}, MemoryCategory::kGradients);
   ZeroFill(st.grads);
 }
 
@@ -324,24 +356,40 @@ void Engine::InitParameters() {
     if (staged.data() != nullptr) WriteHeld(l, held);  // (and the host master, if any)
   }
   if (param_swap_) param_swap_->Flush();
+  RefreshLowPrecision();
 }
 
 // All-gathers layer l's shard into `whole` (its padded size). With parameters on NVMe the
 // shard is read into this rank's own chunk of `whole` and gathered in place.
-comm::WorkPtr Engine::LaunchGather(size_t l, const Buffer& whole) {
+comm::WorkPtr Engine::LaunchGather(size_t l, const Buffer& whole, DType dtype) {
   LayerState& st = *states_[l];
-  const Tensor out = st.Flat(whole, st.padded);
-  if (!param_swap_ && st.params.device() == whole.device()) {
+  const Tensor out = whole.AsTensor(dtype, {st.padded});
+  if (!param_swap_ && st.params.device() == whole.device() && dtype == DType::kF32) {
     return dp_->AllGather(st.Flat(st.params, st.shard), out);
   }
   const Tensor mine = out.Flat(st.opt_begin, {st.shard});
-  if (whole.device().is_cpu()) {
+  if (dtype != DType::kF32 && !param_swap_) {
+    // The compute-dtype copy of the shard, converted into this rank's chunk.
+    ops_->Copy(st.Flat(st.params, st.shard), mine);
+  } else if (dtype != DType::kF32) {  // from NVMe: fp32 on the host, then converted
+    Buffer staged(host_, DType::kF32, {st.shard}, MemoryCategory::kWorkspace);
+    {
+      const ScopeTimer timer(swap_wait_seconds_);
+      param_swap_->CopyOut(l, staged.data<float>());
+    }
+    ops_->Copy(st.Flat(staged, st.shard), mine);
+    ops_->Synchronize();
+  } else if (whole.device().is_cpu()) {
+    const ScopeTimer timer(swap_wait_seconds_);
     param_swap_->CopyOut(l, mine.data<float>());
   } else if (!param_swap_) {  // offloaded to host memory on a device
     CopyIn(st.params.data<float>(), mine);
   } else {  // (a pageable source may be freed once the copy is issued)
     Buffer staged(host_, DType::kF32, {st.shard}, MemoryCategory::kWorkspace);
-    param_swap_->CopyOut(l, staged.data<float>());
+    {
+      const ScopeTimer timer(swap_wait_seconds_);
+      param_swap_->CopyOut(l, staged.data<float>());
+    }
     CopyIn(staged.data<float>(), mine);
   }
   return dp_->AllGather(mine, out);
@@ -355,8 +403,8 @@ double Engine::TrainFlopsPerToken(int64_t seq_len) const {
 
 void Engine::ZeroGrad() {
   for (auto& s : states_) {
-    if (stage_ <= 1) ops_->Zero(s->Flat(s->grads, s->padded));
-    if (stage_ >= 2) ops_->Zero(s->Flat(s->grad_shard, s->shard));
+    if (stage_ <= 1) ZeroFill(s->grads);
+    if (stage_ >= 2) ZeroFill(s->grad_shard);
   }
 }
 
@@ -388,7 +436,9 @@ double Engine::ForwardBackwardImpl(const nn::MicroBatch& mb, float loss_weight,
 Buffer Engine::LossGradient(const Shape& shape, float loss_weight) {
   Buffer dout(activations_, DType::kF32, shape, MemoryCategory::kActivations);
   const int64_t n = NumElements(shape);
-  const std::vector<float> d(static_cast<size_t>(n), loss_weight / static_cast<float>(n));
+  // fp16: the loss is multiplied by the loss scale (Note [Mixed precision in the engine]).
+  const float scale = scaler_ ? static_cast<float>(scaler_->scale()) : 1.0f;
+  const std::vector<float> d(static_cast<size_t>(n), scale * loss_weight / static_cast<float>(n));
   CopyIn(d.data(), dout.AsTensor(DType::kF32, shape));
   ops_->Synchronize();  // before `d` goes
   return dout;
@@ -405,16 +455,18 @@ void Engine::RunForward(const nn::MicroBatch& mb, const Tensor& input, MicroBatc
   run.out_views.resize(n_layers);
   Tensor x = input;
   for (size_t i = 0; i < n_layers; ++i) {
-    run.ctx.emplace_back(*ops_, activations_);
+    run.ctx.emplace_back(*ops_, activations_, act_dtype_);
     const Shape shape = layers_[i]->OutputShape(x.shape());
-    run.outputs[i] = Buffer(activations_, DType::kF32, shape, MemoryCategory::kActivations);
-    run.out_views[i] = run.outputs[i].AsTensor(DType::kF32, shape);
+    const DType dtype = layers_[i]->OutputDType(act_dtype_);
+    run.outputs[i] = Buffer(activations_, dtype, shape, MemoryCategory::kActivations);
+    run.out_views[i] = run.outputs[i].AsTensor(dtype, shape);
     if (stage_ == 3) {
       GatherForUse(i);
       BindLayer(i);
     }
     layers_[i]->Forward(mb, x, run.out_views[i], run.ctx[i]);
     if (stage_ == 3) ReleaseAfterUse();
+    if (checkpointed_[i]) KeepOnlyInput(i, run);
     x = run.out_views[i];
   }
   if (stats) stats->forward_seconds += SecondsBetween(start, std::chrono::steady_clock::now());
@@ -432,6 +484,9 @@ Buffer Engine::RunBackward(const nn::MicroBatch& mb, Buffer dout, MicroBatchRun&
     }
   }
   for (size_t i = n_layers; i-- > 0;) {
+    if (i > 0 && run.host_inputs.size() > i - 1 && run.host_inputs[i - 1].data() != nullptr) {
+      RestoreInput(i, run);  // a checkpointed block's input kept in host memory
+    }
     const Tensor layer_in = i == 0 ? run.input : run.out_views[i - 1];
     if (stage_ == 3) GatherForUse(i);
     if (stage_ >= 2) AllocateFullGradients(i);
@@ -440,11 +495,13 @@ Buffer Engine::RunBackward(const nn::MicroBatch& mb, Buffer dout, MicroBatchRun&
     Buffer din;
     Tensor din_view;
     if (i > 0 || !first_stage()) {
-      din = Buffer(activations_, DType::kF32, layer_in.shape(), MemoryCategory::kActivations);
-      din_view = din.AsTensor(DType::kF32, layer_in.shape());
+      din = Buffer(activations_, layer_in.dtype(), layer_in.shape(), MemoryCategory::kActivations);
+      din_view = din.AsTensor(layer_in.dtype(), layer_in.shape());
     }
-    layers_[i]->Backward(mb, layer_in, dout.AsTensor(DType::kF32, run.out_views[i].shape()),
-                         din_view, run.ctx[i]);
+    const Tensor& out = run.out_views[i];
+    if (checkpointed_[i]) Recompute(mb, i, run);
+    layers_[i]->Backward(mb, layer_in, dout.AsTensor(out.dtype(), out.shape()), din_view,
+                         run.ctx[i]);
     if (stage_ == 3) ReleaseAfterUse();
     if (reduce) OnGradientsReady(i);
     run.ctx[i].Release();
@@ -469,10 +526,11 @@ double Engine::EvalLoss(const nn::MicroBatch& host_mb) {
   Buffer previous;
   for (size_t i = 0; i < layers_.size(); ++i) {
     nn::Layer& layer = *layers_[i];
-    nn::LayerContext ctx(*ops_, activations_);
+    nn::LayerContext ctx(*ops_, activations_, act_dtype_);
     const Shape shape = layer.OutputShape(input.shape());
-    Buffer out(activations_, DType::kF32, shape, MemoryCategory::kActivations);
-    const Tensor out_view = out.AsTensor(DType::kF32, shape);
+    const DType dtype = layer.OutputDType(act_dtype_);
+    Buffer out(activations_, dtype, shape, MemoryCategory::kActivations);
+    const Tensor out_view = out.AsTensor(dtype, shape);
     if (stage_ == 3) {
       GatherForUse(i);
       BindLayer(i);
@@ -508,7 +566,7 @@ double Engine::GradNorm() {
   std::vector<Tensor> grads;
   for (size_t l = 0; l < states_.size(); ++l) {
     const LayerState& st = *states_[l];
-    const Tensor g = stage_ >= 1 ? st.Flat(st.grad_shard, st.shard) : st.Flat(st.grads, st.padded);
+    const Tensor g = st.Reduced();
     int64_t skip = 0;  // leading elements of g that belong to a copy
     for (const StageTie& tie : stage_ties_) {
       if (tie.copy && tie.layer == l) {
@@ -545,7 +603,7 @@ double Engine::ReplicatedSquares() {
     const int64_t a = std::max(s.offset, range_begin);
     const int64_t b = std::min(s.offset + NumElements(s.spec.shape), range_begin + range_len);
     if (a >= b) continue;
-    const Tensor g = stage_ >= 1 ? st.Flat(st.grad_shard, st.shard) : st.Flat(st.grads, st.padded);
+    const Tensor g = st.Reduced();
     parts.push_back(g.Flat(a - range_begin, {b - a}));
   }
   return optim::GradSquaredSum(*ops_, parts);
@@ -578,8 +636,12 @@ void Engine::ForEachOptimizerRange(
     return;
   }
   size_t first = 0;  // the first part not wholly in earlier tiles
+  // The swap wait is the time in ForEachTile less the time in fn.
+  double in_fn = 0.0;
+  const auto start = std::chrono::steady_clock::now();
   opt_swap_->ForEachTile(
       [&](int64_t tile_begin, int64_t count, float* m, float* v) {
+        const ScopeTimer fn_timer(in_fn);
         const int64_t tile_end = tile_begin + count;
         for (size_t i = first; i < parts.size(); ++i) {
           const Part& p = parts[i];
@@ -594,36 +656,46 @@ void Engine::ForEachOptimizerRange(
         }
       },
       save);
+  swap_wait_seconds_ +=
+      std::max(0.0, SecondsBetween(start, std::chrono::steady_clock::now()) - in_fn);
 }
 
 void Engine::OptimizerStep(double grad_norm, StepStats& stats) {
-  const double lr = schedule_->LrAt(step_);
-  const float coef = optim::ClipCoefficient(grad_norm, config_.gradient_clipping);
+  // Steps skipped for an fp16 overflow took no update: the lr schedule and Adam's step count
+  // follow the updates taken (as DeepSpeed steps neither on an overflow).
+  const int64_t updates = step_ - (scaler_ ? scaler_->skipped_steps() : 0);
+  const double lr = schedule_->LrAt(updates);
+  // fp16: grad_norm is of the scaled gradients; the update divides the scale out.
+  const double scale = scaler_ ? scaler_->scale() : 1.0;
+  const float coef =
+      scaler_ ? optim::UnscaleAndClipCoefficient(grad_norm, scale, config_.gradient_clipping)
+              : optim::ClipCoefficient(grad_norm, config_.gradient_clipping);
   ++step_;
   const std::vector<Part> parts = OptimizerParts();
   if (!host_adam_) {
-    DeviceAdamStep(parts, lr, coef);
+    DeviceAdamStep(parts, lr, coef, updates + 1);
   } else {
-    HostAdamStep(parts, lr, coef);
+    HostAdamStep(parts, lr, coef, updates + 1);
   }
   if ((stage_ == 1 || stage_ == 2) && dp_->size() > 1) GatherParameters();
+  RefreshLowPrecision();
   stats.step = step_;
   stats.lr = lr;
-  stats.clip_coef = coef;
-  stats.grad_norm = grad_norm;
+  stats.clip_coef = scaler_ ? std::min(1.0, coef * scale) : coef;
+  stats.grad_norm = grad_norm / scale;
 }
 
 // AdamW on the device, a parameter part at a time (Note [Devices in the engine]).
-void Engine::DeviceAdamStep(const std::vector<Part>& parts, double lr, float coef) {
+void Engine::DeviceAdamStep(const std::vector<Part>& parts, double lr, float coef,
+                            int64_t adam_step) {
   for (const Part& p : parts) {
     const Slot& s = *p.slot;
     LayerState& st = *states_[s.layer];
     const int64_t local = p.begin - st.opt_begin, n = p.end - p.begin;
     const Tensor param = st.sharded ? st.Flat(st.params, st.shard).Flat(local, {n})
                                     : st.Flat(st.params, st.padded).Flat(p.begin, {n});
-    const Tensor grad = stage_ >= 1 ? st.Flat(st.grad_shard, st.shard).Flat(local, {n})
-                                    : st.Flat(st.grads, st.padded).Flat(p.begin, {n});
-    optim::AdamStep(*ops_, optim::AdamArgsFor(config_.optimizer, lr, step_, coef,
+    const Tensor grad = st.Reduced().Flat(local, {n});  // (local == p.begin at stage 0)
+    optim::AdamStep(*ops_, optim::AdamArgsFor(config_.optimizer, lr, adam_step, coef,
                                               s.spec.weight_decay),
                     param, grad, st.Flat(st.exp_avg, st.opt_len).Flat(local, {n}),
                     st.Flat(st.exp_avg_sq, st.opt_len).Flat(local, {n}));
@@ -633,7 +705,8 @@ void Engine::DeviceAdamStep(const std::vector<Part>& parts, double lr, float coe
 // AdamW on the host: the CPU backend, and offload on a device, where the reduced gradient
 // ranges come to pinned host memory first and each layer's updated master range goes back to
 // the device once the host has stepped it (Note [Devices in the engine]).
-void Engine::HostAdamStep(const std::vector<Part>& parts, double lr, float coef) {
+void Engine::HostAdamStep(const std::vector<Part>& parts, double lr, float coef,
+                          int64_t adam_step) {
   if (on_device()) {
     for (auto& st : states_) {
       CopyOut(st->Flat(st->grad_shard, st->shard), st->grad_host.data<float>());
@@ -654,7 +727,9 @@ void Engine::HostAdamStep(const std::vector<Part>& parts, double lr, float coef)
   size_t loaded = states_.size();
   Buffer staged;
   auto store_loaded = [&] {
-    if (loaded < states_.size()) param_swap_->Store(loaded, staged.data<float>());
+    if (loaded == states_.size()) return;
+    const ScopeTimer timer(swap_wait_seconds_);
+    param_swap_->Store(loaded, staged.data<float>());
   };
   auto master = [&](size_t l) -> float* {
     LayerState& st = *states_[l];
@@ -667,6 +742,7 @@ void Engine::HostAdamStep(const std::vector<Part>& parts, double lr, float coef)
     if (loaded != l) {
       store_loaded();
       staged = Buffer(staging(), DType::kF32, {st.shard}, MemoryCategory::kParameters);
+      const ScopeTimer timer(swap_wait_seconds_);
       param_swap_->CopyOut(l, staged.data<float>());
       if (l + 1 < states_.size()) param_swap_->Prefetch(l + 1);
       loaded = l;
@@ -678,17 +754,17 @@ void Engine::HostAdamStep(const std::vector<Part>& parts, double lr, float coef)
     const Slot& s = *p.slot;
     LayerState& st = *states_[s.layer];
     const int64_t local = begin - st.opt_begin;
-    const float* grad = on_device()   ? st.grad_host.data<float>() + local
-                        : stage_ >= 1 ? st.grad_shard.data<float>() + local
-                                      : st.grads.data<float>() + begin;
+    const float* grad = on_device() ? st.grad_host.data<float>() + local
+                                    : st.Reduced().data<float>() + local;  // local == begin at 0
     const optim::AdamStepArgs args =
-        optim::AdamArgsFor(config_.optimizer, lr, step_, coef, s.spec.weight_decay);
+        optim::AdamArgsFor(config_.optimizer, lr, adam_step, coef, s.spec.weight_decay);
     optim::AdamStep(args, master(s.layer) + local, grad, m, v, end - begin);
   };
   ForEachOptimizerRange(parts, adam, /*save=*/true);
   push_stepped();
   if (param_swap_) {
     store_loaded();
+    const ScopeTimer timer(swap_wait_seconds_);
     param_swap_->Flush();
   }
 }
@@ -699,7 +775,7 @@ StepStats Engine::TrainStep(std::span<const nn::MicroBatch> host_batches) {
   const std::span<const nn::MicroBatch> micro_batches = staged.batches;
   if (pp_->size() > 1) return TrainStepPipelined(micro_batches);
   const auto start = std::chrono::steady_clock::now();
-  const double wait_before = comm_wait_seconds_;
+  const double wait_before = comm_wait_seconds_, swap_before = swap_wait_seconds_;
   StepStats stats;
   ZeroGrad();
   if (stage_ == 3) StartGatherPlan(static_cast<int>(micro_batches.size()), /*backward=*/true);
@@ -712,14 +788,12 @@ StepStats Engine::TrainStep(std::span<const nn::MicroBatch> host_batches) {
   }
   stats.loss = MeanOverDp(loss_sum / static_cast<double>(micro_batches.size()));
   const auto optimizer_start = std::chrono::steady_clock::now();
-  const double norm = GradNorm();
-  ZTRAIN_CHECK(std::isfinite(norm), "gradient norm is ", norm, " at step ", step_ + 1,
-               " (loss ", stats.loss, "); lower optimizer.params.lr or set gradient_clipping");
-  OptimizerStep(norm, stats);
+  FinishStep(stats);
   const auto end = std::chrono::steady_clock::now();
   stats.optimizer_seconds = SecondsBetween(optimizer_start, end);
   stats.seconds = SecondsBetween(start, end);
   stats.comm_wait_seconds = comm_wait_seconds_ - wait_before;
+  stats.swap_wait_seconds = swap_wait_seconds_ - swap_before;
   return stats;
 }
 

@@ -38,6 +38,12 @@
 // indices (ParamSpec::tp), gathers slices when whole values are asked for, and counts
 // parameters that every tp rank holds whole once in the gradient norm.
 //
+// Mixed precision (Note [Mixed precision in the engine], engine_precision.cc): with bf16 or
+// fp16 the layers compute with a 16-bit copy of the parameters and 16-bit activations, while
+// the optimizer keeps fp32 master weights and Adam state; gradients accumulate in
+// data_types.grad_accum_dtype and are reduced in fp32. fp16 scales the loss dynamically and
+// skips steps whose gradients overflow on any rank.
+//
 // Devices (Note [Devices in the engine], engine_device.cc): config.device names where the
 // engine computes ("cpu", "cuda:N"; "auto" is cuda:0 when a GPU is visible, else cpu). On a
 // CUDA device the ops are CudaOps, the model state and activations live in device memory,
@@ -63,6 +69,7 @@
 #include "core/memory_tracker.h"
 #include "kernels/ops.h"
 #include "nn/layer.h"
+#include "optim/loss_scaler.h"
 #include "optim/lr_schedule.h"
 #include "parallel/comm/communicator.h"
 #include "parallel/zero/gather_plan.h"
@@ -96,6 +103,15 @@ struct StepStats {
   // Time the engine blocked waiting for communication (gradient reductions, parameter
   // gathers): the part of the communication not hidden behind compute.
   double comm_wait_seconds = 0.0;
+  // Time the engine blocked on NVMe swaps (parameter shards read for gathers and the
+  // optimizer, optimizer-state tiles): the part of the swapping not hidden behind compute.
+  double swap_wait_seconds = 0.0;
+  // fp16 (Note [Mixed precision in the engine]): the loss scale the step ran with, whether
+  // the step was skipped for an overflow (counted, but no update), and the skipped steps so
+  // far. loss_scale is 0 without fp16.
+  double loss_scale = 0.0;
+  bool skipped = false;
+  int64_t skipped_steps = 0;
 };
 
 // The groups a rank trains in (not owned; they must outlive the engine). Null: a group of one.
@@ -138,7 +154,9 @@ class Engine {
   double GradNorm();
   // Mean of `value` over the dp group (collective).
   double MeanOverDp(double value);
-  // Clips, steps AdamW with the scheduled lr and advances the step counter.
+  // Clips, steps AdamW with the scheduled lr and advances the step counter. `grad_norm` is
+  // the norm of the gradients as held, so under fp16 still multiplied by the loss scale,
+  // which the step removes.
   void OptimizerStep(double grad_norm, StepStats& stats);
 
   // Parameter / gradient views by name (tied names resolve to their owner). Gradients are
@@ -174,6 +192,10 @@ class Engine {
   // through the swappers. Neither is collective.
   void SaveState(checkpoint::ShardWriter& writer);
   void LoadState(const checkpoint::ModelIndex& index, int64_t step);
+  // fp16's loss scaler state for the checkpoint's meta.json (null without fp16), and its
+  // restore (a null state, from a run without fp16, leaves the scaler as configured).
+  nlohmann::json LossScalerState() const;
+  void RestoreLossScaler(const nlohmann::json& state);
 
   int64_t step() const { return step_; }
   int dp_rank() const { return dp_->rank(); }
@@ -215,7 +237,8 @@ class Engine {
   bool on_device() const { return !device_.is_cpu(); }
   // Model-state buffers: where `where` says, zeroed.
   enum class Place { kDevice, kHost, kPinned };
-  Buffer StateBuffer(Place where, int64_t elements, MemoryCategory category);
+  Buffer StateBuffer(Place where, int64_t elements, MemoryCategory category,
+                     DType dtype = DType::kF32);
   void ZeroFill(const Buffer& b);
   // The micro-batches' tokens and targets on the engine's device (the same views on the CPU).
   StagedBatches StageBatches(std::span<const nn::MicroBatch> micro_batches);
@@ -239,13 +262,33 @@ class Engine {
   // `value` reduced over `group`, through device memory when the group needs it.
   float AllReduceScalar(comm::Communicator& group, float value,
                         comm::ReduceOp op = comm::ReduceOp::kSum);
-  void DeviceAdamStep(const std::vector<Part>& parts, double lr, float coef);
-  void HostAdamStep(const std::vector<Part>& parts, double lr, float coef);
+  // AdamW over `parts`; adam_step is the 1-based update count (bias correction).
+  // Activation checkpointing (engine_recompute.cc): after a checkpointed layer's
+  // forward, drops what it saved (and with cpu_checkpointing on a device moves its input to
+  // host memory); before its backward, brings the input back and runs the forward again.
+  void SetUpCheckpointing();
+  void KeepOnlyInput(size_t layer, MicroBatchRun& run);
+  void RestoreInput(size_t layer, MicroBatchRun& run);
+  void Recompute(const nn::MicroBatch& mb, size_t layer, MicroBatchRun& run);
+  void DeviceAdamStep(const std::vector<Part>& parts, double lr, float coef, int64_t adam_step);
+  void HostAdamStep(const std::vector<Part>& parts, double lr, float coef, int64_t adam_step);
   void SelectStage(std::vector<std::unique_ptr<nn::Layer>> model);
   void BuildStorage();
   void SetUpOffload();
   void InitParameters();
-  comm::WorkPtr LaunchGather(size_t layer, const Buffer& whole);
+  // All-gathers layer l's parameters into `whole`: fp32 (the master values) or, under mixed
+  // precision, the compute dtype.
+  comm::WorkPtr LaunchGather(size_t layer, const Buffer& whole, DType dtype = DType::kF32);
+  // Mixed precision (engine_precision.cc).
+  bool mixed() const { return act_dtype_ != DType::kF32; }
+  // The compute-dtype copies of stages 0-2 from the fp32 parameters (after every update).
+  void RefreshLowPrecision();
+  // Converts layer l's gradients to fp32 when they accumulate in 16 bits: into `grad_shard`
+  // (stage 0, reduced there in place) or a new buffer for the reduction to read.
+  Tensor Fp32Gradients(size_t layer, Buffer& staging);
+  // The end of a step after the gradients are reduced: the norm, fp16's overflow check and
+  // scale update, and the optimizer step unless skipped.
+  void FinishStep(StepStats& stats);
   double ForwardBackwardImpl(const nn::MicroBatch& mb, float loss_weight, StepStats* stats,
                              bool reduce);
   // The stage's forward of one micro-batch from `input` (the tokens on the first stage), and
@@ -325,6 +368,11 @@ class Engine {
   // AdamW runs on the host: always on the CPU backend; on CUDA when state is offloaded
   // (Note [Devices in the engine]).
   bool host_adam_;
+  std::vector<bool> checkpointed_;  // per stage layer: activation checkpointing
+  bool offload_checkpoints_ = false;  // cpu_checkpointing on a device
+  DType act_dtype_;   // activations and the parameters layers compute with
+  DType grad_dtype_;  // gradient accumulation (data_types.grad_accum_dtype)
+  std::unique_ptr<optim::LossScaler> scaler_;  // fp16 only
   std::unique_ptr<kernels::Ops> ops_;
   std::unique_ptr<optim::LrSchedule> schedule_;
   std::vector<std::unique_ptr<LayerState>> states_;
@@ -332,6 +380,7 @@ class Engine {
   std::unordered_map<std::string, size_t> slot_by_name_;
   int64_t step_ = 0;
   double comm_wait_seconds_ = 0.0;  // blocked in WaitFor, since construction
+  double swap_wait_seconds_ = 0.0;  // blocked on the swappers, since construction
   // Gradient buckets: layers waiting to be reduced, and layers whose reduction is in flight.
   std::vector<size_t> pending_, launched_;
   int64_t pending_elements_ = 0;

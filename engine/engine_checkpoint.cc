@@ -129,6 +129,7 @@ void Engine::LoadState(const checkpoint::ModelIndex& index, int64_t step) {
       },
       /*save=*/true);
   step_ = step;
+  RefreshLowPrecision();
 }
 
 }  // namespace ztrain

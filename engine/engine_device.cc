@@ -52,11 +52,11 @@ Device Engine::ResolveDevice(const std::string& setting) {
   return Device::Cuda(std::max(parsed->index, 0));
 }
 
-Buffer Engine::StateBuffer(Place where, int64_t elements, MemoryCategory category) {
+Buffer Engine::StateBuffer(Place where, int64_t elements, MemoryCategory category, DType dtype) {
   Allocator* alloc = device_alloc_.get();
   if (where == Place::kHost) alloc = &host_;
   if (where == Place::kPinned) alloc = on_device() ? cuda_pinned_.get() : &pinned_;
-  Buffer b(*alloc, DType::kF32, {elements}, category);
+  Buffer b(*alloc, dtype, {elements}, category);
   ZeroFill(b);
   return b;
 }
@@ -65,7 +65,7 @@ void Engine::ZeroFill(const Buffer& b) {
   if (b.device().is_cpu()) {
     std::memset(b.data(), 0, b.nbytes());
   } else {
-    ops_->Zero(b.AsTensor(DType::kF32, {static_cast<int64_t>(b.nbytes() / sizeof(float))}));
+    ops_->Zero(b.AsTensor(DType::kU16, {static_cast<int64_t>(b.nbytes() / 2)}));
   }
 }
 

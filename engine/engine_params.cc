@@ -117,6 +117,7 @@ void Engine::SetFullParameters(
     if (whole.data() != nullptr) WriteHeld(l, base + (st.sharded ? st.opt_begin : 0));
   }
   if (param_swap_) param_swap_->Flush();
+  RefreshLowPrecision();
 }
 
 std::vector<std::string> Engine::ParameterNames() const {

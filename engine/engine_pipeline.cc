@@ -151,7 +151,7 @@ double Engine::SumOverPipeline(double value) {
 
 StepStats Engine::TrainStepPipelined(std::span<const nn::MicroBatch> micro_batches) {
   const auto start = std::chrono::steady_clock::now();
-  const double wait_before = comm_wait_seconds_;
+  const double wait_before = comm_wait_seconds_, swap_before = swap_wait_seconds_;
   const int m = static_cast<int>(micro_batches.size());
   const int stages = pp_->size(), stage = pp_->rank();
   const std::vector<pipeline::Instruction> list = pipeline::MakeSchedule(
@@ -194,14 +194,14 @@ StepStats Engine::TrainStepPipelined(std::span<const nn::MicroBatch> micro_batch
         break;
       case pipeline::OpType::kRecvActivation: {
         const Shape shape = StageInputShape(mb);
-        run.received = Buffer(activations_, DType::kF32, shape, MemoryCategory::kActivations);
-        WaitFor(*pp_->Recv(run.received.AsTensor(DType::kF32, shape), stage - 1,
+        run.received = Buffer(activations_, act_dtype_, shape, MemoryCategory::kActivations);
+        WaitFor(*pp_->Recv(run.received.AsTensor(act_dtype_, shape), stage - 1,
                            ActivationTag(in.micro_batch)));
         break;
       }
       case pipeline::OpType::kForward:
         RunForward(mb, stage == 0 ? mb.tokens
-                                  : run.received.AsTensor(DType::kF32, StageInputShape(mb)),
+                                  : run.received.AsTensor(act_dtype_, StageInputShape(mb)),
                    run, &stats);
         if (stage == stages - 1) {
           double sum = 0.0;
@@ -213,7 +213,7 @@ StepStats Engine::TrainStepPipelined(std::span<const nn::MicroBatch> micro_batch
       case pipeline::OpType::kSendActivation: {
         // The stage's output is not needed by its own backward: it moves into the send.
         Buffer out = std::move(run.outputs.back());
-        comm::WorkPtr w = pp_->Send(out.AsTensor(DType::kF32, run.out_views.back().shape()),
+        comm::WorkPtr w = pp_->Send(out.AsTensor(act_dtype_, run.out_views.back().shape()),
                                     stage + 1, ActivationTag(in.micro_batch));
         sends.push_back({std::move(out), std::move(w)});
         break;
@@ -221,8 +221,8 @@ StepStats Engine::TrainStepPipelined(std::span<const nn::MicroBatch> micro_batch
       case pipeline::OpType::kRecvGrad: {
         const Shape shape = run.out_views.back().shape();
         received_grads[mb_index] =
-            Buffer(activations_, DType::kF32, shape, MemoryCategory::kActivations);
-        WaitFor(*pp_->Recv(received_grads[mb_index].AsTensor(DType::kF32, shape), stage + 1,
+            Buffer(activations_, act_dtype_, shape, MemoryCategory::kActivations);
+        WaitFor(*pp_->Recv(received_grads[mb_index].AsTensor(act_dtype_, shape), stage + 1,
                            GradTag(in.micro_batch)));
         break;
       }
@@ -237,7 +237,7 @@ StepStats Engine::TrainStepPipelined(std::span<const nn::MicroBatch> micro_batch
       }
       case pipeline::OpType::kSendGrad: {
         Buffer g = std::move(din[mb_index]);
-        comm::WorkPtr w = pp_->Send(g.AsTensor(DType::kF32, StageInputShape(mb)), stage - 1,
+        comm::WorkPtr w = pp_->Send(g.AsTensor(act_dtype_, StageInputShape(mb)), stage - 1,
                                     GradTag(in.micro_batch));
         sends.push_back({std::move(g), std::move(w)});
         break;
@@ -250,11 +250,7 @@ StepStats Engine::TrainStepPipelined(std::span<const nn::MicroBatch> micro_batch
       case pipeline::OpType::kOptimizerStep: {
         stats.loss = MeanOverDp(SumOverPipeline(loss_sum / static_cast<double>(m)));
         const auto optimizer_start = std::chrono::steady_clock::now();
-        const double norm = GradNorm();
-        ZTRAIN_CHECK(std::isfinite(norm), "gradient norm is ", norm, " at step ", step_ + 1,
-                     " (loss ", stats.loss, "); lower optimizer.params.lr or set "
-                     "gradient_clipping");
-        OptimizerStep(norm, stats);
+        FinishStep(stats);
         stats.optimizer_seconds = std::chrono::duration<double>(
                                       std::chrono::steady_clock::now() - optimizer_start)
                                       .count();
@@ -266,6 +262,7 @@ StepStats Engine::TrainStepPipelined(std::span<const nn::MicroBatch> micro_batch
   stats.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   stats.comm_wait_seconds = comm_wait_seconds_ - wait_before;
+  stats.swap_wait_seconds = swap_wait_seconds_ - swap_before;
   return stats;
 }
 
@@ -276,8 +273,8 @@ double Engine::EvalLossPipelined(const nn::MicroBatch& mb) {
   Tensor input = mb.tokens;
   if (stage > 0) {
     const Shape shape = StageInputShape(mb);
-    run.received = Buffer(activations_, DType::kF32, shape, MemoryCategory::kActivations);
-    input = run.received.AsTensor(DType::kF32, shape);
+    run.received = Buffer(activations_, act_dtype_, shape, MemoryCategory::kActivations);
+    input = run.received.AsTensor(act_dtype_, shape);
     WaitFor(*pp_->Recv(input, stage - 1, ActivationTag(0)));
   }
   RunForward(mb, input, run, nullptr);
@@ -298,14 +295,10 @@ double Engine::EvalLossPipelined(const nn::MicroBatch& mb) {
 void Engine::SumStageTiedGradients() {
   for (const StageTie& tie : stage_ties_) {
     LayerState& st = *states_[tie.layer];
-    Tensor mine;
-    if (stage_ == 0) {
-      mine = st.Flat(st.grads, st.padded).Flat(0, {tie.elements});
-    } else {
-      const int64_t n = std::clamp<int64_t>(tie.elements - st.opt_begin, 0, st.shard);
-      if (n == 0) continue;  // the same on the peer: its shard covers the same elements
-      mine = st.Flat(st.grad_shard, st.shard).Flat(0, {n});
-    }
+    // The tie's elements within the reduced range (all of them at stage 0).
+    const int64_t n = std::clamp<int64_t>(tie.elements - st.opt_begin, 0, st.opt_len);
+    if (n == 0) continue;  // the same on the peer: its shard covers the same elements
+    const Tensor mine = st.Reduced().Flat(0, {n});
     Buffer theirs(activations_, DType::kF32, mine.shape(), MemoryCategory::kCommunication);
     comm::WorkPtr sent = pp_->Send(mine, tie.peer, kTieTag);
     comm::WorkPtr got = pp_->Recv(theirs.AsTensor(DType::kF32, mine.shape()), tie.peer, kTieTag);

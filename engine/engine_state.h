@@ -13,6 +13,9 @@
 
 namespace ztrain {
 
+// The loss scaler's settings from the fp16 section (engine_precision.cc).
+optim::LossScalerOptions LossScalerOptionsFrom(const PrecisionConfig& precision);
+
 // Where one parameter lives: layer, index in the layer's Params(), offset in its flat buffer.
 struct Engine::Slot {
   nn::ParamSpec spec;
@@ -45,6 +48,9 @@ struct Engine::MicroBatchRun {
   std::vector<Tensor> out_views;
   Tensor input;     // the stage's input: the tokens on the first stage
   Buffer received;  // owns a received input activation (later stages)
+  // cpu_checkpointing on a device: host copies of checkpointed blocks' inputs (outputs[i]
+  // moved to host_inputs[i] until layer i + 1's backward).
+  std::vector<Buffer> host_inputs;
 };
 
 // Note [ZeRO in the engine]
@@ -93,16 +99,22 @@ struct Engine::LayerState {
   int64_t padded = 0;
   int64_t shard = 0;
   int64_t opt_begin = 0, opt_len = 0;
-  Buffer params;              // the whole layer; at stage 3 only this rank's shard
-  Buffer gathered;            // stage 3: the whole layer while gathered
+  Buffer params;              // fp32: the whole layer; at stage 3 only this rank's shard
+  // Mixed precision (Note [Mixed precision in the engine]): the whole layer in the compute
+  // dtype, what the layers compute with (stages 0-2; refreshed from `params` after updates).
+  Buffer lp;
+  Buffer gathered;            // stage 3: the whole layer while gathered (compute dtype)
   comm::WorkPtr gather;       // stage 3: the all-gather filling `gathered`
   Buffer grads, exp_avg, exp_avg_sq;
   // CUDA with AdamW on the host (Note [Devices in the engine]): the fp32 master of the
   // optimizer range and the gradient range's copy, in pinned host memory (master absent when
   // `params` itself is host memory).
   Buffer master, grad_host;
-  Buffer grad_shard;          // stage >= 1: this rank's reduced gradient range
+  // fp32: this rank's reduced gradient range (stages >= 1, and stage 0 when gradients
+  // accumulate in 16 bits: then the whole layer, reduced in fp32).
+  Buffer grad_shard;
   Buffer grad_recv;           // stages 2, 3: a micro-batch's reduced range, added to grad_shard
+  Buffer grads32;             // stages 1-3, 16-bit gradients: their fp32 copy being reduced
   comm::WorkPtr reduction;    // the gradient reduction in flight
   std::vector<size_t> owned;  // indices into slots_
   std::vector<size_t> bound;  // the slot of each of the layer's Params() (ties resolved)
@@ -110,8 +122,11 @@ struct Engine::LayerState {
   bool tie_owner = false;     // a later layer uses one of this layer's parameters
   bool sharded = false;       // stage 3: `params` holds only the shard
   Tensor Flat(const Buffer& b, int64_t n) const { return b.AsTensor(DType::kF32, {n}); }
-  // The whole layer's parameters: `params`, or at stage 3 `gathered` (null while absent).
-  const Buffer& Whole() const { return sharded ? gathered : params; }
+  // The reduced fp32 gradients of the optimizer range's layer buffer: `grad_shard` when it
+  // exists (its opt_len elements), else the full fp32 `grads` (stage 0).
+  Tensor Reduced() const {
+    return grad_shard.data() != nullptr ? Flat(grad_shard, opt_len) : Flat(grads, padded);
+  }
 };
 
 }  // namespace ztrain

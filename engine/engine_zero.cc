@@ -48,8 +48,8 @@ void Engine::GatherForUse(size_t l) {
   ZTRAIN_ASSERT(plan_ != nullptr && position_ < plan_->actions.size());
   for (size_t u : plan_->actions[position_].fetch) {
     LayerState& st = *states_[u];
-    st.gathered = Buffer(activations_, DType::kF32, {st.padded}, MemoryCategory::kParameters);
-    st.gather = LaunchGather(u, st.gathered);
+    st.gathered = Buffer(activations_, act_dtype_, {st.padded}, MemoryCategory::kParameters);
+    st.gather = LaunchGather(u, st.gathered, act_dtype_);
   }
   if (param_swap_) {
     // Read the shards of the next planned gathers while this layer computes.
@@ -101,7 +101,8 @@ void Engine::LaunchBucket() {
   if (stage_ >= 2) FinishReductions();
   for (size_t l : pending_) {
     LayerState& st = *states_[l];
-    const Tensor grads = st.Flat(st.grads, st.padded);
+    // 16-bit gradients are reduced in fp32 (stage 0: in grad_shard itself).
+    const Tensor grads = Fp32Gradients(l, st.grads32);
     if (stage_ == 0 || !config_.zero.reduce_scatter) {
       st.reduction = dp_->AllReduce(grads);
     } else if (stage_ == 1) {
@@ -125,15 +126,18 @@ void Engine::FinishReductions() {
     st.reduction.reset();
     if (stage_ == 0) continue;
     // With reduce_scatter off the whole layer was all-reduced: the rank's range is a slice.
+    const Buffer& full = st.grads32.data() != nullptr ? st.grads32 : st.grads;
     const Tensor reduced = config_.zero.reduce_scatter
                                ? st.Flat(stage_ == 1 ? st.grad_shard : st.grad_recv, st.shard)
-                               : st.Flat(st.grads, st.padded).Flat(st.opt_begin, {st.shard});
+                               : st.Flat(full, st.padded).Flat(st.opt_begin, {st.shard});
     if (stage_ == 1) {
       if (!config_.zero.reduce_scatter) ops_->Copy(reduced, st.Flat(st.grad_shard, st.shard));
+      st.grads32.Reset();
       continue;
     }
     ops_->AddInPlace(st.Flat(st.grad_shard, st.shard), reduced);
     st.grad_recv.Reset();
+    st.grads32.Reset();
     st.grads.Reset();
   }
   launched_.clear();

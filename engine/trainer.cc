@@ -199,6 +199,18 @@ void Trainer::LogStart() const {
              adam_on_cpu ? std::string(optim::AdamImplName(optim::BestAdamImpl())) + " CPU"
                          : std::string("CUDA"),
              config_.scheduler.type.empty() ? "constant lr" : config_.scheduler.type);
+  const PrecisionConfig& p = config_.precision;
+  if (p.bf16 || p.fp16) {
+    Log().info("precision: {} compute and activations, fp32 master weights and Adam state, "
+               "gradients accumulate in {}{}",
+               p.bf16 ? "bf16" : "fp16", p.grad_accum_dtype,
+               !p.fp16            ? std::string()
+               : p.loss_scale > 0 ? fmt::format("; static loss scale {:g}", p.loss_scale)
+                                  : fmt::format("; dynamic loss scale from 2^{}, window {}, "
+                                                "hysteresis {}",
+                                                p.initial_scale_power, p.loss_scale_window,
+                                                p.hysteresis));
+  }
   const MemorySnapshot mem = engine_->memory().Snapshot();
   Log().info("model state: parameters {}, gradients {}, optimizer state {}",
              FormatBytes(mem.Current(MemoryCategory::kParameters)),
@@ -239,17 +251,28 @@ std::string Trainer::PeakMemoryPerRank() {
 
 void Trainer::LogProgress(const StepStats& s, double window_seconds, int64_t window_tokens) {
   const double ms = s.seconds * 1e3;
+  // fp16: the loss scale, and the steps skipped for overflows (this one, and in all).
+  const std::string scale =
+      s.loss_scale > 0 ? fmt::format(" | loss scale {:g}{}{}", s.loss_scale,
+                                     s.skipped ? " (overflow: step skipped)" : "",
+                                     s.skipped_steps > 0
+                                         ? fmt::format(", {} skipped", s.skipped_steps)
+                                         : "")
+                       : "";
   Log().info(
-      "step {:>6}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.4f}{} | {:.0f} tok/s | "
+      "step {:>6}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.4f}{}{} | {:.0f} tok/s | "
       "{:.1f} ms/step | peak mem {}",
       s.step, config_.training.steps, s.loss, s.lr, s.grad_norm,
-      s.clip_coef < 1.0f ? " (clipped)" : "",
+      s.clip_coef < 1.0f ? " (clipped)" : "", scale,
       window_seconds > 0 ? static_cast<double>(window_tokens) / window_seconds : 0.0, ms,
       PeakMemoryPerRank());
   if (config_.wall_clock_breakdown) {
-    Log().info("step {:>6}/{} | time (ms): forward {:.1f} | backward {:.1f} | optimizer {:.1f}",
-               s.step, config_.training.steps, s.forward_seconds * 1e3,
-               s.backward_seconds * 1e3, s.optimizer_seconds * 1e3);
+    // DeepSpeed's wall_clock_breakdown: the phases, and within them the time blocked on
+    // communication and on NVMe swaps (what overlap did not hide).
+    Log().info("step {:>6}/{} | time (ms): forward {:.1f} | backward {:.1f} | optimizer {:.1f} | "
+               "comm wait {:.1f} | swap wait {:.1f}",
+               s.step, config_.training.steps, s.forward_seconds * 1e3, s.backward_seconds * 1e3,
+               s.optimizer_seconds * 1e3, s.comm_wait_seconds * 1e3, s.swap_wait_seconds * 1e3);
   }
   if (config_.memory_breakdown) {
     const MemorySnapshot mem = engine_->memory().Snapshot();

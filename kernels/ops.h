@@ -12,9 +12,26 @@
 // - Backward ops ACCUMULATE (+=) into parameter gradients (dweight, dbias, dwte, dwpe), so
 //   micro-batches and tied weights sum naturally, and OVERWRITE input gradients (dx, dqkv),
 //   unless the comment says otherwise.
+// - Dtypes (Note [16-bit tensors]): every floating-point tensor argument may be fp32, bf16 or
+//   fp16, independently of the others, except the ones fixed as fp32: LayerNorm's mean and
+//   rstd, attention's lse, SoftmaxCrossEntropy's losses and dlosses. (Its logits may be
+//   16-bit; the dlogits written over them in place are then 16-bit too.) tokens and targets
+//   are int32. A backend may implement a subset and says which in its header: CpuOps takes
+//   every combination; CudaOps takes fp32 or bf16, one dtype per op (kernels/cuda/cuda_ops.h).
 // - Ops may run multi-threaded internally; an Ops object is used by one thread at a time.
 // - Ops may run asynchronously (CUDA: enqueued on the object's stream, in issue order):
 //   results reach the host only through Copy followed by Synchronize, or SumSquares.
+//
+// Note [16-bit tensors]: arithmetic is fp32 whatever the dtypes. 16-bit inputs are widened
+// exactly; each 16-bit output is rounded once, to nearest even, when it is stored. Accumulated
+// outputs (dweight, dbias, dwte, dwpe, AddInPlace's y, Gemm's c when beta != 0) are read,
+// added to in fp32 and rounded once. So an op on 16-bit tensors gives the fp32 op's result on
+// the same (widened) values, rounded to each output's dtype; on the CPU bit for bit, except
+// GEMMs on two bf16 operands, which run on bf16 hardware through oneDNN with fp32
+// accumulation in another summation order (each product of two bf16 values is exact in fp32).
+// GEMMs with an fp16 operand run in fp32: the CPUs we target have no AMX-FP16 or AVX512-FP16
+// dot products, so fp16 hardware GEMMs would gain nothing there. The determinism stated below
+// (EmbeddingBackward, the CPU backend's reductions) holds for every dtype.
 #include <cstdint>
 #include <memory>
 
@@ -78,15 +95,17 @@ class Ops {
   virtual void AddInPlace(const Tensor& y, const Tensor& x) = 0;
   // t = 0.
   virtual void Zero(const Tensor& t) = 0;
-  // dst = src (same shape and dtype). Either may be host memory instead of this device's
-  // (the host<->device copies of a CUDA backend); read a copy into the host only after
-  // Synchronize().
+  // dst = src (same shape). Equal dtypes copy bytes (any dtype); between two float dtypes the
+  // values are converted, rounding to nearest even when narrowing. Either may be host memory
+  // instead of this device's (the host<->device copies of a CUDA backend); read a copy into
+  // the host only after Synchronize().
   virtual void Copy(const Tensor& src, const Tensor& dst) = 0;
   // Waits until every op issued so far has finished (a no-op where ops run synchronously).
   virtual void Synchronize() = 0;
 
-  // Fused softmax + cross-entropy over a padded vocabulary. logits [N,Vp] fp32, targets int32
-  // [N]; only columns [0,V) take part. losses[N] = -log softmax(logits)[target].
+  // Fused softmax + cross-entropy over a padded vocabulary. logits [N,Vp] (any float dtype),
+  // targets int32 [N], losses and dlosses fp32 [N]; only columns [0,V) take part.
+  // losses[N] = -log softmax(logits)[target].
   // When dlosses is defined ([N], the gradient of the objective w.r.t. each loss), logits are
   // overwritten IN PLACE with dlogits = (softmax - onehot(target)) * dlosses[n], and the
   // padded columns [V,Vp) with 0, so no second [N,Vp] buffer is needed. A target outside
@@ -94,7 +113,7 @@ class Ops {
   virtual void SoftmaxCrossEntropy(const Tensor& logits, const Tensor& targets, int64_t vocab,
                                    const Tensor& losses, const Tensor& dlosses) = 0;
 
-  // Sum of squares of every element of `t` (fp32 in, double accumulation).
+  // Sum of squares of every element of `t` (any float dtype, widened; double accumulation).
   virtual double SumSquares(const Tensor& t) = 0;
   // t *= alpha.
   virtual void Scale(const Tensor& t, float alpha) = 0;

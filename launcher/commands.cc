@@ -5,13 +5,17 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
+#include <vector>
 
 #include "core/config.h"
 #include "core/logging.h"
 #include "data/byte_tokenizer.h"
 #include "engine/checkpoint_export.h"
 #include "engine/device_select.h"
+#include "engine/estimate.h"
 #include "engine/trainer.h"
+#include "engine/tune.h"
 #include "kernels/ops.h"
 #include "launcher/build_info.h"
 #include "launcher/signals.h"
@@ -65,7 +69,197 @@ void PrintDeviceChoice(const std::string& setting, int world_size) {
   }
 }
 
+// The config `ztrain estimate` describes: the file (or the built-in default, with one
+// sequence of 1024 tokens per micro-batch), the model replaced when given by size.
+Config EstimateConfig(const EstimateArgs& a) {
+  const bool by_size = !a.params.empty() || a.layers > 0 || a.hidden > 0;
+  ZTRAIN_CHECK_T(ConfigError, !a.config_path.empty() || by_size,
+                 "ztrain estimate needs --config FILE or a model size, e.g. --params 7B "
+                 "--layers 32 --hidden 4096");
+  nlohmann::json j = a.config_path.empty() ? DefaultConfigJson() : ReadConfigJson(a.config_path);
+  if (a.config_path.empty()) {
+    j["train_micro_batch_size_per_gpu"] = 1;
+    j["model"]["max_seq_len"] = 1024;
+  }
+  if (a.micro_batch > 0) {  // the global batch follows
+    j["train_micro_batch_size_per_gpu"] = a.micro_batch;
+    j.erase("train_batch_size");
+  }
+  if (by_size) {
+    const Config base = ParseConfig(j, a.world_size);
+    const ModelSize size{.params = a.params.empty() ? 0 : ParseCount(a.params, "--params"),
+                         .layers = a.layers,
+                         .hidden = a.hidden,
+                         .heads = a.heads,
+                         .vocab = a.vocab,
+                         .seq = a.seq};
+    const ModelConfig m = ModelFromSize(size, base.model);
+    j["model"] = {{"type", "gpt2"},
+                  {"n_layer", m.n_layer},
+                  {"n_head", m.n_head},
+                  {"n_embd", m.n_embd},
+                  {"vocab_size", m.vocab_size},
+                  {"padded_vocab_size", m.padded_vocab_size},
+                  {"max_seq_len", m.max_seq_len}};
+    if (a.seq > 0 || base.data.seq_len > m.max_seq_len) j["data"]["seq_len"] = m.max_seq_len;
+    if (size.params > 0 && size.vocab > 0) {
+      std::fprintf(stderr,
+                   "ztrain estimate: --vocab given, so the shape decides the size: %s "
+                   "parameters (--params said %s)\n",
+                   std::to_string(Gpt2ParameterCount(m)).c_str(), a.params.c_str());
+    }
+  }
+  return ParseConfig(j, a.world_size);
+}
+
+std::string Count(int64_t n) {
+  char buf[32];
+  if (n >= 1000000000) {
+    std::snprintf(buf, sizeof buf, "%.2fB", static_cast<double>(n) / 1e9);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.2fM", static_cast<double>(n) / 1e6);
+  }
+  return buf;
+}
+
+std::string OffloadName(const Config& c) {
+  const std::string opt = c.zero.offload_optimizer.device, par = c.zero.offload_param.device;
+  return "offload_optimizer " + opt + ", offload_param " + (c.zero.stage == 3 ? par : "none");
+}
+
+void PrintEstimateHeader(const Config& c, const MemoryEstimate& e) {
+  const ModelConfig& m = c.model;
+  std::printf(
+      "model: GPT-2 of %s parameters (%d blocks, n_embd %d, %d heads, vocabulary %lld "
+      "padded to %lld, context %lld)\n",
+      Count(e.model_parameters).c_str(), m.n_layer, m.n_embd, m.n_head,
+      static_cast<long long>(m.vocab_size), static_cast<long long>(m.padded_vocab_size),
+      static_cast<long long>(m.max_seq_len));
+  std::printf(
+      "layout: %d rank%s = dp %d x pp %d x tp %d, %d per node; micro-batch %lld x %lld "
+      "tokens, %lld per step; %s on %s\n",
+      c.world_size, c.world_size == 1 ? "" : "s", e.dp, e.pp, e.tp, e.ranks_per_node,
+      static_cast<long long>(e.micro_batch), static_cast<long long>(e.seq_len),
+      static_cast<long long>(e.grad_accum), std::string(DTypeName(e.compute_dtype)).c_str(),
+      e.gpu ? "GPUs" : "the CPU backend");
+  std::printf("this config: ZeRO stage %d, %s, activation checkpointing %s%s\n", e.zero_stage,
+              OffloadName(c).c_str(),
+              e.checkpointed == 0 ? "off" : (std::to_string(e.checkpointed) + " blocks").c_str(),
+              e.pp > 1
+                  ? (", pipeline stage " + std::to_string(e.pp_stage) + " (the largest)").c_str()
+                  : "");
+}
+
+void PrintEstimateRank(const MemoryEstimate& e) {
+  const char* where = e.gpu ? "GPU" : "memory";
+  std::printf(
+      "\nper rank, peak by category (as the MemoryTracker counts; the total is the peak "
+      "of the sum):\n");
+  std::printf("  %-16s %12s %12s\n", "category", where, e.gpu ? "host" : "");
+  for (int c = 0; c < kNumMemoryCategories; ++c) {
+    const auto cat = static_cast<MemoryCategory>(c);
+    std::printf("  %-16s %12s %12s\n", std::string(MemoryCategoryName(cat)).c_str(),
+                FormatBytes(e.DevicePeak(cat)).c_str(),
+                e.gpu ? FormatBytes(e.HostPeak(cat)).c_str() : "");
+  }
+  std::printf("  %-16s %12s %12s\n", "total", FormatBytes(e.device_total_peak).c_str(),
+              e.gpu ? FormatBytes(e.host_total_peak).c_str() : "");
+  const int64_t k = e.ranks_per_node;
+  std::printf(
+      "host memory: %s per rank, %s per node (%lld ranks); pinned %s per rank, %s per "
+      "node\n",
+      FormatBytes(e.gpu ? e.host_total_peak : e.device_total_peak).c_str(),
+      FormatBytes(k * (e.gpu ? e.host_total_peak : e.device_total_peak)).c_str(),
+      static_cast<long long>(k), FormatBytes(e.pinned_host_peak).c_str(),
+      FormatBytes(k * e.pinned_host_peak).c_str());
+  std::printf("NVMe: %s per rank, %s per node\n", FormatBytes(e.nvme_bytes).c_str(),
+              FormatBytes(k * e.nvme_bytes).c_str());
+}
+
+void PrintEstimateTable(const std::vector<EstimateRow>& rows, bool gpu) {
+  std::printf(
+      "\nevery ZeRO stage and offload choice for this model, batch and world (per rank; "
+      "\"ckpt\": every block checkpointed; host and NVMe per node):\n");
+  const char* w = gpu ? "GPU" : "mem";
+  std::printf("  %-5s %-19s %11s %11s %11s %11s %11s %11s %11s %11s\n", "stage", "offload",
+              "parameters", "gradients", "optimizer", "activations",
+              (std::string(w) + " peak").c_str(), (std::string(w) + " ckpt").c_str(), "host/node",
+              "NVMe/node");
+  for (const EstimateRow& r : rows) {
+    const MemoryEstimate& e = r.plain;
+    const int64_t host = e.gpu ? e.host_total_peak : 0;
+    std::printf("  %-5d %-19s %11s %11s %11s %11s %11s %11s %11s %11s\n", r.stage,
+                r.offload.c_str(), FormatBytes(e.DevicePeak(MemoryCategory::kParameters)).c_str(),
+                FormatBytes(e.DevicePeak(MemoryCategory::kGradients)).c_str(),
+                FormatBytes(e.DevicePeak(MemoryCategory::kOptimizerState)).c_str(),
+                FormatBytes(e.DevicePeak(MemoryCategory::kActivations)).c_str(),
+                FormatBytes(e.device_total_peak).c_str(),
+                FormatBytes(r.checkpointed.device_total_peak).c_str(),
+                FormatBytes(e.ranks_per_node * host).c_str(),
+                FormatBytes(e.ranks_per_node * e.nvme_bytes).c_str());
+  }
+}
+
 }  // namespace
+
+int RunEstimate(const EstimateArgs& args) {
+  try {
+    const Config config = EstimateConfig(args);
+    EstimateOptions options;
+    options.gpus_per_node = args.gpus_per_node;
+    if (!args.device.empty()) options.gpu = args.device == "gpu";
+    const MemoryEstimate e = EstimateMemory(config, options);
+    PrintEstimateHeader(config, e);
+    if (e.gpu && e.tp > 1) {
+      std::printf(
+          "note: the engine runs tensor parallelism on the CPU backend only so far; "
+          "these are the GPU figures it would need\n");
+    }
+    PrintEstimateRank(e);
+    PrintEstimateTable(EstimateTable(config, options), e.gpu);
+    std::printf(
+        "\nnot counted: the CUDA context, library workspaces (cuBLAS, NCCL) and blocks "
+        "the caching allocator keeps free; see docs/memory.md\n");
+    return kExitOk;
+  } catch (const ConfigError& e) {
+    std::fprintf(stderr, "ztrain estimate: %s\n", e.what());
+    return kExitConfigError;
+  }
+}
+
+int RunTune(const std::string& config_path, const std::string& memory_budget, int world_size,
+            int64_t max_micro_batch) {
+  try {
+    const int64_t budget = ParseBytes(memory_budget);
+    const Config config = LoadTrainConfig(config_path, world_size);
+    const bool confirm = config.world_size == 1;
+    const TuneResult r = TuneMicroBatch(config, budget, max_micro_batch, confirm);
+    std::printf("budget %s per rank; micro-batch sizes tried (estimated peak):\n",
+                FormatBytes(budget).c_str());
+    for (const auto& [b, peak] : r.tried) {
+      std::printf("  %6lld  %s%s\n", static_cast<long long>(b), FormatBytes(peak).c_str(),
+                  peak <= budget ? "" : "  (over)");
+    }
+    if (r.micro_batch == 0) {
+      std::printf("nothing fits: micro-batch 1 needs %s; raise the budget, use a higher ZeRO "
+                  "stage, offload or activation checkpointing (see ztrain estimate)\n",
+                  FormatBytes(r.tried.empty() ? 0 : r.tried.front().second).c_str());
+      return kExitError;
+    }
+    std::printf("largest that fits: \"train_micro_batch_size_per_gpu\": %lld (estimated %s",
+                static_cast<long long>(r.micro_batch), FormatBytes(r.estimated_peak).c_str());
+    if (r.confirmed) {
+      std::printf(", measured %s in one real step)\n", FormatBytes(r.measured_peak).c_str());
+    } else {
+      std::printf("; not confirmed by a real step: the config is for %d ranks)\n",
+                  config.world_size);
+    }
+    return kExitOk;
+  } catch (const ConfigError& e) {
+    std::fprintf(stderr, "ztrain tune: %s\n", e.what());
+    return kExitConfigError;
+  }
+}
 
 int RunTrain(const std::string& config_path, const std::string& resume) {
   const LaunchEnv env = DetectLaunchEnv();

@@ -1,6 +1,7 @@
 #pragma once
 // The ztrain subcommands. Each returns the process exit code; errors propagate as
 // exceptions to main(), which reports them.
+#include <cstdint>
 #include <string>
 
 namespace ztrain::launcher {
@@ -20,6 +21,29 @@ int RunTrain(const std::string& config_path, const std::string& resume = "");
 // Prints the resolved config (exit 0) or every error found (exit 2); on stderr, where its
 // device would put this process on this machine.
 int RunCheckConfig(const std::string& config_path, int world_size);
+// `ztrain estimate`: what one rank's memory will peak at, by category, for a config or for
+// a GPT-2-shaped model given by size, beside every ZeRO stage and offload choice
+// (engine/estimate.h). Exit 2 with the reason for bad input.
+struct EstimateArgs {
+  std::string config_path;  // empty: the built-in default with micro-batch 1 and T 1024
+  int world_size = 1;
+  int gpus_per_node = 8;
+  std::string params;       // "7B": a GPT-2-shaped model of that size (needs layers, hidden)
+  int layers = 0;
+  int64_t hidden = 0;
+  int heads = 0;
+  int64_t vocab = 0;
+  int64_t seq = 0;
+  int64_t micro_batch = 0;  // 0: the config's
+  std::string device;       // "", "cpu" or "gpu": where the ranks would train
+};
+int RunEstimate(const EstimateArgs& args);
+// `ztrain tune`: the largest train_micro_batch_size_per_gpu that fits `memory_budget` per rank
+// (engine/tune.h), from the estimate and confirmed by one real step when the config is for
+// one rank. Prints the sizes tried and the result; exit 2 for bad input, 1 when not even 1
+// fits.
+int RunTune(const std::string& config_path, const std::string& memory_budget, int world_size,
+            int64_t max_micro_batch);
 // Turns UTF-8 text into a token shard with the byte-level tokenizer.
 int RunData(const std::string& text_path, const std::string& shard_path);
 // Version and the backends compiled into this binary.

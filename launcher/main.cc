@@ -36,6 +36,46 @@ int Main(int argc, char** argv) {
   check->add_option("--world-size", world_size, "data-parallel ranks to validate the batch for")
       ->check(CLI::PositiveNumber);
 
+  CLI::App* est = app.add_subcommand(
+      "estimate", "per-rank memory by category before a run, beside every ZeRO stage and offload");
+  EstimateArgs estimate;
+  est->add_option("--config", estimate.config_path, "DeepSpeed-style JSON config");
+  est->add_option("--world-size", estimate.world_size, "ranks in all (dp x pp x tp)")
+      ->check(CLI::PositiveNumber);
+  est->add_option("--gpus-per-node", estimate.gpus_per_node,
+                  "ranks sharing a node's host memory (default 8)")
+      ->check(CLI::PositiveNumber);
+  est->add_option("--params", estimate.params,
+                  "a GPT-2-shaped model of this size instead of the config's: 7B, 1.5B, 350M");
+  est->add_option("--layers", estimate.layers, "its transformer blocks")
+      ->check(CLI::PositiveNumber);
+  est->add_option("--hidden", estimate.hidden, "its width (n_embd)")->check(CLI::PositiveNumber);
+  est->add_option("--heads", estimate.heads, "its attention heads (default hidden / 64)")
+      ->check(CLI::PositiveNumber);
+  est->add_option("--vocab", estimate.vocab,
+                  "its vocabulary (default: what --params leaves after the blocks)")
+      ->check(CLI::PositiveNumber);
+  est->add_option("--seq", estimate.seq, "its context and sequence length")
+      ->check(CLI::PositiveNumber);
+  est->add_option("--micro-batch", estimate.micro_batch, "train_micro_batch_size_per_gpu")
+      ->check(CLI::PositiveNumber);
+  est->add_option("--device", estimate.device,
+                  "gpu or cpu: where the ranks train (default: the config's device; auto is gpu)")
+      ->check(CLI::IsMember({"gpu", "cpu"}));
+
+  CLI::App* tune = app.add_subcommand(
+      "tune", "the largest micro-batch that fits a memory budget, confirmed by one real step");
+  std::string tune_config, tune_budget;
+  int tune_world = 1;
+  int64_t tune_max = 4096;
+  tune->add_option("--config", tune_config, "DeepSpeed-style JSON config")->required();
+  tune->add_option("--memory-budget", tune_budget, "bytes per rank: 16GiB, 512MiB, 2GB")
+      ->required();
+  tune->add_option("--world-size", tune_world, "ranks in all (dp x pp x tp)")
+      ->check(CLI::PositiveNumber);
+  tune->add_option("--max-micro-batch", tune_max, "the largest size to consider (default 4096)")
+      ->check(CLI::PositiveNumber);
+
   CLI::App* data = app.add_subcommand("data", "turn UTF-8 text into an llm.c token shard");
   std::string text_path, shard_path;
   data->add_option("--text", text_path, "UTF-8 text file")->required();
@@ -64,6 +104,8 @@ int Main(int argc, char** argv) {
     return kExitOk;
   }
   if (*check) return RunCheckConfig(check_path, world_size);
+  if (*est) return RunEstimate(estimate);
+  if (*tune) return RunTune(tune_config, tune_budget, tune_world, tune_max);
   if (*data) return RunData(text_path, shard_path);
   if (*exp) return RunExport(export_checkpoint, export_format, export_out, export_dtype);
   return RunTrain(config_path, resume);

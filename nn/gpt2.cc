@@ -78,18 +78,18 @@ void TransformerBlock::Forward(const MicroBatch&, const Tensor& input, const Ten
   const Tensor x = input.View({n, c});
   const Tensor y = output.View({n, c});
   const Tensor ln1 = SavedLayerNorm(ctx, "ln1", x, param(0), param(1));
-  const Tensor qkv = ctx.Save("qkv", DType::kF32, {n, 3 * c});
+  const Tensor qkv = ctx.Save("qkv", ctx.dtype(), {n, 3 * c});
   ops.LinearForward(ln1, param(2), param(3), qkv);
-  const Tensor att = ctx.Save("att", DType::kF32, {n, c});
+  const Tensor att = ctx.Save("att", ctx.dtype(), {n, c});
   const Tensor lse = ctx.Save("lse", DType::kF32, {b, nh_, t});
   ops.AttentionForward(qkv.View({b, t, 3 * c}), nh_, att.View({b, t, c}), lse);
-  const Tensor res = ctx.Save("res", DType::kF32, {n, c});
+  const Tensor res = ctx.Save("res", ctx.dtype(), {n, c});
   ops.LinearForward(att, param(4), param(5), res);
   ops.AddInPlace(res, x);
   const Tensor ln2 = SavedLayerNorm(ctx, "ln2", res, param(6), param(7));
-  const Tensor fch = ctx.Save("fch", DType::kF32, {n, 4 * c});
+  const Tensor fch = ctx.Save("fch", ctx.dtype(), {n, 4 * c});
   ops.LinearForward(ln2, param(8), param(9), fch);
-  const Tensor fch_gelu = ctx.Save("fch_gelu", DType::kF32, {n, 4 * c});
+  const Tensor fch_gelu = ctx.Save("fch_gelu", ctx.dtype(), {n, 4 * c});
   ops.GeluForward(fch, fch_gelu);
   ops.LinearForward(fch_gelu, param(10), param(11), y);
   ops.AddInPlace(y, res);
@@ -101,23 +101,23 @@ void TransformerBlock::Backward(const MicroBatch&, const Tensor& input, const Te
   const int64_t b = input.size(0), t = input.size(1), n = b * t, c = c_;
   const Tensor dy = doutput.View({n, c});
   // MLP branch: y = res + c_proj(gelu(c_fc(ln2(res)))).
-  const Tensor dfch_gelu = ctx.Scratch(DType::kF32, {n, 4 * c});
+  const Tensor dfch_gelu = ctx.Scratch(ctx.dtype(), {n, 4 * c});
   ops.LinearBackward(dy, ctx.Saved("fch_gelu"), param(10), dfch_gelu, grad(10), grad(11));
-  const Tensor dfch = ctx.Scratch(DType::kF32, {n, 4 * c});
+  const Tensor dfch = ctx.Scratch(ctx.dtype(), {n, 4 * c});
   ops.GeluBackward(dfch_gelu, ctx.Saved("fch"), dfch);
-  const Tensor dln2 = ctx.Scratch(DType::kF32, {n, c});
+  const Tensor dln2 = ctx.Scratch(ctx.dtype(), {n, c});
   ops.LinearBackward(dfch, ctx.Saved("ln2"), param(8), dln2, grad(8), grad(9));
-  const Tensor dres = ctx.Scratch(DType::kF32, {n, c});
+  const Tensor dres = ctx.Scratch(ctx.dtype(), {n, c});
   SavedLayerNormBackward(ctx, "ln2", dln2, ctx.Saved("res"), param(6), dres, grad(6), grad(7));
   ops.AddInPlace(dres, dy);
   // Attention branch: res = x + c_proj(attention(c_attn(ln1(x)))).
-  const Tensor datt = ctx.Scratch(DType::kF32, {n, c});
+  const Tensor datt = ctx.Scratch(ctx.dtype(), {n, c});
   ops.LinearBackward(dres, ctx.Saved("att"), param(4), datt, grad(4), grad(5));
-  const Tensor dqkv = ctx.Scratch(DType::kF32, {n, 3 * c});
+  const Tensor dqkv = ctx.Scratch(ctx.dtype(), {n, 3 * c});
   ops.AttentionBackward(datt.View({b, t, c}), ctx.Saved("qkv").View({b, t, 3 * c}),
                         ctx.Saved("att").View({b, t, c}), ctx.Saved("lse"), nh_,
                         dqkv.View({b, t, 3 * c}));
-  const Tensor dln1 = ctx.Scratch(DType::kF32, {n, c});
+  const Tensor dln1 = ctx.Scratch(ctx.dtype(), {n, c});
   ops.LinearBackward(dqkv, ctx.Saved("ln1"), param(2), dln1, grad(2), grad(3));
   const Tensor dx = dinput.View({n, c});
   SavedLayerNormBackward(ctx, "ln1", dln1, input.View({n, c}), param(0), dx, grad(0), grad(1));
@@ -149,7 +149,7 @@ void LmHead::Forward(const MicroBatch& mb, const Tensor& input, const Tensor& ou
   kernels::Ops& ops = ctx.ops();
   const int64_t n = input.size(0) * input.size(1);
   const Tensor lnf = SavedLayerNorm(ctx, "lnf", input.View(Rows(input)), param(0), param(1));
-  const Tensor logits = ctx.Save("logits", DType::kF32, {n, vp_});
+  const Tensor logits = ctx.Save("logits", ctx.dtype(), {n, vp_});
   ops.LinearForward(lnf, param(2), Tensor(), logits);
   ops.SoftmaxCrossEntropy(logits, mb.targets.View({n}), v_, output.View({n}), Tensor());
 }
@@ -162,7 +162,7 @@ void LmHead::Backward(const MicroBatch& mb, const Tensor& input, const Tensor& d
   const Tensor logits = ctx.Saved("logits");
   const Tensor losses = ctx.Scratch(DType::kF32, {n});
   ops.SoftmaxCrossEntropy(logits, mb.targets.View({n}), v_, losses, doutput.View({n}));
-  const Tensor dlnf = ctx.Scratch(DType::kF32, {n, c_});
+  const Tensor dlnf = ctx.Scratch(ctx.dtype(), {n, c_});
   ops.LinearBackward(logits, ctx.Saved("lnf"), param(2), dlnf, grad(2), Tensor());
   SavedLayerNormBackward(ctx, "lnf", dlnf, input.View(Rows(input)), param(0),
                          dinput.View(Rows(input)), grad(0), grad(1));

@@ -35,6 +35,7 @@ class TransformerBlock final : public Layer {
  public:
   TransformerBlock(int index, int n_layer, int64_t channels, int n_head);
   std::string Name() const override { return prefix_.substr(0, prefix_.size() - 1); }
+  int BlockIndex() const override { return std::stoi(prefix_.substr(2)); }  // "h.<index>."
   std::vector<ParamSpec> Params() const override;
   Shape OutputShape(const Shape& input_shape) const override { return input_shape; }
   void Forward(const MicroBatch& mb, const Tensor& input, const Tensor& output,
@@ -58,6 +59,7 @@ class LmHead final : public Layer {
   std::string Name() const override { return "lm_head"; }
   std::vector<ParamSpec> Params() const override;
   Shape OutputShape(const Shape& input_shape) const override;
+  DType OutputDType(DType) const override { return DType::kF32; }  // losses
   void Forward(const MicroBatch& mb, const Tensor& input, const Tensor& output,
                LayerContext& ctx) override;
   void Backward(const MicroBatch& mb, const Tensor& input, const Tensor& doutput,

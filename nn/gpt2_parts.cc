@@ -28,7 +28,7 @@ ParamSpec NormWeight(std::string name, int64_t n) {
 Tensor SavedLayerNorm(LayerContext& ctx, const std::string& name, const Tensor& x,
                       const Tensor& weight, const Tensor& bias) {
   const int64_t n = x.size(0);
-  const Tensor y = ctx.Save(name, DType::kF32, x.shape());
+  const Tensor y = ctx.Save(name, ctx.dtype(), x.shape());
   ctx.ops().LayerNormForward(x, weight, bias, y, ctx.Save(name + ".mean", DType::kF32, {n}),
                              ctx.Save(name + ".rstd", DType::kF32, {n}));
   return y;

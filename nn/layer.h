@@ -71,11 +71,18 @@ class Layer {
   virtual std::vector<ParamSpec> Params() const = 0;
   // Shape of the output for this input shape (the first layer's input is the tokens [B,T]).
   virtual Shape OutputShape(const Shape& input_shape) const = 0;
+  // The output's dtype when activations are `activations` (LayerContext::dtype): the same,
+  // except for layers that output per-token losses, which are fp32.
+  virtual DType OutputDType(DType activations) const { return activations; }
   virtual void Forward(const MicroBatch& mb, const Tensor& input, const Tensor& output,
                        LayerContext& ctx) = 0;
   // dinput is undefined (no data) for the first layer, whose input is token ids.
   virtual void Backward(const MicroBatch& mb, const Tensor& input, const Tensor& doutput,
                         const Tensor& dinput, LayerContext& ctx) = 0;
+  // The transformer block index (what activation_checkpointing.blocks names), -1 for other
+  // layers. The engine may checkpoint a block: drop what its Forward saved and run Forward
+  // again before Backward, so Forward must be deterministic.
+  virtual int BlockIndex() const { return -1; }
   // Matmul FLOPs of forward per token at sequence length T (for FLOP/s and MFU reports).
   virtual double ForwardFlopsPerToken(int64_t /*seq_len*/) const { return 0.0; }
 

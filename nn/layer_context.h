@@ -16,8 +16,13 @@ namespace ztrain::nn {
 
 class LayerContext {
  public:
-  LayerContext(kernels::Ops& ops, Allocator& allocator) : ops_(&ops), allocator_(&allocator) {}
+  // `dtype` is the activations' dtype (the compute dtype of mixed precision: bf16 or fp16;
+  // fp32 otherwise). Layers allocate activations and their gradients in it, and keep fp32 for
+  // what ops.h fixes as fp32 (layernorm statistics, attention lse, losses).
+  LayerContext(kernels::Ops& ops, Allocator& allocator, DType dtype = DType::kF32)
+      : ops_(&ops), allocator_(&allocator), dtype_(dtype) {}
   kernels::Ops& ops() const { return *ops_; }
+  DType dtype() const { return dtype_; }
   Allocator& allocator() const { return *allocator_; }
 
   // Allocates a tensor that stays until Release() and can be found again by `key`.
@@ -35,6 +40,7 @@ class LayerContext {
  private:
   kernels::Ops* ops_;
   Allocator* allocator_;
+  DType dtype_;
   std::map<std::string, std::pair<Buffer, Tensor>> saved_;
   std::vector<Buffer> scratch_;
 };

@@ -2,7 +2,7 @@
 # Installs ztrain's build and test dependencies from Debian's registry (run as root).
 set -euo pipefail
 packages=(build-essential cmake pkg-config libspdlog-dev nlohmann-json3-dev libcli11-dev
-          libopenblas-openmp-dev libgtest-dev googletest libbenchmark-dev
+          libopenblas-openmp-dev libdnnl-dev libgtest-dev googletest libbenchmark-dev
           libopenmpi-dev openmpi-bin liburing-dev fio)
 missing=()
 for p in "${packages[@]}"; do

@@ -11,6 +11,7 @@
 #include "kernels/cpu/check.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/vec_math.h"
+#include "kernels/cpu/widen.h"
 
 namespace ztrain::kernels {
 namespace {
@@ -94,6 +95,12 @@ void HeadBackward(const cpu::AttentionDims& d, const HeadView& h, BackwardScratc
 void CpuOps::AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
                                const Tensor& lse, int num_heads, const Tensor& dqkv) {
   constexpr const char* kOp = "AttentionBackward";
+  if (cpu::AnyHalf(dout, qkv, out, dqkv)) {  // Note [Widening adapter]; lse stays fp32
+    cpu::Widened w(scratch_);
+    AttentionBackward(w.In(dout), w.In(qkv), w.In(out), lse, num_heads, w.Out(dqkv));
+    w.Commit();
+    return;
+  }
   const cpu::AttentionDims d = cpu::CheckAttention(qkv, num_heads, out, lse, kOp);
   cpu::CheckCpu(dout, out.shape(), kOp, "dout");
   cpu::CheckCpu(dqkv, qkv.shape(), kOp, "dqkv");

@@ -10,6 +10,7 @@
 #include "kernels/cpu/attention_tile.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/vec_math.h"
+#include "kernels/cpu/widen.h"
 
 namespace ztrain::kernels {
 namespace {
@@ -88,6 +89,12 @@ void ForwardQueryBlock(const cpu::AttentionDims& d, const float* q, const float*
 // and are handed out first.
 void CpuOps::AttentionForward(const Tensor& qkv, int num_heads, const Tensor& out,
                               const Tensor& lse) {
+  if (cpu::AnyHalf(qkv, out)) {  // Note [Widening adapter]; lse stays fp32
+    cpu::Widened w(scratch_);
+    AttentionForward(w.In(qkv), num_heads, w.Out(out), lse);
+    w.Commit();
+    return;
+  }
   const cpu::AttentionDims d = cpu::CheckAttention(qkv, num_heads, out, lse, "AttentionForward");
   const int64_t blocks = d.blocks(), tasks = d.batch * d.heads * blocks;
   if (tasks == 0) return;

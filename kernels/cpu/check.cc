@@ -1,15 +1,32 @@
 #include "kernels/cpu/check.h"
 
+#include "kernels/cpu/convert.h"
+
 namespace ztrain::kernels::cpu {
 
 void CheckCpu(const Tensor& t, const char* op, const char* what, DType dtype) {
   ZTRAIN_CHECK(t.defined(), op, ": ", what, " is undefined; pass a tensor");
   ZTRAIN_CHECK(t.device().is_cpu(), op, ": ", what, " is on ", t.device().ToString(),
                "; the CPU ops need host tensors");
-  const bool half = t.dtype() == DType::kBF16 || t.dtype() == DType::kF16;
+  // A 16-bit tensor reaches this check only where ops.h fixes the argument as fp32: every
+  // other one was widened first (Note [Widening adapter] in widen.h).
+  const bool half = IsHalfType(t.dtype()) && dtype == DType::kF32;
   ZTRAIN_CHECK(t.dtype() == dtype, op, ": ", what, " has dtype ", DTypeName(t.dtype()),
-               ", expected ", DTypeName(dtype),
-               half ? " (the CPU backend has no bf16/fp16 kernels yet)" : "");
+               ", expected ", DTypeName(dtype), half ? " (ops.h fixes this argument as fp32)" : "");
+}
+
+void CheckCpuFloat(const Tensor& t, const char* op, const char* what) {
+  ZTRAIN_CHECK(t.defined(), op, ": ", what, " is undefined; pass a tensor");
+  ZTRAIN_CHECK(t.device().is_cpu(), op, ": ", what, " is on ", t.device().ToString(),
+               "; the CPU ops need host tensors");
+  ZTRAIN_CHECK(IsFloatType(t.dtype()), op, ": ", what, " has dtype ", DTypeName(t.dtype()),
+               ", expected fp32, bf16 or fp16");
+}
+
+void CheckCpuFloat(const Tensor& t, const Shape& shape, const char* op, const char* what) {
+  CheckCpuFloat(t, op, what);
+  ZTRAIN_CHECK(t.shape() == shape, op, ": ", what, " has shape ", ShapeToString(t.shape()),
+               ", expected ", ShapeToString(shape));
 }
 
 void CheckCpu(const Tensor& t, const Shape& shape, const char* op, const char* what,

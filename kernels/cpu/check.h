@@ -10,12 +10,16 @@ namespace ztrain::kernels::cpu {
 // Elements below which an elementwise loop runs on one thread (threads cost more).
 inline constexpr int64_t kParallelGrain = int64_t{1} << 15;
 
-// t is defined, on the CPU and of `dtype` (fp32 by default: the only type the CPU kernels
-// implement so far, so the message names the unsupported dtype).
+// t is defined, on the CPU and of `dtype` (fp32 by default: the fp32 kernels' own check, and
+// the check of the arguments ops.h fixes as fp32, so the message names the wrong dtype).
 void CheckCpu(const Tensor& t, const char* op, const char* what, DType dtype = DType::kF32);
 // CheckCpu plus an exact shape.
 void CheckCpu(const Tensor& t, const Shape& shape, const char* op, const char* what,
               DType dtype = DType::kF32);
+// t is defined, on the CPU and of a floating-point dtype: fp32, bf16 or fp16 (the ops that
+// run through the widening adapter check their float arguments with these first).
+void CheckCpuFloat(const Tensor& t, const char* op, const char* what);
+void CheckCpuFloat(const Tensor& t, const Shape& shape, const char* op, const char* what);
 // t is [..., cols] with at least one dimension; returns the number of rows (numel / cols).
 int64_t RowsOf(const Tensor& t, int64_t cols, const char* op, const char* what,
                DType dtype = DType::kF32);

@@ -2,7 +2,12 @@
 
 #include <memory>
 
+#include "kernels/cpu/onednn_matmul.h"
+
 namespace ztrain::kernels {
+
+CpuOps::CpuOps(Bf16GemmPath bf16_gemm) : bf16_gemm_(bf16_gemm) {}
+CpuOps::~CpuOps() = default;
 
 std::unique_ptr<Ops> MakeCpuOps() { return std::make_unique<CpuOps>(); }
 

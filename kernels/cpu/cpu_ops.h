@@ -1,25 +1,56 @@
 #pragma once
-// CpuOps: the op set on the host (OpenBLAS for GEMMs, OpenMP + vectorised loops for the rest).
+// CpuOps: the op set on the host (OpenBLAS for GEMMs, OpenMP + vectorised loops for the rest,
+// oneDNN for GEMMs on two bf16 operands where the build and the CPU have it).
 //
-// Owns nothing: every op works on caller-owned Tensors. Only fp32 is implemented; any other
-// dtype throws ztrain::Error naming it (Zero and Copy move bytes and take every dtype).
+// Owns no tensor memory: every op works on caller-owned Tensors. Every floating-point argument
+// may be fp32, bf16 or fp16 independently of the others, except those ops.h fixes as fp32
+// (the contract is in ops.h's conventions). The kernels are fp32; 16-bit arguments go through
+// the widening adapter (Note [Widening adapter] in widen.h), whose fp32 scratch the object
+// keeps between calls (scratch_bytes()), and GEMMs on two bf16 operands through oneDNN
+// (Note [bf16 GEMMs] in gemm_mixed.cc). Calls whose arguments are all fp32 run the fp32
+// kernels directly, as before the 16-bit path existed. Zero moves bytes and takes every
+// dtype; Copy moves bytes between equal dtypes and converts between float dtypes.
 // Shapes are checked before any work starts, so a throwing op has written nothing.
 // Thread safety: one thread at a time per object (ops.h); each op runs OpenMP-parallel inside
-// and never calls OpenBLAS from within a parallel region (Note [BLAS and OpenMP]).
+// and never calls OpenBLAS or oneDNN from within a parallel region (Note [BLAS and OpenMP]).
 // Every reduction these kernels do themselves (bias and LayerNorm parameter gradients,
 // embedding gradients, SumSquares, attention) is deterministic: its summation order depends
-// on the shapes only, never on the number of threads. GEMMs are OpenBLAS's.
+// on the shapes only, never on the number of threads. GEMMs are OpenBLAS's or oneDNN's.
 //
-// Note [BLAS and OpenMP]: the OpenMP build of OpenBLAS runs its threads in the same OpenMP
-// pool as our loops. Calling sgemm inside a parallel region would nest pools and run serial
-// at best, so GEMMs and elementwise fix-ups (bias add, column sums) are separate steps.
+// Note [BLAS and OpenMP]: the OpenMP build of OpenBLAS (and Debian's oneDNN, built on the same
+// libgomp) runs its threads in the same OpenMP pool as our loops. Calling sgemm inside a
+// parallel region would nest pools and run serial at best, so GEMMs and elementwise fix-ups
+// (bias add, column sums, dtype conversions) are separate steps.
+#include <memory>
+
+#include "kernels/cpu/widen.h"
 #include "kernels/ops.h"
 
 namespace ztrain::kernels {
+namespace cpu {
+class OneDnnMatmul;
+}  // namespace cpu
+
+// How a CpuOps runs GEMMs whose two operands are bf16 (Note [bf16 GEMMs] in gemm_mixed.cc).
+enum class Bf16GemmPath {
+  kAuto,   // oneDNN where the build and the CPU have it and ZTRAIN_ONEDNN is not 0, else SGEMM
+  kSgemm,  // OpenBLAS SGEMM on widened copies of the operands (the fallback, forced)
+};
 
 class CpuOps final : public Ops {
  public:
+  explicit CpuOps(Bf16GemmPath bf16_gemm = Bf16GemmPath::kAuto);
+  ~CpuOps() override;
+  CpuOps(const CpuOps&) = delete;
+  CpuOps& operator=(const CpuOps&) = delete;
+
   Device device() const override { return Device::Cpu(); }
+
+  // Whether this object's bf16 x bf16 GEMMs run on oneDNN. Decided on the first such GEMM
+  // (or the first call of this), which logs the choice once, with the reason for a fallback.
+  bool Bf16GemmsOnOneDnn();
+  // Bytes of fp32 scratch the widening adapter holds (Note [Widening adapter]).
+  size_t scratch_bytes() const { return scratch_.bytes(); }
 
   void Gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b,
             float beta, const Tensor& c) override;
@@ -58,6 +89,24 @@ class CpuOps final : public Ops {
 
   double SumSquares(const Tensor& t) override;
   void Scale(const Tensor& t, float alpha) override;
+
+ private:
+  // c[M,N] = alpha op(a) op(b) + bias[N] (when defined) + beta c on 2-D tensors of any float
+  // dtypes, shapes already checked; scratch comes from w, which the caller commits.
+  void MixedGemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b,
+                 const Tensor& bias, float beta, const Tensor& c, cpu::Widened& w, const char* op);
+  // SoftmaxCrossEntropy with 16-bit logits, arguments checked (cross_entropy.cc).
+  void HalfSoftmaxCrossEntropy(const Tensor& logits, const Tensor& targets, int64_t vocab,
+                               const Tensor& losses, const Tensor& dlosses);
+  // LinearBackward with any 16-bit argument (gemm_mixed.cc).
+  void MixedLinearBackward(const Tensor& dy, const Tensor& x, const Tensor& weight,
+                           const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
+                           const char* op);
+
+  Bf16GemmPath bf16_gemm_;
+  bool bf16_path_decided_ = false;
+  std::unique_ptr<cpu::OneDnnMatmul> onednn_;  // set when bf16 GEMMs run on oneDNN
+  cpu::ScratchPool scratch_;
 };
 
 }  // namespace ztrain::kernels

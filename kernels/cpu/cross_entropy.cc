@@ -1,4 +1,6 @@
 // Fused softmax + cross-entropy over a padded vocabulary, writing dlogits over the logits.
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -6,6 +8,7 @@
 #include "kernels/cpu/check.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/vec_math.h"
+#include "kernels/cpu/widen.h"
 
 namespace ztrain::kernels {
 namespace {
@@ -71,15 +74,29 @@ float RowCrossEntropy(float* row, int64_t v, int64_t vp, int32_t target, const f
 
 }  // namespace
 
+// 16-bit logits (arguments checked): the fp32 op on blocks of rows, each block widened, and
+// with dlosses its dlogits rounded back in place (Note [Widening adapter]).
+void CpuOps::HalfSoftmaxCrossEntropy(const Tensor& logits, const Tensor& targets, int64_t vocab,
+                                     const Tensor& losses, const Tensor& dlosses) {
+  const int64_t vp = logits.size(-1), rows = logits.numel() / vp;
+  const int64_t block = std::max<int64_t>(cpu::kChunkElements / vp, 4 * omp_get_max_threads());
+  cpu::ForEachChunk(scratch_, rows, block, [&](cpu::Widened& w, int64_t r0, int64_t r1) {
+    const Tensor part = logits.Flat(r0 * vp, {r1 - r0, vp});
+    SoftmaxCrossEntropy(dlosses.defined() ? w.InOut(part) : w.In(part), targets.Flat(r0, {r1 - r0}),
+                        vocab, losses.Flat(r0, {r1 - r0}),
+                        dlosses.defined() ? dlosses.Flat(r0, {r1 - r0}) : Tensor());
+  });
+}
+
 void CpuOps::SoftmaxCrossEntropy(const Tensor& logits, const Tensor& targets, int64_t vocab,
                                  const Tensor& losses, const Tensor& dlosses) {
   constexpr const char* kOp = "SoftmaxCrossEntropy";
-  cpu::CheckCpu(logits, kOp, "logits");
+  cpu::CheckCpuFloat(logits, kOp, "logits");
   ZTRAIN_CHECK(logits.dim() >= 1, kOp, ": logits must be [N, Vp], got a scalar");
   const int64_t vp = logits.size(-1);
   ZTRAIN_CHECK(vocab > 0 && vocab <= vp, kOp, ": vocab = ", vocab,
                " must be in [1, Vp = ", vp, "] (logits ", ShapeToString(logits.shape()), ")");
-  const int64_t rows = cpu::RowsOf(logits, vp, kOp, "logits");
+  const int64_t rows = cpu::RowsOf(logits, vp, kOp, "logits", logits.dtype());
   cpu::CheckCount(targets, rows, kOp, "targets", DType::kI32);
   cpu::CheckCount(losses, rows, kOp, "losses");
   if (dlosses.defined()) cpu::CheckCount(dlosses, rows, kOp, "dlosses");
@@ -88,6 +105,7 @@ void CpuOps::SoftmaxCrossEntropy(const Tensor& logits, const Tensor& targets, in
     ZTRAIN_CHECK(tgt[r] >= 0 && tgt[r] < vocab, kOp, ": target ", tgt[r], " at row ", r,
                  " is outside [0, ", vocab, ")");
   }
+  if (cpu::AnyHalf(logits)) return HalfSoftmaxCrossEntropy(logits, targets, vocab, losses, dlosses);
   float* lp = logits.data<float>();
   float* out = losses.data<float>();
   const float* dl = dlosses.defined() ? dlosses.data<float>() : nullptr;

@@ -1,10 +1,13 @@
-// Elementwise ops and reductions over whole tensors.
+// Elementwise ops and reductions over whole tensors. 16-bit arguments go through the
+// widening adapter a chunk at a time (Note [Widening adapter] in widen.h).
 #include <algorithm>
 #include <cstring>
 #include <vector>
 
 #include "kernels/cpu/check.h"
+#include "kernels/cpu/convert.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/widen.h"
 
 namespace ztrain::kernels {
 namespace {
@@ -23,9 +26,46 @@ void ParallelChunks(int64_t n, Fn fn) {
   }
 }
 
+// SumSquares of a 16-bit tensor: the same chunks, each widened in blocks on the stack.
+double HalfSumSquares(const Tensor& t) {
+  constexpr int64_t kBlock = 1024;
+  const auto* p = static_cast<const char*>(t.data());
+  const size_t elem = DTypeSize(t.dtype());
+  const int64_t n = t.numel();
+  const int64_t chunks = (n + kSumChunk - 1) / kSumChunk;
+  std::vector<double> partial(chunks);
+#pragma omp parallel for schedule(static) if (chunks > 1)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t begin = c * kSumChunk, end = std::min(n, begin + kSumChunk);
+    double acc = 0.0;
+    float block[kBlock];
+    for (int64_t b = begin; b < end; b += kBlock) {
+      const int64_t len = std::min(kBlock, end - b);
+      cpu::WidenSerial(p + b * elem, t.dtype(), block, len);
+#pragma omp simd reduction(+ : acc)
+      for (int64_t i = 0; i < len; ++i) acc += static_cast<double>(block[i]) * block[i];
+    }
+    partial[c] = acc;
+  }
+  double total = 0.0;
+  for (double v : partial) total += v;
+  return total;
+}
+
 }  // namespace
 
 void CpuOps::Add(const Tensor& a, const Tensor& b, const Tensor& y) {
+  if (cpu::AnyHalf(a, b, y)) {
+    cpu::CheckCpuFloat(a, "Add", "a");
+    cpu::CheckCpuFloat(b, a.shape(), "Add", "b");
+    cpu::CheckCpuFloat(y, a.shape(), "Add", "y");
+    cpu::ForEachChunk(
+        scratch_, a.numel(), cpu::kChunkElements, [&](cpu::Widened& w, int64_t begin, int64_t end) {
+          Add(w.In(cpu::FlatRange(a, begin, end)), w.In(cpu::FlatRange(b, begin, end)),
+              w.Out(cpu::FlatRange(y, begin, end)));
+        });
+    return;
+  }
   cpu::CheckCpu(a, "Add", "a");
   cpu::CheckCpu(b, a.shape(), "Add", "b");
   cpu::CheckCpu(y, a.shape(), "Add", "y");
@@ -38,6 +78,15 @@ void CpuOps::Add(const Tensor& a, const Tensor& b, const Tensor& y) {
 }
 
 void CpuOps::AddInPlace(const Tensor& y, const Tensor& x) {
+  if (cpu::AnyHalf(y, x)) {
+    cpu::CheckCpuFloat(y, "AddInPlace", "y");
+    cpu::CheckCpuFloat(x, y.shape(), "AddInPlace", "x");
+    cpu::ForEachChunk(
+        scratch_, y.numel(), cpu::kChunkElements, [&](cpu::Widened& w, int64_t begin, int64_t end) {
+          AddInPlace(w.InOut(cpu::FlatRange(y, begin, end)), w.In(cpu::FlatRange(x, begin, end)));
+        });
+    return;
+  }
   cpu::CheckCpu(y, "AddInPlace", "y");
   cpu::CheckCpu(x, y.shape(), "AddInPlace", "x");
   const float* xp = x.data<float>();
@@ -47,7 +96,7 @@ void CpuOps::AddInPlace(const Tensor& y, const Tensor& x) {
   for (int64_t i = 0; i < n; ++i) yp[i] += xp[i];
 }
 
-// Zero and Copy move bytes, so they take every dtype.
+// Zero moves bytes, so it takes every dtype; so does Copy between equal dtypes.
 void CpuOps::Zero(const Tensor& t) {
   cpu::CheckCpu(t, "Zero", "t", t.dtype());
   char* p = static_cast<char*>(t.data());
@@ -57,8 +106,15 @@ void CpuOps::Zero(const Tensor& t) {
   });
 }
 
+// Between two float dtypes Copy converts (rounding to nearest even when it narrows).
 void CpuOps::Copy(const Tensor& src, const Tensor& dst) {
   cpu::CheckCpu(src, "Copy", "src", src.dtype());
+  if (dst.dtype() != src.dtype() && cpu::IsFloatType(src.dtype()) &&
+      cpu::IsFloatType(dst.dtype())) {
+    cpu::CheckCpuFloat(dst, src.shape(), "Copy", "dst");
+    cpu::ConvertFloat(src.data(), src.dtype(), dst.data(), dst.dtype(), src.numel());
+    return;
+  }
   cpu::CheckCpu(dst, src.shape(), "Copy", "dst", src.dtype());
   const char* s = static_cast<const char*>(src.data());
   char* d = static_cast<char*>(dst.data());
@@ -70,6 +126,10 @@ void CpuOps::Copy(const Tensor& src, const Tensor& dst) {
 }
 
 double CpuOps::SumSquares(const Tensor& t) {
+  if (cpu::AnyHalf(t)) {
+    cpu::CheckCpuFloat(t, "SumSquares", "t");
+    return HalfSumSquares(t);
+  }
   cpu::CheckCpu(t, "SumSquares", "t");
   const float* p = t.data<float>();
   const int64_t n = t.numel();
@@ -89,6 +149,14 @@ double CpuOps::SumSquares(const Tensor& t) {
 }
 
 void CpuOps::Scale(const Tensor& t, float alpha) {
+  if (cpu::AnyHalf(t)) {
+    cpu::CheckCpuFloat(t, "Scale", "t");
+    cpu::ForEachChunk(scratch_, t.numel(), cpu::kChunkElements,
+                      [&](cpu::Widened& w, int64_t begin, int64_t end) {
+                        Scale(w.InOut(cpu::FlatRange(t, begin, end)), alpha);
+                      });
+    return;
+  }
   cpu::CheckCpu(t, "Scale", "t");
   float* p = t.data<float>();
   const int64_t n = t.numel();

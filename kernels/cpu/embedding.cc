@@ -1,8 +1,13 @@
 // Token + position embedding, forward and deterministic backward.
+#include <omp.h>
+
 #include <algorithm>
+#include <vector>
 
 #include "kernels/cpu/check.h"
+#include "kernels/cpu/convert.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/widen.h"
 
 namespace ztrain::kernels {
 namespace {
@@ -27,16 +32,43 @@ EmbeddingDims CheckEmbeddingArgs(const Tensor& tokens, const Tensor& wte, const 
   cpu::CheckCpu(tokens, op, "tokens", DType::kI32);
   ZTRAIN_CHECK(tokens.dim() == 2, op, ": tokens must be [B, T], got ",
                ShapeToString(tokens.shape()));
-  cpu::CheckCpu(wte, op, "wte");
+  cpu::CheckCpuFloat(wte, op, "wte");
   ZTRAIN_CHECK(wte.dim() == 2, op, ": wte must be [Vp, C], got ", ShapeToString(wte.shape()));
   const EmbeddingDims d{tokens.size(0), tokens.size(1), wte.size(1), wte.size(0)};
-  cpu::CheckCpu(wpe, op, "wpe");
+  cpu::CheckCpuFloat(wpe, op, "wpe");
   ZTRAIN_CHECK(wpe.dim() == 2 && wpe.size(1) == d.channels && wpe.size(0) >= d.seq, op,
                ": wpe has shape ", ShapeToString(wpe.shape()), ", expected [maxT >= ", d.seq,
                ", ", d.channels, "]");
-  cpu::CheckCpu(act, {d.batch, d.seq, d.channels}, op, act_name);
+  cpu::CheckCpuFloat(act, {d.batch, d.seq, d.channels}, op, act_name);
   CheckTokens(tokens.data<int32_t>(), d, op);
   return d;
+}
+
+// The forward with a 16-bit table or output: each row of wte and wpe it reads is widened on
+// the fly (never the whole [Vp, C] table), added in fp32 and rounded once into out, so the
+// result is the fp32 kernel's on the widened tables (Note [Widening adapter]).
+void EmbeddingForwardRows(const EmbeddingDims& d, const int32_t* tok, const Tensor& wte,
+                          const Tensor& wpe, const Tensor& out) {
+  const int64_t rows = d.batch * d.seq, ch = d.channels;
+  const auto* te = static_cast<const char*>(wte.data());
+  const auto* pe = static_cast<const char*>(wpe.data());
+  auto* o = static_cast<char*>(out.data());
+  const int64_t te_row = ch * DTypeSize(wte.dtype()), pe_row = ch * DTypeSize(wpe.dtype());
+  const int64_t o_row = ch * DTypeSize(out.dtype());
+  std::vector<float> scratch(2 * ch * omp_get_max_threads());
+#pragma omp parallel if (rows * ch >= cpu::kParallelGrain)
+  {
+    float* t = scratch.data() + 2 * ch * omp_get_thread_num();
+    float* p = t + ch;
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < rows; ++i) {
+      cpu::WidenSerial(te + tok[i] * te_row, wte.dtype(), t, ch);
+      cpu::WidenSerial(pe + (i % d.seq) * pe_row, wpe.dtype(), p, ch);
+#pragma omp simd
+      for (int64_t c = 0; c < ch; ++c) t[c] += p[c];
+      cpu::NarrowSerial(t, o + i * o_row, out.dtype(), ch);
+    }
+  }
 }
 
 }  // namespace
@@ -45,6 +77,7 @@ void CpuOps::EmbeddingForward(const Tensor& tokens, const Tensor& wte, const Ten
                               const Tensor& out) {
   const EmbeddingDims d = CheckEmbeddingArgs(tokens, wte, wpe, out, "EmbeddingForward", "out");
   const int32_t* tok = tokens.data<int32_t>();
+  if (cpu::AnyHalf(wte, wpe, out)) return EmbeddingForwardRows(d, tok, wte, wpe, out);
   const float* te = wte.data<float>();
   const float* pe = wpe.data<float>();
   float* o = out.data<float>();
@@ -63,6 +96,12 @@ void CpuOps::EmbeddingForward(const Tensor& tokens, const Tensor& wte, const Ten
 // up in the same order for any thread count and no two threads touch the same dwte element.
 void CpuOps::EmbeddingBackward(const Tensor& dout, const Tensor& tokens, const Tensor& dwte,
                                const Tensor& dwpe) {
+  if (cpu::AnyHalf(dout, dwte, dwpe)) {  // Note [Widening adapter]: dwte is widened whole
+    cpu::Widened w(scratch_);
+    EmbeddingBackward(w.In(dout), tokens, w.InOut(dwte), w.InOut(dwpe));
+    w.Commit();
+    return;
+  }
   const EmbeddingDims d =
       CheckEmbeddingArgs(tokens, dwte, dwpe, dout, "EmbeddingBackward", "dout");
   const int32_t* tok = tokens.data<int32_t>();

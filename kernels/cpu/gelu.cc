@@ -4,6 +4,7 @@
 #include "kernels/cpu/check.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/vec_math.h"
+#include "kernels/cpu/widen.h"
 
 namespace ztrain::kernels {
 namespace {
@@ -20,6 +21,15 @@ inline float HalfOnePlusTanh(float x) {
 }  // namespace
 
 void CpuOps::GeluForward(const Tensor& x, const Tensor& y) {
+  if (cpu::AnyHalf(x, y)) {  // Note [Widening adapter], a chunk at a time
+    cpu::CheckCpuFloat(x, "GeluForward", "x");
+    cpu::CheckCpuFloat(y, x.shape(), "GeluForward", "y");
+    cpu::ForEachChunk(
+        scratch_, x.numel(), cpu::kChunkElements, [&](cpu::Widened& w, int64_t begin, int64_t end) {
+          GeluForward(w.In(cpu::FlatRange(x, begin, end)), w.Out(cpu::FlatRange(y, begin, end)));
+        });
+    return;
+  }
   cpu::CheckCpu(x, "GeluForward", "x");
   cpu::CheckCpu(y, x.shape(), "GeluForward", "y");
   const float* xp = x.data<float>();
@@ -31,6 +41,17 @@ void CpuOps::GeluForward(const Tensor& x, const Tensor& y) {
 
 // gelu'(x) = s + x s (1 - s) 2 u'(x), s = sigmoid(2u): since 1 - tanh^2(u) = 4 s (1 - s).
 void CpuOps::GeluBackward(const Tensor& dy, const Tensor& x, const Tensor& dx) {
+  if (cpu::AnyHalf(dy, x, dx)) {
+    cpu::CheckCpuFloat(x, "GeluBackward", "x");
+    cpu::CheckCpuFloat(dy, x.shape(), "GeluBackward", "dy");
+    cpu::CheckCpuFloat(dx, x.shape(), "GeluBackward", "dx");
+    cpu::ForEachChunk(
+        scratch_, x.numel(), cpu::kChunkElements, [&](cpu::Widened& w, int64_t begin, int64_t end) {
+          GeluBackward(w.In(cpu::FlatRange(dy, begin, end)), w.In(cpu::FlatRange(x, begin, end)),
+                       w.Out(cpu::FlatRange(dx, begin, end)));
+        });
+    return;
+  }
   cpu::CheckCpu(x, "GeluBackward", "x");
   cpu::CheckCpu(dy, x.shape(), "GeluBackward", "dy");
   cpu::CheckCpu(dx, x.shape(), "GeluBackward", "dx");

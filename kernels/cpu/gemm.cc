@@ -1,5 +1,6 @@
 // Gemm and the linear layer: the GEMMs go to OpenBLAS, the bias add and the bias gradient are
-// OpenMP loops run between the sgemm calls (Note [BLAS and OpenMP] in cpu_ops.h).
+// OpenMP loops run between the sgemm calls (Note [BLAS and OpenMP] in cpu_ops.h). Calls with
+// a 16-bit argument go to gemm_mixed.cc (Note [bf16 GEMMs]).
 #include <cblas.h>
 
 #include <algorithm>
@@ -7,8 +8,10 @@
 
 #include "kernels/cpu/check.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/gemm_util.h"
 
 namespace ztrain::kernels {
+namespace cpu {
 namespace {
 
 constexpr int64_t kColumnBlock = 64;  // columns one task of a column reduction owns
@@ -18,7 +21,8 @@ int BlasDim(int64_t d, const char* op, const char* what) {
   return static_cast<int>(d);
 }
 
-// Row-major c[m,n] = alpha * op(a) op(b) + beta * c with explicit leading dimensions.
+}  // namespace
+
 void Sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
            const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
            int64_t ldc, const char* op) {
@@ -33,7 +37,6 @@ void Sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
               BlasDim(ldb, op, "ldb"), beta, c, BlasDim(ldc, op, "ldc"));
 }
 
-// y[r, :] += bias for every row.
 void AddBiasRows(float* y, const float* bias, int64_t rows, int64_t cols) {
 #pragma omp parallel for schedule(static) if (rows * cols >= cpu::kParallelGrain)
   for (int64_t r = 0; r < rows; ++r) {
@@ -43,8 +46,8 @@ void AddBiasRows(float* y, const float* bias, int64_t rows, int64_t cols) {
   }
 }
 
-// dbias[c] += sum over rows of dy[r, c]. Each column block is summed by one task over the
-// rows in order, so the result does not depend on the thread count.
+// Each column block is summed by one task over the rows in order, so the result does not
+// depend on the thread count.
 void AccumulateColumnSums(const float* dy, int64_t rows, int64_t cols, float* dbias) {
   const int64_t blocks = (cols + kColumnBlock - 1) / kColumnBlock;
 #pragma omp parallel for schedule(static) if (rows * cols >= cpu::kParallelGrain)
@@ -61,19 +64,30 @@ void AccumulateColumnSums(const float* dy, int64_t rows, int64_t cols, float* db
   }
 }
 
+}  // namespace cpu
+
+namespace {
+
 // The sizes of a linear layer: weight [OC, C] and x [..., C] with `rows` rows; checks both
 // and the output-side tensor `out` ([..., OC]) named `out_name`.
 struct LinearDims {
   int64_t oc, ch, rows;
 };
+// Every float dtype passes here; the fp32 path reads the tensors only when all are fp32.
 LinearDims CheckLinear(const Tensor& x, const Tensor& weight, const Tensor& out,
                        const char* out_name, const Tensor& bias, const char* op) {
-  cpu::CheckCpu(weight, op, "weight");
+  cpu::CheckCpuFloat(weight, op, "weight");
   ZTRAIN_CHECK(weight.dim() == 2, op, ": weight must be [OC, C], got ",
                ShapeToString(weight.shape()));
-  const LinearDims d{weight.size(0), weight.size(1), cpu::RowsOf(x, weight.size(1), op, "x")};
-  cpu::CheckCpu(out, cpu::WithLastDim(x.shape(), d.oc), op, out_name);
-  if (bias.defined()) cpu::CheckCpu(bias, {d.oc}, op, out_name[0] == 'd' ? "dbias" : "bias");
+  cpu::CheckCpuFloat(x, op, "x");
+  const int64_t ch = weight.size(1);
+  ZTRAIN_CHECK(x.dim() >= 1 && x.size(-1) == ch, op, ": x has shape ", ShapeToString(x.shape()),
+               ", expected [..., ", ch, "]");
+  const LinearDims d{weight.size(0), ch, ch == 0 ? 0 : x.numel() / ch};
+  cpu::CheckCpuFloat(out, cpu::WithLastDim(x.shape(), d.oc), op, out_name);
+  if (bias.defined()) {
+    cpu::CheckCpuFloat(bias, {d.oc}, op, out_name[0] == 'd' ? "dbias" : "bias");
+  }
   return d;
 }
 
@@ -82,9 +96,9 @@ LinearDims CheckLinear(const Tensor& x, const Tensor& weight, const Tensor& out,
 void CpuOps::Gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b,
                   float beta, const Tensor& c) {
   constexpr const char* kOp = "Gemm";
-  cpu::CheckCpu(a, kOp, "a");
-  cpu::CheckCpu(b, kOp, "b");
-  cpu::CheckCpu(c, kOp, "c");
+  cpu::CheckCpuFloat(a, kOp, "a");
+  cpu::CheckCpuFloat(b, kOp, "b");
+  cpu::CheckCpuFloat(c, kOp, "c");
   ZTRAIN_CHECK(a.dim() == 2 && b.dim() == 2 && c.dim() == 2, kOp,
                ": a, b and c must be 2-D, got a ", ShapeToString(a.shape()), ", b ",
                ShapeToString(b.shape()), ", c ", ShapeToString(c.shape()));
@@ -97,36 +111,52 @@ void CpuOps::Gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, cons
                (trans_b ? "; expected b [N, K]" : "; expected b [K, N]"));
   ZTRAIN_CHECK(c.size(0) == m && c.size(1) == n, kOp, ": c has shape ",
                ShapeToString(c.shape()), ", expected ", ShapeToString({m, n}));
-  Sgemm(trans_a, trans_b, m, n, k, alpha, a.data<float>(), a.size(1), b.data<float>(),
-        b.size(1), beta, c.data<float>(), n, kOp);
+  if (cpu::AnyHalf(a, b, c)) {
+    cpu::Widened w(scratch_);
+    MixedGemm(trans_a, trans_b, alpha, a, b, Tensor(), beta, c, w, kOp);
+    w.Commit();
+    return;
+  }
+  cpu::Sgemm(trans_a, trans_b, m, n, k, alpha, a.data<float>(), a.size(1), b.data<float>(),
+             b.size(1), beta, c.data<float>(), n, kOp);
 }
 
 void CpuOps::LinearForward(const Tensor& x, const Tensor& weight, const Tensor& bias,
                            const Tensor& y) {
   constexpr const char* kOp = "LinearForward";
   const auto [oc, ch, rows] = CheckLinear(x, weight, y, "y", bias, kOp);
+  if (cpu::AnyHalf(x, weight, bias, y)) {
+    cpu::Widened w(scratch_);
+    MixedGemm(false, true, 1.0f, x.View({rows, ch}), weight, bias, 0.0f, y.View({rows, oc}), w,
+              kOp);
+    w.Commit();
+    return;
+  }
 
-  Sgemm(false, true, rows, oc, ch, 1.0f, x.data<float>(), ch, weight.data<float>(), ch, 0.0f,
-        y.data<float>(), oc, kOp);
-  if (bias.defined()) AddBiasRows(y.data<float>(), bias.data<float>(), rows, oc);
+  cpu::Sgemm(false, true, rows, oc, ch, 1.0f, x.data<float>(), ch, weight.data<float>(), ch, 0.0f,
+             y.data<float>(), oc, kOp);
+  if (bias.defined()) cpu::AddBiasRows(y.data<float>(), bias.data<float>(), rows, oc);
 }
 
 void CpuOps::LinearBackward(const Tensor& dy, const Tensor& x, const Tensor& weight,
                             const Tensor& dx, const Tensor& dweight, const Tensor& dbias) {
   constexpr const char* kOp = "LinearBackward";
   const auto [oc, ch, rows] = CheckLinear(x, weight, dy, "dy", dbias, kOp);
-  cpu::CheckCpu(dweight, weight.shape(), kOp, "dweight");
-  if (dx.defined()) cpu::CheckCpu(dx, x.shape(), kOp, "dx");
+  cpu::CheckCpuFloat(dweight, weight.shape(), kOp, "dweight");
+  if (dx.defined()) cpu::CheckCpuFloat(dx, x.shape(), kOp, "dx");
+  if (cpu::AnyHalf(dy, x, weight, dx, dweight, dbias)) {
+    return MixedLinearBackward(dy, x, weight, dx, dweight, dbias, kOp);
+  }
 
   const float* g = dy.data<float>();
   if (dx.defined()) {  // dx[N,C] = dy[N,OC] @ W[OC,C]
-    Sgemm(false, false, rows, ch, oc, 1.0f, g, oc, weight.data<float>(), ch, 0.0f,
-          dx.data<float>(), ch, kOp);
+    cpu::Sgemm(false, false, rows, ch, oc, 1.0f, g, oc, weight.data<float>(), ch, 0.0f,
+               dx.data<float>(), ch, kOp);
   }
   // dW[OC,C] += dy^T[OC,N] @ x[N,C]
-  Sgemm(true, false, oc, ch, rows, 1.0f, g, oc, x.data<float>(), ch, 1.0f,
-        dweight.data<float>(), ch, kOp);
-  if (dbias.defined()) AccumulateColumnSums(g, rows, oc, dbias.data<float>());
+  cpu::Sgemm(true, false, oc, ch, rows, 1.0f, g, oc, x.data<float>(), ch, 1.0f,
+             dweight.data<float>(), ch, kOp);
+  if (dbias.defined()) cpu::AccumulateColumnSums(g, rows, oc, dbias.data<float>());
 }
 
 }  // namespace ztrain::kernels

@@ -5,6 +5,7 @@
 
 #include "kernels/cpu/check.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/widen.h"
 
 namespace ztrain::kernels {
 namespace {
@@ -68,6 +69,12 @@ LayerNormArgs CheckLayerNormArgs(const Tensor& x, const Tensor& weight, const Te
 void CpuOps::LayerNormForward(const Tensor& x, const Tensor& weight, const Tensor& bias,
                               const Tensor& y, const Tensor& mean, const Tensor& rstd) {
   constexpr const char* kOp = "LayerNormForward";
+  if (cpu::AnyHalf(x, weight, bias, y)) {  // Note [Widening adapter]; mean/rstd stay fp32
+    cpu::Widened w(scratch_);
+    LayerNormForward(w.In(x), w.In(weight), w.In(bias), w.Out(y), mean, rstd);
+    w.Commit();
+    return;
+  }
   const LayerNormArgs a = CheckLayerNormArgs(x, weight, mean, rstd, kOp);
   cpu::CheckCpu(bias, weight.shape(), kOp, "bias");
   cpu::CheckCpu(y, x.shape(), kOp, "y");
@@ -90,6 +97,13 @@ void CpuOps::LayerNormBackward(const Tensor& dy, const Tensor& x, const Tensor& 
                                const Tensor& mean, const Tensor& rstd, const Tensor& dx,
                                const Tensor& dweight, const Tensor& dbias) {
   constexpr const char* kOp = "LayerNormBackward";
+  if (cpu::AnyHalf(dy, x, weight, dx, dweight, dbias)) {
+    cpu::Widened w(scratch_);
+    LayerNormBackward(w.In(dy), w.In(x), w.In(weight), mean, rstd, w.Out(dx), w.InOut(dweight),
+                      w.InOut(dbias));
+    w.Commit();
+    return;
+  }
   const LayerNormArgs a = CheckLayerNormArgs(x, weight, mean, rstd, kOp);
   cpu::CheckCpu(dy, x.shape(), kOp, "dy");
   cpu::CheckCpu(dx, x.shape(), kOp, "dx");

@@ -71,6 +71,7 @@ class ParallelTransformerBlock final : public nn::Layer {
   ParallelTransformerBlock(int index, int n_layer, int64_t channels, int n_head,
                            comm::Communicator& tp);
   std::string Name() const override { return prefix_.substr(0, prefix_.size() - 1); }
+  int BlockIndex() const override { return std::stoi(prefix_.substr(2)); }  // "h.<index>."
   std::vector<nn::ParamSpec> Params() const override;
   Shape OutputShape(const Shape& input_shape) const override { return input_shape; }
   void Forward(const nn::MicroBatch& mb, const Tensor& input, const Tensor& output,
@@ -101,6 +102,7 @@ class VocabParallelLmHead final : public nn::Layer {
   std::string Name() const override { return "lm_head"; }
   std::vector<nn::ParamSpec> Params() const override;
   Shape OutputShape(const Shape& input_shape) const override;
+  DType OutputDType(DType) const override { return DType::kF32; }  // losses
   void Forward(const nn::MicroBatch& mb, const Tensor& input, const Tensor& output,
                nn::LayerContext& ctx) override;
   void Backward(const nn::MicroBatch& mb, const Tensor& input, const Tensor& doutput,

@@ -85,8 +85,9 @@ TEST(ConfigParseTest, KeyInWrongSectionSuggestsItsSection) {
 }
 
 TEST(ConfigParseTest, DeprecatedDeepSpeedKeyNamesItsReplacement) {
-  const std::string e = ErrorOf(With(DefaultConfigJson(), "/bfloat16", {{"enabled", false}}));
-  EXPECT_NE(e.find("bfloat16: unknown key; DeepSpeed deprecated it, use \"bf16\""),
+  const std::string e = ErrorOf(With(DefaultConfigJson(), "/zero_optimization/cpu_offload", true));
+  EXPECT_NE(e.find("zero_optimization.cpu_offload: unknown key; DeepSpeed deprecated it, use "
+                   "\"zero_optimization.offload_optimizer\""),
             std::string::npos)
       << e;
 }
@@ -129,12 +130,12 @@ TEST(ConfigParseTest, AllProblemsAreReportedTogether) {
   j["zero_optimization"]["stage3_prefetch_bucketsize"] = 1;
   j["optimizer"]["params"]["lr"] = "fast";
   j["model"]["n_head"] = 3;  // 128 % 3 != 0
-  j["fp16"] = {{"enabled", true}};
+  j["fp16"] = {{"enabled", true}, {"auto_cast", true}};
   const std::string e = ErrorOf(j);
   EXPECT_NE(e.find("invalid config (4 problems):"), std::string::npos) << e;
   for (const char* path :
        {"\n  zero_optimization.stage3_prefetch_bucketsize: ", "\n  optimizer.params.lr: ",
-        "\n  model.n_embd: ", "\n  fp16.enabled: "}) {
+        "\n  model.n_embd: ", "\n  fp16.auto_cast: "}) {
     EXPECT_NE(e.find(path), std::string::npos) << path << " missing in:\n" << e;
   }
 }

@@ -3,6 +3,7 @@
 // offload mode, step by step, and the weights at the end. Skips without a GPU (except the
 // test that a missing GPU is named).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
@@ -10,8 +11,6 @@
 #include <ostream>
 #include <string>
 #include <vector>
-
-#include <unistd.h>
 
 #include "engine/engine.h"
 #include "kernels/ops.h"
@@ -31,8 +30,8 @@ struct Layout {
   std::string offload_optimizer = "none", offload_param = "none";
 };
 void PrintTo(const Layout& l, std::ostream* os) {
-  *os << "stage " << l.stage << ", offload_optimizer " << l.offload_optimizer
-      << ", offload_param " << l.offload_param;
+  *os << "stage " << l.stage << ", offload_optimizer " << l.offload_optimizer << ", offload_param "
+      << l.offload_param;
 }
 
 Config MakeConfig(const std::string& device, const Layout& layout, const std::string& nvme_dir) {
@@ -139,15 +138,16 @@ TEST_P(CudaTrainingTest, TenStepsMatchTheCpu) {
   EXPECT_NEAR(gpu.EvalLoss(eval.mb), cpu.EvalLoss(eval.mb), kTrainTolerance);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Layouts, CudaTrainingTest,
-    ::testing::Values(Layout{0}, Layout{1}, Layout{2}, Layout{3}, Layout{1, "cpu"},
-                      Layout{2, "nvme"}, Layout{3, "cpu", "cpu"}, Layout{3, "nvme", "nvme"},
-                      Layout{3, "none", "cpu"}),
-    [](const ::testing::TestParamInfo<Layout>& info) {
-      return "stage" + std::to_string(info.param.stage) + "_opt_" +
-             info.param.offload_optimizer + "_param_" + info.param.offload_param;
-    });
+INSTANTIATE_TEST_SUITE_P(Layouts, CudaTrainingTest,
+                         ::testing::Values(Layout{0}, Layout{1}, Layout{2}, Layout{3},
+                                           Layout{1, "cpu"}, Layout{2, "nvme"},
+                                           Layout{3, "cpu", "cpu"}, Layout{3, "nvme", "nvme"},
+                                           Layout{3, "none", "cpu"}),
+                         [](const ::testing::TestParamInfo<Layout>& info) {
+                           return "stage" + std::to_string(info.param.stage) + "_opt_" +
+                                  info.param.offload_optimizer + "_param_" +
+                                  info.param.offload_param;
+                         });
 
 TEST(CudaEngineNoGpuTest, AMissingGpuIsNamed) {
   if (kernels::CudaDeviceCount() > 0) GTEST_SKIP() << "a GPU is visible";

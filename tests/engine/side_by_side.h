@@ -20,9 +20,10 @@ inline nn::MicroBatch Rows(const nn::MicroBatch& mb, int64_t begin, int64_t end)
 
 // `steps` steps of `gas` global micro-batches of b x ranks rows (T = 8, vocabulary 11):
 // `parallel` trains rows [rank*b, (rank+1)*b) of each, `single` all of them. Every step's
-// loss and gradient norm must agree within 1e-5 relative, and the token counts exactly.
+// loss and gradient norm must agree within `tolerance` (relative; 1e-5 for fp32), and the
+// token counts exactly.
 inline void TrainSideBySide(Engine& parallel, Engine& single, int steps, int gas, int64_t b,
-                            int ranks, int rank) {
+                            int ranks, int rank, double tolerance = 1e-5) {
   for (int step = 0; step < steps; ++step) {
     std::vector<OwnedBatch> global;
     std::vector<nn::MicroBatch> mine, all;
@@ -33,19 +34,20 @@ inline void TrainSideBySide(Engine& parallel, Engine& single, int steps, int gas
     }
     const StepStats p = parallel.TrainStep(mine);
     const StepStats s = single.TrainStep(all);
-    ASSERT_NEAR(p.loss, s.loss, 1e-5 * std::fabs(s.loss)) << "step " << step;
-    ASSERT_NEAR(p.grad_norm, s.grad_norm, 1e-5 * s.grad_norm) << "step " << step;
+    ASSERT_NEAR(p.loss, s.loss, tolerance * std::fabs(s.loss)) << "step " << step;
+    ASSERT_NEAR(p.grad_norm, s.grad_norm, tolerance * s.grad_norm) << "step " << step;
     ASSERT_EQ(p.tokens, s.tokens);
   }
 }
 
-// Expects parameter `name` of the parallel run (`a`) within 1e-5 (1 + |e|) of the single
+// Expects parameter `name` of the parallel run (`a`) within tolerance (1 + |e|) of the single
 // process's (`e`), element by element.
-inline void ExpectParameterNear(const std::string& name, const Tensor& a, const Tensor& e) {
+inline void ExpectParameterNear(const std::string& name, const Tensor& a, const Tensor& e,
+                                double tolerance = 1e-5) {
   ASSERT_EQ(a.numel(), e.numel()) << name;
   for (int64_t i = 0; i < a.numel(); ++i) {
     const float x = a.data<float>()[i], y = e.data<float>()[i];
-    ASSERT_NEAR(x, y, 1e-5 * (1.0 + std::fabs(y))) << name << "[" << i << "]";
+    ASSERT_NEAR(x, y, tolerance * (1.0 + std::fabs(y))) << name << "[" << i << "]";
   }
 }
 

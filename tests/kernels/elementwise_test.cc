@@ -74,13 +74,13 @@ TEST(ElementwiseTest, SumSquaresAccumulatesInDouble) {
   EXPECT_NEAR(ops->SumSquares(View(r, {n})), want, 1e-12 * want);
 }
 
-TEST(ElementwiseTest, RejectsOtherDtypesNamingThem) {
+TEST(ElementwiseTest, RejectsNonFloatDtypesNamingThem) {
   auto ops = MakeCpuOps();
   std::vector<uint16_t> raw(4);
-  const Tensor bf16(raw.data(), DType::kBF16, {4});
-  ExpectErrorMentions([&] { ops->SumSquares(bf16); }, {"SumSquares", "bf16"});
-  ExpectErrorMentions([&] { ops->Scale(bf16, 2.0f); }, {"Scale", "bf16"});
-  ExpectErrorMentions([&] { ops->AddInPlace(bf16, bf16); }, {"AddInPlace", "bf16"});
+  const Tensor u16(raw.data(), DType::kU16, {4}), bf16(raw.data(), DType::kBF16, {4});
+  ExpectErrorMentions([&] { ops->SumSquares(u16); }, {"SumSquares", "uint16"});
+  ExpectErrorMentions([&] { ops->Scale(u16, 2.0f); }, {"Scale", "uint16"});
+  ExpectErrorMentions([&] { ops->AddInPlace(bf16, u16); }, {"AddInPlace", "x", "uint16"});
   ExpectErrorMentions([&] { ops->Zero(Tensor()); }, {"Zero", "undefined"});
 }
 

@@ -17,6 +17,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/config.h"
+#include "core/memory_tracker.h"
+#include "nn/gpt2.h"
 #include "nn/llmc_model_file.h"
 
 namespace ztrain {
@@ -106,6 +108,70 @@ TEST_F(CliTest, CheckConfigPrintsResolvedConfigOrErrors) {
   EXPECT_NE(bad.out.find("reduce_bucket_size"), std::string::npos) << bad.out;
   EXPECT_EQ(RunZtrain("check-config " + dir_ + "/missing.json").code, 2);
   EXPECT_EQ(RunZtrain("--config " + WriteConfig(j)).code, 2);  // train refuses it too
+}
+
+// `ztrain estimate`: every category per rank, the table of stages and offload choices, a
+// model given by size; bad input exits 2 with the reason.
+TEST_F(CliTest, EstimateReportsEveryCategoryOrRefusesBadInput) {
+  nlohmann::json j = DefaultConfigJson();
+  const Result r = RunZtrain("estimate --config " + WriteConfig(j) + " --gpus-per-node 4");
+  ASSERT_EQ(r.code, 0) << r.out;
+  for (const char* word : {"parameters", "gradients", "optimizer_state", "activations",
+                           "communication", "swap_buffers", "workspace", "total", "NVMe",
+                           "ZeRO stage 0", "optimizer+param cpu", "host/node"}) {
+    EXPECT_NE(r.out.find(word), std::string::npos) << word << "\n" << r.out;
+  }
+  // Stage 0 on one rank holds every layer's flat fp32 buffer: the parameters' line says so.
+  const Config cfg = ParseConfig(j);
+  int64_t padded = 0;
+  for (const auto& layer : nn::BuildGpt2(cfg.model)) {
+    int64_t n = 0;
+    for (const nn::ParamSpec& s : layer->Params()) {
+      if (s.tied_to.empty()) n = (n + NumElements(s.shape) + 15) / 16 * 16;
+    }
+    padded += n;
+  }
+  const std::string line = "  parameters ";
+  const size_t at = r.out.find(line);
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const std::string params_line = r.out.substr(at, r.out.find('\n', at) - at);
+  EXPECT_NE(params_line.find(FormatBytes(4 * padded)), std::string::npos) << params_line;
+
+  const Result sized =
+      RunZtrain("estimate --params 1.5B --layers 48 --hidden 1600 --heads 25 --world-size 8");
+  ASSERT_EQ(sized.code, 0) << sized.out;
+  EXPECT_NE(sized.out.find("48 blocks, n_embd 1600, 25 heads"), std::string::npos) << sized.out;
+  EXPECT_NE(sized.out.find("dp 8 x pp 1 x tp 1"), std::string::npos) << sized.out;
+
+  const Result nothing = RunZtrain("estimate");
+  EXPECT_EQ(nothing.code, 2);
+  EXPECT_NE(nothing.out.find("--config FILE or a model size"), std::string::npos) << nothing.out;
+  const Result bad_size = RunZtrain("estimate --params 7X --layers 2 --hidden 64");
+  EXPECT_EQ(bad_size.code, 2);
+  EXPECT_NE(bad_size.out.find("--params '7X' is not a count"), std::string::npos) << bad_size.out;
+  const Result no_shape = RunZtrain("estimate --params 7B");
+  EXPECT_EQ(no_shape.code, 2);
+  EXPECT_NE(no_shape.out.find("--layers and --hidden"), std::string::npos) << no_shape.out;
+  EXPECT_EQ(RunZtrain("estimate --config " + dir_ + "/missing.json").code, 2);
+  EXPECT_EQ(RunZtrain("estimate --config " + WriteConfig(j) + " --world-size 0").code, 2);
+}
+
+// `ztrain tune`: the largest micro-batch under a budget, confirmed by a real step; a budget
+// that fits nothing exits 1 saying what to do; a bad budget exits 2.
+TEST_F(CliTest, TuneFindsTheLargestMicroBatchOrSaysNothingFits) {
+  nlohmann::json j = DefaultConfigJson();
+  const std::string config = WriteConfig(j);
+  const Result r = RunZtrain("tune --config " + config + " --memory-budget 64MiB");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("largest that fits: \"train_micro_batch_size_per_gpu\": "),
+            std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("in one real step"), std::string::npos) << r.out;
+  const Result tiny = RunZtrain("tune --config " + config + " --memory-budget 1KiB");
+  EXPECT_EQ(tiny.code, 1) << tiny.out;
+  EXPECT_NE(tiny.out.find("nothing fits"), std::string::npos) << tiny.out;
+  const Result bad = RunZtrain("tune --config " + config + " --memory-budget lots");
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.out.find("\"lots\" is not a size"), std::string::npos) << bad.out;
 }
 
 // Without GPUs the default "auto" trains on the CPU and says why; "cuda" is a config error

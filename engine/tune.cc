@@ -1,0 +1,122 @@
+#include "engine/tune.h"
+
+#include <cctype>
+#include <cmath>
+#include <random>
+
+#include "core/logging.h"
+#include "engine/engine.h"
+#include "engine/estimate.h"
+#include "nn/gpt2.h"
+
+namespace ztrain {
+namespace {
+
+int64_t EstimatedPeak(const Config& config, int64_t micro_batch) {
+  return EstimateMemory(WithMicroBatch(config, micro_batch)).device_total_peak;
+}
+
+// One train step of `config` on random tokens; the tracker's device peak (everything on the
+// CPU backend, as the estimate counts it).
+int64_t MeasuredPeak(const Config& config) {
+  Engine engine(config, nn::BuildGpt2(config.model));
+  const int64_t b = config.train_micro_batch_size_per_gpu, t = config.data.seq_len;
+  const int64_t gas = config.gradient_accumulation_steps;
+  std::vector<int32_t> tokens(static_cast<size_t>(gas * b * t));
+  std::mt19937 rng(1);
+  std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(config.model.vocab_size) - 1);
+  for (int32_t& x : tokens) x = pick(rng);
+  std::vector<nn::MicroBatch> micro;
+  for (int64_t i = 0; i < gas; ++i) {
+    const Tensor view(tokens.data() + i * b * t, DType::kI32, {b, t});
+    micro.push_back({view, view});
+  }
+  engine.TrainStep(micro);
+  return engine.memory().Snapshot().total_peak;
+}
+
+}  // namespace
+
+Config WithMicroBatch(const Config& config, int64_t micro_batch) {
+  Config c = config;
+  c.train_micro_batch_size_per_gpu = micro_batch;
+  c.train_batch_size = micro_batch * c.gradient_accumulation_steps * c.dp_size;
+  return c;
+}
+
+TuneResult TuneMicroBatch(const Config& config, int64_t budget, int64_t max_micro_batch,
+                          bool confirm) {
+  ZTRAIN_CHECK_T(ConfigError, budget > 0, "the memory budget must be positive");
+  TuneResult r;
+  auto fits = [&](int64_t b) {
+    const int64_t peak = EstimatedPeak(config, b);
+    r.tried.emplace_back(b, peak);
+    return peak <= budget;
+  };
+  // Doubling while it fits, then bisection in (fit, fail).
+  int64_t fit = 0, fail = max_micro_batch + 1;
+  for (int64_t b = 1; b <= max_micro_batch; b *= 2) {
+    if (!fits(b)) {
+      fail = b;
+      break;
+    }
+    fit = b;
+  }
+  if (fit > 0 && fail > fit + 1) {
+    fail = std::min(fail, max_micro_batch + 1);
+    while (fail - fit > 1) {
+      const int64_t mid = fit + (fail - fit) / 2;
+      (fits(mid) ? fit : fail) = mid;
+    }
+  }
+  r.micro_batch = fit;
+  if (fit == 0) return r;
+  r.estimated_peak = EstimatedPeak(config, fit);
+  if (!confirm) return r;
+  // The real step: step down while it does not fit after all.
+  for (int64_t b = fit; b >= 1; b = b > 1 ? std::max<int64_t>(1, b * 9 / 10) : 0) {
+    Log().info("tune: confirming train_micro_batch_size_per_gpu {} with one step", b);
+    const int64_t measured = MeasuredPeak(WithMicroBatch(config, b));
+    if (measured <= budget) {
+      r.micro_batch = b;
+      r.estimated_peak = EstimatedPeak(config, b);
+      r.measured_peak = measured;
+      r.confirmed = true;
+      return r;
+    }
+    Log().warn("tune: micro-batch {} measured {} over the budget {}", b, FormatBytes(measured),
+               FormatBytes(budget));
+    if (b == 1) break;
+  }
+  r.micro_batch = 0;
+  return r;
+}
+
+int64_t ParseBytes(const std::string& text) {
+  size_t end = 0;
+  double value = 0.0;
+  try {
+    value = std::stod(text, &end);
+  } catch (const std::exception&) {
+    end = 0;
+  }
+  std::string unit;
+  for (size_t i = end; i < text.size(); ++i) {
+    if (!std::isspace(static_cast<unsigned char>(text[i]))) {
+      unit += static_cast<char>(std::tolower(static_cast<unsigned char>(text[i])));
+    }
+  }
+  const std::pair<const char*, double> units[] = {
+      {"", 1},          {"b", 1},          {"kib", 0x1p10}, {"mib", 0x1p20}, {"gib", 0x1p30},
+      {"tib", 0x1p40},  {"kb", 1e3},       {"mb", 1e6},     {"gb", 1e9},     {"tb", 1e12},
+      {"k", 0x1p10},    {"m", 0x1p20},     {"g", 0x1p30},   {"t", 0x1p40}};
+  for (const auto& [name, scale] : units) {
+    if (end > 0 && unit == name && value > 0 && std::isfinite(value)) {
+      return static_cast<int64_t>(value * scale);
+    }
+  }
+  throw ConfigError(detail::StrCat("memory budget \"", text, "\" is not a size; write e.g. 16GiB, "
+                           "512MiB or 2GB"));
+}
+
+}  // namespace ztrain

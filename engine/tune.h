@@ -1,0 +1,44 @@
+#pragma once
+// The micro-batch tuner (`ztrain tune`): the largest train_micro_batch_size_per_gpu whose
+// per-rank memory fits a budget, found from the estimate (engine/estimate.h) and confirmed by
+// one real train step.
+//
+// The estimate's device peak grows with the micro-batch (activations are linear in it), so
+// the tuner doubles B while the estimate fits and then bisects between the last size that
+// fits and the first that does not. It then builds the engine with that B and runs one train
+// step on random tokens (gradient_accumulation_steps micro-batches); if the tracker's measured
+// peak exceeds the budget after all, it steps B down until a real step fits. The real step
+// runs in this process as one rank: for a config of several ranks, the estimate is for one
+// rank of that world and the confirmation step is skipped (say so). Not thread safe (it
+// trains an engine); errors throw.
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/config.h"
+
+namespace ztrain {
+
+struct TuneResult {
+  int64_t micro_batch = 0;      // the largest that fits; 0 when even 1 does not
+  int64_t estimated_peak = 0;   // its estimated device peak
+  int64_t measured_peak = -1;   // the real step's device peak; -1 when not confirmed
+  bool confirmed = false;       // a real step ran within the budget
+  // Every size tried: (micro-batch, estimated device peak), in the order tried.
+  std::vector<std::pair<int64_t, int64_t>> tried;
+};
+
+// `config` with its micro-batch set to `micro_batch` (gradient accumulation kept; the global
+// batch follows).
+Config WithMicroBatch(const Config& config, int64_t micro_batch);
+
+// The search above, up to `max_micro_batch`; `confirm` runs the real step (one rank only).
+TuneResult TuneMicroBatch(const Config& config, int64_t budget_bytes, int64_t max_micro_batch,
+                          bool confirm);
+
+// "16GiB", "512 MiB", "2GB", "1e9", "4096": bytes (binary KiB/MiB/GiB/TiB and decimal
+// KB/MB/GB/TB, B optional); ConfigError naming the text otherwise.
+int64_t ParseBytes(const std::string& text);
+
+}  // namespace ztrain
