@@ -484,8 +484,8 @@ Buffer Engine::RunBackward(const nn::MicroBatch& mb, Buffer dout, MicroBatchRun&
     }
   }
   for (size_t i = n_layers; i-- > 0;) {
-    if (i > 0 && run.host_inputs.size() > i - 1 && run.host_inputs[i - 1].data() != nullptr) {
-      RestoreInput(i, run);  // a checkpointed block's input kept in host memory
+    if (i > 0 && run.kept_inputs.size() > i - 1 && run.kept_inputs[i - 1].data() != nullptr) {
+      RestoreInput(i, run);  // a checkpointed block's input kept in host memory or in parts
     }
     const Tensor layer_in = i == 0 ? run.input : run.out_views[i - 1];
     if (stage_ == 3) GatherForUse(i);

@@ -265,7 +265,8 @@ class Engine {
   // AdamW over `parts`; adam_step is the 1-based update count (bias correction).
   // Activation checkpointing (engine_recompute.cc): after a checkpointed layer's
   // forward, drops what it saved (and with cpu_checkpointing on a device moves its input to
-  // host memory); before its backward, brings the input back and runs the forward again.
+  // host memory; with partition_activations keeps only this tp rank's part of it); before its
+  // backward, brings the input back and runs the forward again.
   void SetUpCheckpointing();
   void KeepOnlyInput(size_t layer, MicroBatchRun& run);
   void RestoreInput(size_t layer, MicroBatchRun& run);
@@ -369,7 +370,8 @@ class Engine {
   // (Note [Devices in the engine]).
   bool host_adam_;
   std::vector<bool> checkpointed_;  // per stage layer: activation checkpointing
-  bool offload_checkpoints_ = false;  // cpu_checkpointing on a device
+  bool offload_checkpoints_ = false;    // cpu_checkpointing on a device
+  bool partition_checkpoints_ = false;  // partition_activations with tensor parallelism
   DType act_dtype_;   // activations and the parameters layers compute with
   DType grad_dtype_;  // gradient accumulation (data_types.grad_accum_dtype)
   std::unique_ptr<optim::LossScaler> scaler_;  // fp16 only

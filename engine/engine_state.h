@@ -48,9 +48,10 @@ struct Engine::MicroBatchRun {
   std::vector<Tensor> out_views;
   Tensor input;     // the stage's input: the tokens on the first stage
   Buffer received;  // owns a received input activation (later stages)
-  // cpu_checkpointing on a device: host copies of checkpointed blocks' inputs (outputs[i]
-  // moved to host_inputs[i] until layer i + 1's backward).
-  std::vector<Buffer> host_inputs;
+  // Checkpointed blocks' inputs kept elsewhere until layer i + 1's backward (outputs[i] moved
+  // to kept_inputs[i]): in host memory (cpu_checkpointing on a device), or this tp rank's
+  // part of it (partition_activations).
+  std::vector<Buffer> kept_inputs;
 };
 
 // Note [ZeRO in the engine]

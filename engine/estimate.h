@@ -10,10 +10,10 @@
 // So the per-category peaks are the tracker's peaks, and the total peak is the peak of the
 // sum, not the sum of the peaks. docs/memory.md gives the resulting formulas.
 //
-// The estimate follows the engine as built: fp32 training today. Mixed precision (a 16-bit
-// compute dtype, 16-bit gradient accumulation) and activation checkpointing are inputs
-// already (from the config, or overridden in EstimateOptions) so the formulas can follow
-// the engine when those land; until then their numbers are the design's, not measured.
+// The estimate follows the engine as built, mixed precision (a 16-bit compute dtype, 16-bit
+// gradient accumulation) and activation checkpointing included (from the config, or
+// overridden in EstimateOptions); estimate_test checks them against the tracker. Not
+// modelled: partition_activations under tensor parallelism and cpu_checkpointing on a GPU.
 //
 // Pure functions of their arguments; thread safe. A config the engine would refuse at start
 // (an NVMe parameter shard larger than offload_param.buffer_size, a model tensor parallelism
