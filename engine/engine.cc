@@ -82,13 +82,13 @@ Engine::Engine(Config config, std::vector<std::unique_ptr<nn::Layer>> layers,
   ZTRAIN_CHECK(!layers.empty(), "the model has no layers");
   ZTRAIN_CHECK(stage_ >= 0 && stage_ <= 3, "zero_optimization.stage is ", stage_,
                "; use 0, 1, 2 or 3");
-  ZTRAIN_CHECK(!mixed() || device_.is_cpu(), "bf16/fp16 training runs on the CPU backend only "
+  ZTRAIN_CHECK_T(ConfigError, !mixed() || device_.is_cpu(), "bf16/fp16 training runs on the CPU backend only "
                "so far (the CUDA ops do not mix dtypes within one op yet); device is ",
                device_.ToString(), ": set \"device\": \"cpu\" or train in fp32");
-  ZTRAIN_CHECK(!mixed() || tp_->size() == 1, "bf16/fp16 with tensor_parallel.size ",
+  ZTRAIN_CHECK_T(ConfigError, !mixed() || tp_->size() == 1, "bf16/fp16 with tensor_parallel.size ",
                tp_->size(), " is not supported yet (the vocabulary-parallel layers compute in fp32 "
                "on the host); train in fp32 or with tensor_parallel.size 1");
-  ZTRAIN_CHECK(device_.is_cpu() || tp_->size() == 1, "tensor_parallel.size ", tp_->size(),
+  ZTRAIN_CHECK_T(ConfigError, device_.is_cpu() || tp_->size() == 1, "tensor_parallel.size ", tp_->size(),
                " runs on the CPU backend only so far (its vocabulary-parallel layers compute on "
                "the host), but device is ", device_.ToString(), "; set \"device\": \"cpu\" or "
                "tensor_parallel.size 1");
