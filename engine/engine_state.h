@@ -1,6 +1,7 @@
 #pragma once
-// Engine internals shared by engine.cc and engine_zero.cc: where each parameter lives and
+// Engine internals shared by the engine/engine*.cc files: where each parameter lives and
 // the per-layer state (flat buffers, shards, communication in flight). Private to engine/.
+#include <chrono>
 #include <cstdint>
 #include <vector>
 
@@ -15,6 +16,24 @@ namespace ztrain {
 
 // The loss scaler's settings from the fp16 section (engine_precision.cc).
 optim::LossScalerOptions LossScalerOptionsFrom(const PrecisionConfig& precision);
+
+inline double SecondsBetween(std::chrono::steady_clock::time_point a,
+                             std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+// Adds the wall time of its scope to `total` (time blocked on the swappers).
+class ScopeTimer {
+ public:
+  explicit ScopeTimer(double& total) : total_(total) {}
+  ~ScopeTimer() { total_ += SecondsBetween(start_, std::chrono::steady_clock::now()); }
+  ScopeTimer(const ScopeTimer&) = delete;
+  ScopeTimer& operator=(const ScopeTimer&) = delete;
+
+ private:
+  double& total_;
+  const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
 
 // Where one parameter lives: layer, index in the layer's Params(), offset in its flat buffer.
 struct Engine::Slot {

@@ -1,0 +1,240 @@
+// The optimizer step: the parameters' parts in this rank's optimizer ranges, walking them
+// with their Adam state (in memory, on a device, or tile by tile from NVMe), the clip and
+// loss-scale coefficient, and AdamW on the device or on the host (Note [ZeRO in the engine],
+// Note [Offload in the engine], Note [Devices in the engine]).
+#include <algorithm>
+#include <chrono>
+
+#include "engine/engine.h"
+#include "engine/engine_state.h"
+#include "offload/optimizer_swapper.h"
+#include "offload/param_swapper.h"
+#include "optim/adam.h"
+#include "optim/grad_clip.h"
+
+namespace ztrain {
+
+std::vector<Engine::Part> Engine::OptimizerParts() const {
+  std::vector<Part> parts;
+  std::vector<int64_t> layer_base(states_.size());
+  for (size_t l = 0, base = 0; l < states_.size(); base += states_[l]->opt_len, ++l) {
+    layer_base[l] = static_cast<int64_t>(base);
+  }
+  for (const Slot& s : slots_) {
+    const LayerState& st = *states_[s.layer];
+    const int64_t begin = std::max(s.offset, st.opt_begin);
+    const int64_t end = std::min(s.offset + NumElements(s.spec.shape), st.opt_begin + st.opt_len);
+    if (begin < end) parts.push_back({&s, begin, end, layer_base[s.layer] + begin - st.opt_begin});
+  }
+  return parts;
+}
+
+double Engine::GradNorm() {
+  // Each element once: a pipeline stage's copy of a weight another stage owns is left out.
+  std::vector<Tensor> grads;
+  for (size_t l = 0; l < states_.size(); ++l) {
+    const LayerState& st = *states_[l];
+    const Tensor g = st.Reduced();
+    int64_t skip = 0;  // leading elements of g that belong to a copy
+    for (const StageTie& tie : stage_ties_) {
+      if (tie.copy && tie.layer == l) {
+        skip = std::clamp<int64_t>(tie.elements - (stage_ >= 1 ? st.opt_begin : 0), 0, g.numel());
+      }
+    }
+    if (skip < g.numel()) grads.push_back(g.Flat(skip, {g.numel() - skip}));
+  }
+  if (stage_ == 0 && pp_->size() == 1 && tp_->size() == 1 && !on_device()) {
+    return optim::GlobalNorm(grads);
+  }
+  double squares = optim::GradSquaredSum(*ops_, grads);
+  if (tp_->size() > 1) {
+    // Parameters whole on every tp rank (layernorms, row-parallel biases) have equal
+    // gradients there: each rank counts 1/tp of them, so the tp sum counts them once.
+    squares -= (1.0 - 1.0 / tp_->size()) * ReplicatedSquares();
+  }
+  float sum = static_cast<float>(squares);
+  if (stage_ >= 1) sum = AllReduceScalar(*dp_, sum);
+  sum = AllReduceScalar(*pp_, sum);
+  sum = AllReduceScalar(*tp_, sum);
+  return std::sqrt(static_cast<double>(sum));
+}
+
+// The squared gradient elements of this rank's parameters that tensor parallelism does not
+// split, within the rank's gradient range (copies of tied weights left out, as in GradNorm).
+double Engine::ReplicatedSquares() {
+  std::vector<Tensor> parts;
+  for (const Slot& s : slots_) {
+    if (s.spec.tp.split() || s.stage_copy) continue;
+    const LayerState& st = *states_[s.layer];
+    const int64_t range_begin = stage_ >= 1 ? st.opt_begin : 0;
+    const int64_t range_len = stage_ >= 1 ? st.shard : st.padded;
+    const int64_t a = std::max(s.offset, range_begin);
+    const int64_t b = std::min(s.offset + NumElements(s.spec.shape), range_begin + range_len);
+    if (a >= b) continue;
+    const Tensor g = st.Reduced();
+    parts.push_back(g.Flat(a - range_begin, {b - a}));
+  }
+  return optim::GradSquaredSum(*ops_, parts);
+}
+
+void Engine::ForEachOptimizerRange(
+    const std::vector<Part>& parts,
+    const std::function<void(const Part&, int64_t, int64_t, float*, float*)>& fn, bool save) {
+  if (!opt_swap_) {
+    for (const Part& p : parts) {
+      LayerState& st = *states_[p.slot->layer];
+      const int64_t local = p.begin - st.opt_begin;
+      if (st.exp_avg.device().is_cpu()) {
+        fn(p, p.begin, p.end, st.exp_avg.data<float>() + local,
+           st.exp_avg_sq.data<float>() + local);
+        continue;
+      }
+      // m and v in device memory (checkpoints): through host copies.
+      const int64_t n = p.end - p.begin;
+      const Tensor m = st.Flat(st.exp_avg, st.opt_len).Flat(local, {n});
+      const Tensor v = st.Flat(st.exp_avg_sq, st.opt_len).Flat(local, {n});
+      std::vector<float> hm = ToHost(m), hv = ToHost(v);
+      fn(p, p.begin, p.end, hm.data(), hv.data());
+      if (save) {
+        CopyIn(hm.data(), m);
+        CopyIn(hv.data(), v);
+        ops_->Synchronize();
+      }
+    }
+    return;
+  }
+  size_t first = 0;  // the first part not wholly in earlier tiles
+  // The swap wait is the time in ForEachTile less the time in fn.
+  double in_fn = 0.0;
+  const auto start = std::chrono::steady_clock::now();
+  opt_swap_->ForEachTile(
+      [&](int64_t tile_begin, int64_t count, float* m, float* v) {
+        const ScopeTimer fn_timer(in_fn);
+        const int64_t tile_end = tile_begin + count;
+        for (size_t i = first; i < parts.size(); ++i) {
+          const Part& p = parts[i];
+          const int64_t g0 = std::max(p.global, tile_begin);
+          const int64_t g1 = std::min(p.global + (p.end - p.begin), tile_end);
+          if (g0 >= tile_end) break;
+          if (g0 < g1) {
+            fn(p, p.begin + (g0 - p.global), p.begin + (g1 - p.global), m + (g0 - tile_begin),
+               v + (g0 - tile_begin));
+          }
+          if (g1 == p.global + (p.end - p.begin)) first = i + 1;
+        }
+      },
+      save);
+  swap_wait_seconds_ +=
+      std::max(0.0, SecondsBetween(start, std::chrono::steady_clock::now()) - in_fn);
+}
+
+void Engine::OptimizerStep(double grad_norm, StepStats& stats) {
+  // Steps skipped for an fp16 overflow took no update: the lr schedule and Adam's step count
+  // follow the updates taken (as DeepSpeed steps neither on an overflow).
+  const int64_t updates = step_ - (scaler_ ? scaler_->skipped_steps() : 0);
+  const double lr = schedule_->LrAt(updates);
+  // fp16: grad_norm is of the scaled gradients; the update divides the scale out.
+  const double scale = scaler_ ? scaler_->scale() : 1.0;
+  const float coef =
+      scaler_ ? optim::UnscaleAndClipCoefficient(grad_norm, scale, config_.gradient_clipping)
+              : optim::ClipCoefficient(grad_norm, config_.gradient_clipping);
+  ++step_;
+  const std::vector<Part> parts = OptimizerParts();
+  if (!host_adam_) {
+    DeviceAdamStep(parts, lr, coef, updates + 1);
+  } else {
+    HostAdamStep(parts, lr, coef, updates + 1);
+  }
+  if ((stage_ == 1 || stage_ == 2) && dp_->size() > 1) GatherParameters();
+  RefreshLowPrecision();
+  stats.step = step_;
+  stats.lr = lr;
+  stats.clip_coef = scaler_ ? std::min(1.0, coef * scale) : coef;
+  stats.grad_norm = grad_norm / scale;
+}
+
+// AdamW on the device, a parameter part at a time (Note [Devices in the engine]).
+void Engine::DeviceAdamStep(const std::vector<Part>& parts, double lr, float coef,
+                            int64_t adam_step) {
+  for (const Part& p : parts) {
+    const Slot& s = *p.slot;
+    LayerState& st = *states_[s.layer];
+    const int64_t local = p.begin - st.opt_begin, n = p.end - p.begin;
+    const Tensor param = st.sharded ? st.Flat(st.params, st.shard).Flat(local, {n})
+                                    : st.Flat(st.params, st.padded).Flat(p.begin, {n});
+    const Tensor grad = st.Reduced().Flat(local, {n});  // (local == p.begin at stage 0)
+    optim::AdamStep(*ops_, optim::AdamArgsFor(config_.optimizer, lr, adam_step, coef,
+                                              s.spec.weight_decay),
+                    param, grad, st.Flat(st.exp_avg, st.opt_len).Flat(local, {n}),
+                    st.Flat(st.exp_avg_sq, st.opt_len).Flat(local, {n}));
+  }
+}
+
+// AdamW on the host: the CPU backend, and offload on a device, where the reduced gradient
+// ranges come to pinned host memory first and each layer's updated master range goes back to
+// the device once the host has stepped it (Note [Devices in the engine]).
+void Engine::HostAdamStep(const std::vector<Part>& parts, double lr, float coef,
+                          int64_t adam_step) {
+  if (on_device()) {
+    for (auto& st : states_) {
+      CopyOut(st->Flat(st->grad_shard, st->shard), st->grad_host.data<float>());
+    }
+    ops_->Synchronize();
+  }
+  // The device copy of the last layer stepped, issued when the step moves to the next layer.
+  size_t stepped = states_.size();
+  auto push_stepped = [&] {
+    if (stepped == states_.size()) return;
+    LayerState& st = *states_[stepped];
+    if (st.master.data() == nullptr) return;
+    const Tensor whole = st.Flat(st.params, st.sharded ? st.shard : st.padded);
+    CopyIn(st.master.data<float>(), whole.Flat(st.sharded ? 0 : st.opt_begin, {st.opt_len}));
+  };
+  // The fp32 master of a layer's optimizer range. With parameters on NVMe one layer's shard
+  // is loaded at a time (the next one read ahead) and stored back when the step moves on.
+  size_t loaded = states_.size();
+  Buffer staged;
+  auto store_loaded = [&] {
+    if (loaded == states_.size()) return;
+    const ScopeTimer timer(swap_wait_seconds_);
+    param_swap_->Store(loaded, staged.data<float>());
+  };
+  auto master = [&](size_t l) -> float* {
+    LayerState& st = *states_[l];
+    if (l != stepped) {
+      push_stepped();
+      stepped = l;
+    }
+    if (st.master.data() != nullptr) return st.master.data<float>();
+    if (!param_swap_) return st.params.data<float>() + (st.sharded ? 0 : st.opt_begin);
+    if (loaded != l) {
+      store_loaded();
+      staged = Buffer(staging(), DType::kF32, {st.shard}, MemoryCategory::kParameters);
+      const ScopeTimer timer(swap_wait_seconds_);
+      param_swap_->CopyOut(l, staged.data<float>());
+      if (l + 1 < states_.size()) param_swap_->Prefetch(l + 1);
+      loaded = l;
+    }
+    return staged.data<float>();
+  };
+  // Adam on elements [begin, end) of a part's layer, with their m and v.
+  auto adam = [&](const Part& p, int64_t begin, int64_t end, float* m, float* v) {
+    const Slot& s = *p.slot;
+    LayerState& st = *states_[s.layer];
+    const int64_t local = begin - st.opt_begin;
+    const float* grad = on_device() ? st.grad_host.data<float>() + local
+                                    : st.Reduced().data<float>() + local;  // local == begin at 0
+    const optim::AdamStepArgs args =
+        optim::AdamArgsFor(config_.optimizer, lr, adam_step, coef, s.spec.weight_decay);
+    optim::AdamStep(args, master(s.layer) + local, grad, m, v, end - begin);
+  };
+  ForEachOptimizerRange(parts, adam, /*save=*/true);
+  push_stepped();
+  if (param_swap_) {
+    store_loaded();
+    const ScopeTimer timer(swap_wait_seconds_);
+    param_swap_->Flush();
+  }
+}
+
+}  // namespace ztrain
