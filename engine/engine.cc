@@ -29,8 +29,7 @@ double MeanOf(const std::vector<float>& values) {
 }
 }  // namespace
 
-Engine::Engine(Config config, std::vector<std::unique_ptr<nn::Layer>> layers,
-               ParallelGroups groups)
+Engine::Engine(Config config, std::vector<std::unique_ptr<nn::Layer>> layers, ParallelGroups groups)
     : config_(std::move(config)),
       device_(ResolveDevice(config_.device)),
       host_(&tracker_),
@@ -42,9 +41,8 @@ Engine::Engine(Config config, std::vector<std::unique_ptr<nn::Layer>> layers,
       cuda_pinned_(device_.is_cpu() ? nullptr : kernels::MakeCudaPinnedAllocator(&tracker_)),
       activations_(*raw_device_, &tracker_),
       self_comm_(groups.dp ? nullptr
-                           : comm::MakeSelfCommunicator([this](const Tensor& a, const Tensor& b) {
-                               ops_->Copy(a, b);
-                             })),
+                           : comm::MakeSelfCommunicator(
+                                 [this](const Tensor& a, const Tensor& b) { ops_->Copy(a, b); })),
       dp_(groups.dp ? groups.dp : self_comm_.get()),
       self_pp_(groups.pp ? nullptr : comm::MakeSelfCommunicator()),
       pp_(groups.pp ? groups.pp : self_pp_.get()),
@@ -56,24 +54,23 @@ Engine::Engine(Config config, std::vector<std::unique_ptr<nn::Layer>> layers,
                  (stage_ == 3 && config_.zero.offload_param.device != "none")),
       act_dtype_(ComputeDType(config_)),
       grad_dtype_(GradAccumDType(config_)),
-      scaler_(config_.precision.fp16 ? std::make_unique<optim::LossScaler>(LossScalerOptionsFrom(
-                                           config_.precision))
-                                     : nullptr),
+      scaler_(config_.precision.fp16
+                  ? std::make_unique<optim::LossScaler>(LossScalerOptionsFrom(config_.precision))
+                  : nullptr),
       ops_(device_.is_cpu() ? kernels::MakeCpuOps() : kernels::MakeCudaOps(device_.index)),
       schedule_(optim::MakeLrSchedule(config_.scheduler, config_.optimizer.lr)) {
   ZTRAIN_CHECK(!layers.empty(), "the model has no layers");
   ZTRAIN_CHECK(stage_ >= 0 && stage_ <= 3, "zero_optimization.stage is ", stage_,
                "; use 0, 1, 2 or 3");
-  ZTRAIN_CHECK_T(ConfigError, !mixed() || device_.is_cpu(), "bf16/fp16 training runs on the CPU backend only "
-               "so far (the CUDA ops do not mix dtypes within one op yet); device is ",
-               device_.ToString(), ": set \"device\": \"cpu\" or train in fp32");
-  ZTRAIN_CHECK_T(ConfigError, !mixed() || tp_->size() == 1, "bf16/fp16 with tensor_parallel.size ",
-               tp_->size(), " is not supported yet (the vocabulary-parallel layers compute in fp32 "
-               "on the host); train in fp32 or with tensor_parallel.size 1");
-  ZTRAIN_CHECK_T(ConfigError, device_.is_cpu() || tp_->size() == 1, "tensor_parallel.size ", tp_->size(),
-               " runs on the CPU backend only so far (its vocabulary-parallel layers compute on "
-               "the host), but device is ", device_.ToString(), "; set \"device\": \"cpu\" or "
-               "tensor_parallel.size 1");
+  ZTRAIN_CHECK_T(ConfigError, !mixed() || device_.is_cpu(),
+                 "bf16/fp16 training runs on the CPU backend only so far (the CUDA ops do not "
+                 "mix dtypes within one op yet); device is ",
+                 device_.ToString(), ": set \"device\": \"cpu\" or train in fp32");
+  ZTRAIN_CHECK_T(ConfigError, device_.is_cpu() || tp_->size() == 1, "tensor_parallel.size ",
+                 tp_->size(),
+                 " runs on the CPU backend only so far (its vocabulary-parallel layers compute "
+                 "on the host), but device is ",
+                 device_.ToString(), "; set \"device\": \"cpu\" or tensor_parallel.size 1");
   SelectStage(std::move(layers));
   SetUpCheckpointing();
   BuildStorage();
@@ -144,8 +141,8 @@ void Engine::BuildStorage() {
                             : host_adam_                        ? Place::kHost
                                                                 : Place::kDevice;
     if (!(st.sharded && op.device == "nvme")) {  // on NVMe the ParamSwapper holds the shard
-      st.params = StateBuffer(param_place, st.sharded ? st.shard : st.padded,
-                              MemoryCategory::kParameters);
+      st.params =
+          StateBuffer(param_place, st.sharded ? st.shard : st.padded, MemoryCategory::kParameters);
     }
     if (mixed() && !st.sharded) {
       st.lp = StateBuffer(Place::kDevice, st.padded, MemoryCategory::kParameters, act_dtype_);
@@ -172,8 +169,8 @@ void Engine::BuildStorage() {
       size_t slot = slots_.size();
       if (offsets[i] < 0) {
         auto it = slot_by_name_.find(spec.tied_to);
-        ZTRAIN_CHECK(it != slot_by_name_.end(), "layer ", layers_[l]->Name(), " ties '",
-                     spec.name, "' to '", spec.tied_to, "', which no earlier layer declares");
+        ZTRAIN_CHECK(it != slot_by_name_.end(), "layer ", layers_[l]->Name(), " ties '", spec.name,
+                     "' to '", spec.tied_to, "', which no earlier layer declares");
         const Slot& owner = slots_[it->second];
         ZTRAIN_CHECK(owner.spec.shape == spec.shape, "tied parameter '", spec.name, "' has shape ",
                      ShapeToString(spec.shape), " but '", spec.tied_to, "' has ",
@@ -206,13 +203,13 @@ void Engine::BindLayer(size_t l) {
     const LayerState& owner = *states_[s.layer];
     // Layers compute with the compute-dtype copy under mixed precision (gathered at stage 3).
     const Buffer& whole = owner.sharded ? owner.gathered : mixed() ? owner.lp : owner.params;
-    params.push_back(whole.data() == nullptr ? Tensor()
-                                             : whole.AsTensor(act_dtype_, {owner.padded})
-                                                   .Flat(s.offset, s.spec.shape));
-    grads.push_back(owner.grads.data() == nullptr
-                        ? Tensor()
-                        : owner.grads.AsTensor(grad_dtype_, {owner.padded})
-                              .Flat(s.offset, s.spec.shape));
+    params.push_back(whole.data() == nullptr
+                         ? Tensor()
+                         : whole.AsTensor(act_dtype_, {owner.padded}).Flat(s.offset, s.spec.shape));
+    grads.push_back(
+        owner.grads.data() == nullptr
+            ? Tensor()
+            : owner.grads.AsTensor(grad_dtype_, {owner.padded}).Flat(s.offset, s.spec.shape));
   }
   layers_[l]->Bind(std::move(params), std::move(grads));
 }
@@ -236,8 +233,7 @@ void Engine::SetUpOffload() {
   const bool param_nvme = stage_ == 3 && op.device == "nvme";
   const bool opt_nvme = oo.device == "nvme";
   if (op.device == "cpu" || oo.device == "cpu") {
-    Log().info("offload: {}{}{} in host memory{}",
-               oo.device == "cpu" ? "optimizer state" : "",
+    Log().info("offload: {}{}{} in host memory{}", oo.device == "cpu" ? "optimizer state" : "",
                op.device == "cpu" && oo.device == "cpu" ? " and " : "",
                op.device == "cpu" ? "parameter shards" : "",
                pinned_.pinned_bytes() + pinned_.unpinned_bytes() == 0
@@ -257,9 +253,11 @@ void Engine::SetUpOffload() {
     shards.push_back(st->shard);
     opt_elements += st->opt_len;
   }
-  const int64_t param_bytes = param_nvme ? offload::ParamSwapper::FileBytes(shards, op.max_in_cpu) : 0;
+  const int64_t param_bytes =
+      param_nvme ? offload::ParamSwapper::FileBytes(shards, op.max_in_cpu) : 0;
   const int64_t opt_bytes =
-      opt_nvme ? offload::OptimizerSwapper::FileBytes(opt_elements, config_.zero.sub_group_size) : 0;
+      opt_nvme ? offload::OptimizerSwapper::FileBytes(opt_elements, config_.zero.sub_group_size)
+               : 0;
   // One swap directory per distinct nvme_path, checked for the bytes all its files need.
   const bool shared = param_nvme && opt_nvme && op.nvme_path == oo.nvme_path;
   // The rank's place in the dp x pp x tp grid (its world rank, ProcessGrid's order) names its
@@ -299,8 +297,9 @@ void Engine::SetUpOffload() {
                         : "",
              param_nvme && opt_nvme ? ", " : "",
              opt_nvme ? fmt::format("optimizer state on NVMe ({} in tiles of {} elements, {} "
-                                    "buffers)", FormatBytes(opt_bytes),
-                                    opt_swap_->tile_elements(), opt_swap_->buffers())
+                                    "buffers)",
+                                    FormatBytes(opt_bytes), opt_swap_->tile_elements(),
+                                    opt_swap_->buffers())
                       : "",
              io_->backend());
 }
@@ -401,9 +400,10 @@ double Engine::MeanOverDp(double value) {
   return static_cast<double>(AllReduceScalar(*dp_, static_cast<float>(value))) / dp_->size();
 }
 
-double Engine::ForwardBackwardImpl(const nn::MicroBatch& mb, float loss_weight,
-                                   StepStats* stats, bool reduce) {
-  ZTRAIN_CHECK(pp_->size() == 1, "ForwardBackward runs the whole model; a pipeline stage runs "
+double Engine::ForwardBackwardImpl(const nn::MicroBatch& mb, float loss_weight, StepStats* stats,
+                                   bool reduce) {
+  ZTRAIN_CHECK(pp_->size() == 1,
+               "ForwardBackward runs the whole model; a pipeline stage runs "
                "its part inside TrainStep");
   const double wait_before = comm_wait_seconds_;
   MicroBatchRun run;
@@ -454,8 +454,8 @@ void Engine::RunForward(const nn::MicroBatch& mb, const Tensor& input, MicroBatc
   if (stats) stats->forward_seconds += SecondsBetween(start, std::chrono::steady_clock::now());
 }
 
-Buffer Engine::RunBackward(const nn::MicroBatch& mb, Buffer dout, MicroBatchRun& run,
-                           bool reduce, StepStats* stats) {
+Buffer Engine::RunBackward(const nn::MicroBatch& mb, Buffer dout, MicroBatchRun& run, bool reduce,
+                           StepStats* stats) {
   const auto start = std::chrono::steady_clock::now();
   const size_t n_layers = layers_.size();
   // Stages 2 and 3 reduce every micro-batch (Note [ZeRO in the engine]).

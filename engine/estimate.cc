@@ -42,6 +42,9 @@ detail::EstimateInput ResolveInput(const Config& config, const EstimateOptions& 
                    " is not a block of a model with n_layer ", config.model.n_layer);
     in.checkpointed[static_cast<size_t>(b)] = true;
   }
+  const ActivationCheckpointingConfig& ac = config.activation_checkpointing;
+  in.partition_checkpoints = ac.partition_activations && in.tp > 1;
+  in.offload_checkpoints = ac.cpu_checkpointing && in.gpu;
   return in;
 }
 

@@ -12,8 +12,8 @@
 //
 // The estimate follows the engine as built, mixed precision (a 16-bit compute dtype, 16-bit
 // gradient accumulation) and activation checkpointing included (from the config, or
-// overridden in EstimateOptions); estimate_test checks them against the tracker. Not
-// modelled: partition_activations under tensor parallelism and cpu_checkpointing on a GPU.
+// overridden in EstimateOptions; partition_activations and cpu_checkpointing from the
+// config); estimate_test and layout_equivalence_test check them against the tracker.
 //
 // Pure functions of their arguments; thread safe. A config the engine would refuse at start
 // (an NVMe parameter shard larger than offload_param.buffer_size, a model tensor parallelism

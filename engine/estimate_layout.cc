@@ -166,15 +166,25 @@ StageLayout LayOutStage(const Config& config, int stage, int dp, int tp) {
   return out;
 }
 
-// The shapes nn/gpt2.cc (parallel/tensor at tp > 1) allocates, in bytes.
+// The shapes nn/gpt2.cc (parallel/tensor at tp > 1) allocates, in bytes. At tp > 1 in 16
+// bits the sums over the tp group are fp32 workspace (Note [Tensor parallelism in 16 bits]).
 LayerActivations ActivationsOf(const LayerLayout& layer, const EstimateInput& in) {
   const ModelConfig& m = in.config->model;
   const int64_t a = static_cast<int64_t>(DTypeSize(in.compute)), f = 4;
   const int64_t b = in.micro_batch, t = in.seq_len, n = b * t, c = m.n_embd, p = in.tp;
+  const bool tp16 = p > 1 && in.compute != DType::kF32;  // fp32 sums of 16-bit values
   LayerActivations x;
   switch (layer.kind) {
     case LayerLayout::Kind::kEmbedding:
       x.output = n * c * a;
+      if (tp16) x.forward_scratch = n * c * f;  // the looked-up rows, summed in fp32
+      if (p > 1) {  // Backward widens what is 16-bit: doutput, dwte's slice and dwpe
+        if (a != f) x.scratch.push_back(n * c * f);
+        if (in.grad != DType::kF32) {
+          x.scratch.push_back(m.padded_vocab_size / p * c * f);
+          x.scratch.push_back(m.max_seq_len * c * f);
+        }
+      }
       break;
     case LayerLayout::Kind::kBlock: {
       const int64_t cl = c / p, heads = m.n_head / p;  // this rank's features and heads
@@ -187,22 +197,24 @@ LayerActivations ActivationsOf(const LayerLayout& layer, const EstimateInput& in
                  n * 4 * cl * a,                       // fch
                  n * 4 * cl * a};                      // fch_gelu
       x.output = n * c * a;
+      if (tp16) x.forward_scratch = n * c * f;  // both row-parallel sums
       // dfch_gelu, dfch, dln2, dres, datt, dqkv, dln1
       x.scratch = {n * 4 * cl * a, n * 4 * cl * a, n * c * a, n * c * a,
                    n * cl * a,     n * 3 * cl * a, n * c * a};
+      if (tp16) x.scratch.insert(x.scratch.end(), {n * c * f, n * c * f});  // f's two sums
       x.input_grad = n * c * a;
       break;
     }
     case LayerLayout::Kind::kLmHead: {
       const int64_t vp = m.padded_vocab_size / p;
       x.saved = {n * c * a, n * f, n * f};  // lnf, mean, rstd
+      x.saved.push_back(n * vp * a);        // logits, turned into dlogits in place by Backward
       if (p == 1) {
-        x.saved.push_back(n * vp * a);   // logits, turned into dlogits in place by Backward
         x.scratch = {n * f, n * c * a};  // the recomputed losses, dlnf
       } else {
-        x.saved.push_back(n * vp * f);  // the vocabulary slice's logits (fp32)
-        x.saved.push_back(3 * n * f);   // ce_stats: max, sum of exp, target logit
-        x.scratch = {n * c * f};        // dlnf
+        x.saved.push_back(3 * n * f);              // ce_stats: max, sum of exp, target logit
+        x.scratch = {n * c * a};                   // dlnf
+        if (tp16) x.scratch.push_back(n * c * f);  // its sum
       }
       x.output = n * f;  // per-token losses
       x.input_grad = n * c * a;

@@ -92,6 +92,7 @@ class RankReplay {
   // One micro-batch in flight (Engine::MicroBatchRun).
   struct Flight {
     std::vector<Id> outputs;
+    std::vector<Id> kept;  // a checkpointed block's input in parts or in host memory
     std::vector<std::vector<Id>> saved;
     Id received = 0;
   };
@@ -119,6 +120,9 @@ class RankReplay {
   void TrainStep();
   void TrainStepPipelined();
   void Forward(Flight& run);
+  void KeepOnlyInput(size_t i, Flight& run);
+  void RestoreInput(size_t i, Flight& run);
+  int64_t PartBytes(int64_t bytes) const;
   Id Backward(Flight& run, Id dout, bool reduce);
   void Scalars();
   void OptimizerStep();
@@ -402,17 +406,48 @@ void RankReplay::TrainStepPipelined() {
 
 // Engine::RunForward. A checkpointed block (Note [Activation checkpointing in the engine]) keeps
 // only its input — the previous layer's output, which the engine keeps anyway — so what its
-// Forward saved is freed at once and recomputed in Backward.
+// Forward saved is freed at once and recomputed in Backward; with partition_activations or
+// cpu_checkpointing the input itself gives way to its 1/tp part or a pinned host copy
+// (Engine::KeepOnlyInput).
 void RankReplay::Forward(Flight& run) {
   run.outputs.assign(n(), 0);
+  run.kept.assign(n(), 0);
   run.saved.assign(n(), {});
   for (size_t i = 0; i < n(); ++i) {
     run.outputs[i] = ledger_.Alloc(MemoryCategory::kActivations, acts_[i].output, Where::kDevice);
     if (stage_ == 3) GatherForUse(i);
     run.saved[i] = AllocAll(MemoryCategory::kActivations, acts_[i].saved);
-    if (checkpointed(i)) ledger_.Free(run.saved[i]);
+    Transient(MemoryCategory::kWorkspace, acts_[i].forward_scratch, Where::kDevice);
     if (stage_ == 3) ReleaseAfterUse();
+    if (checkpointed(i)) KeepOnlyInput(i, run);
   }
+}
+
+void RankReplay::KeepOnlyInput(size_t i, Flight& run) {
+  ledger_.Free(run.saved[i]);
+  if (i == 0 || (!in_.partition_checkpoints && !in_.offload_checkpoints)) return;
+  const int64_t bytes = acts_[i - 1].output;
+  run.kept[i - 1] =
+      in_.partition_checkpoints
+          ? ledger_.Alloc(MemoryCategory::kActivations, PartBytes(bytes), Where::kDevice)
+          : ledger_.Alloc(MemoryCategory::kActivations, bytes, Where::kPinned);
+  ledger_.Free(run.outputs[i - 1]);
+}
+
+// Engine::RestoreInput: the whole input again (all-gathered parts are padded to tp equal
+// ones), before layer i's backward.
+void RankReplay::RestoreInput(size_t i, Flight& run) {
+  const int64_t bytes = acts_[i - 1].output;
+  run.outputs[i - 1] =
+      ledger_.Alloc(MemoryCategory::kActivations,
+                    in_.partition_checkpoints ? PartBytes(bytes) * in_.tp : bytes, Where::kDevice);
+  ledger_.Free(run.kept[i - 1]);
+}
+
+// One tp rank's part of a kept input of `bytes`: ceil(elements / tp) elements.
+int64_t RankReplay::PartBytes(int64_t bytes) const {
+  const auto elem = static_cast<int64_t>(DTypeSize(in_.compute));
+  return (bytes / elem + in_.tp - 1) / in_.tp * elem;
 }
 
 // Engine::RunBackward: returns the gradient of the stage's input (none on the first stage).
@@ -424,6 +459,7 @@ RankReplay::Id RankReplay::Backward(Flight& run, Id dout, bool reduce) {
     }
   }
   for (size_t i = n(); i-- > 0;) {
+    if (i > 0 && run.kept[i - 1] != 0) RestoreInput(i, run);
     if (stage_ == 3) GatherForUse(i);
     if (stage_ >= 2) AllocateFullGradients(i);
     Id din = i > 0 || in_.pp_stage > 0
@@ -432,6 +468,7 @@ RankReplay::Id RankReplay::Backward(Flight& run, Id dout, bool reduce) {
     if (checkpointed(i)) {  // Engine::Recompute: Forward again into a throwaway output
       Id out = ledger_.Alloc(MemoryCategory::kActivations, acts_[i].output, Where::kDevice);
       run.saved[i] = AllocAll(MemoryCategory::kActivations, acts_[i].saved);
+      Transient(MemoryCategory::kWorkspace, acts_[i].forward_scratch, Where::kDevice);
       ledger_.Free(out);
     }
     std::vector<Id> scratch = AllocAll(MemoryCategory::kWorkspace, acts_[i].scratch);

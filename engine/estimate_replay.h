@@ -44,6 +44,10 @@ struct EstimateInput {
   DType compute = DType::kF32;     // activations, the layers' parameter copies, gathers
   DType grad = DType::kF32;        // gradient accumulation
   std::vector<bool> checkpointed;  // per model block
+  // Where a checkpointed block's input waits for its backward (Engine::KeepOnlyInput): in
+  // 1/tp parts (partition_activations at tp > 1), in pinned host memory (cpu_checkpointing
+  // on a GPU), or (both false) where it is.
+  bool partition_checkpoints = false, offload_checkpoints = false;
   int dp = 1, pp = 1, tp = 1, pp_stage = 0;
   int64_t micro_batch = 1, seq_len = 1, grad_accum = 1;
 };
@@ -76,6 +80,7 @@ StageLayout LayOutStage(const Config& config, int stage, int dp, int tp);
 // mean and rstd, attention's lse, the per-token losses.
 struct LayerActivations {
   std::vector<int64_t> saved;    // LayerContext::Save in Forward, in order
+  int64_t forward_scratch = 0;   // workspace its Forward holds until it returns
   int64_t output = 0;            // the output the engine allocates for it
   std::vector<int64_t> scratch;  // LayerContext::Scratch in Backward, in order
   int64_t input_grad = 0;        // the gradient of its input (the engine allocates it)

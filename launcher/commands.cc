@@ -62,8 +62,8 @@ void PrintDeviceChoice(const std::string& setting, int world_size) {
     LaunchEnv env = DetectLaunchEnv();
     if (env.launcher == "none") env.world_size = world_size;
     const DeviceChoice choice = SelectDevice(setting, env);
-    std::fprintf(stderr, "device on this machine: %s (%s)\n",
-                 choice.device.ToString().c_str(), choice.reason.c_str());
+    std::fprintf(stderr, "device on this machine: %s (%s)\n", choice.device.ToString().c_str(),
+                 choice.reason.c_str());
   } catch (const Error& e) {
     std::fprintf(stderr, "device on this machine: not usable here: %s\n", e.what());
   }
@@ -210,10 +210,13 @@ int RunEstimate(const EstimateArgs& args) {
     if (!args.device.empty()) options.gpu = args.device == "gpu";
     const MemoryEstimate e = EstimateMemory(config, options);
     PrintEstimateHeader(config, e);
-    if (e.gpu && e.tp > 1) {
+    if (e.gpu && (e.tp > 1 || e.compute_dtype != DType::kF32)) {
       std::printf(
-          "note: the engine runs tensor parallelism on the CPU backend only so far; "
-          "these are the GPU figures it would need\n");
+          "note: the engine runs %s on the CPU backend only so far; these are the GPU "
+          "figures it would need (--device cpu for the CPU backend's)\n",
+          e.tp > 1 && e.compute_dtype != DType::kF32 ? "tensor parallelism and bf16/fp16"
+          : e.tp > 1                                 ? "tensor parallelism"
+                                                     : "bf16/fp16");
     }
     PrintEstimateRank(e);
     PrintEstimateTable(EstimateTable(config, options), e.gpu);
@@ -241,9 +244,10 @@ int RunTune(const std::string& config_path, const std::string& memory_budget, in
                   peak <= budget ? "" : "  (over)");
     }
     if (r.micro_batch == 0) {
-      std::printf("nothing fits: micro-batch 1 needs %s; raise the budget, use a higher ZeRO "
-                  "stage, offload or activation checkpointing (see ztrain estimate)\n",
-                  FormatBytes(r.tried.empty() ? 0 : r.tried.front().second).c_str());
+      std::printf(
+          "nothing fits: micro-batch 1 needs %s; raise the budget, use a higher ZeRO "
+          "stage, offload or activation checkpointing (see ztrain estimate)\n",
+          FormatBytes(r.tried.empty() ? 0 : r.tried.front().second).c_str());
       return kExitError;
     }
     std::printf("largest that fits: \"train_micro_batch_size_per_gpu\": %lld (estimated %s",
@@ -267,15 +271,15 @@ int RunTrain(const std::string& config_path, const std::string& resume) {
   // way, with nothing to wait for.
   Config config = LoadTrainConfig(config_path, env.world_size);
   if (env.world_size == 1) return Train(std::move(config), nullptr, env, resume);
-  const auto timeout = std::chrono::milliseconds(
-      static_cast<int64_t>(config.training.comm_timeout_s * 1000.0));
+  const auto timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(config.training.comm_timeout_s * 1000.0));
   std::unique_ptr<comm::Communicator> world = comm::MakeMpiWorld(timeout);
   SetLogRankPrefix("[rank " + std::to_string(world->rank()) + "] ");
   if (world->rank() != 0) SetLogLevel("warn");  // progress comes from rank 0, as DeepSpeed
   ShareCoresAmongLocalRanks(env);
   try {
-    ZTRAIN_CHECK(world->size() == env.world_size, "the launcher says ", env.world_size,
-                 " ranks (", env.launcher, ") but MPI has ", world->size());
+    ZTRAIN_CHECK(world->size() == env.world_size, "the launcher says ", env.world_size, " ranks (",
+                 env.launcher, ") but MPI has ", world->size());
     return Train(std::move(config), world.get(), env, resume);
   } catch (const std::exception& e) {
     // One failing rank ends the whole job, so no other rank waits in a collective forever.
@@ -320,11 +324,13 @@ void PrintVersion() {
   std::printf("backends in this build:\n");
   std::printf("  CPU       yes (OpenBLAS %s, OpenMP)\n", ZTRAIN_BUILD_OPENBLAS);
   if (ZTRAIN_BUILD_HAS_CUDA_TOOLKIT) {
-    std::printf("  CUDA      yes (cuBLAS and ztrain's kernels; CUDA devices visible now: %d; "
-                "the config's \"device\" chooses)\n",
-                kernels::CudaDeviceCount());
+    std::printf(
+        "  CUDA      yes (cuBLAS and ztrain's kernels; CUDA devices visible now: %d; "
+        "the config's \"device\" chooses)\n",
+        kernels::CudaDeviceCount());
   } else {
-    std::printf("  CUDA      no (reconfigure with -DZTRAIN_WITH_CUDA=ON; needs the CUDA toolkit)\n");
+    std::printf(
+        "  CUDA      no (reconfigure with -DZTRAIN_WITH_CUDA=ON; needs the CUDA toolkit)\n");
   }
   if (ZTRAIN_BUILD_HAS_NCCL) {
     std::printf("  NCCL      yes (the ranks' collectives when they train on CUDA)\n");
@@ -332,12 +338,13 @@ void PrintVersion() {
     std::printf("  NCCL      no (reconfigure with -DZTRAIN_WITH_NCCL=ON; needs CUDA and NCCL)\n");
   }
   std::printf("  MPI       %s\n", ZTRAIN_BUILD_HAS_MPI
-                                     ? "yes (data parallel and ZeRO stages 0-3 under mpirun/srun)"
-                                     : "no (reconfigure with -DZTRAIN_WITH_MPI=ON)");
-  std::printf("  io_uring  %s\n", ZTRAIN_BUILD_HAS_IO_URING
-                                     ? "built (async file I/O for offload)"
-                                     : "no (offload file I/O uses pread/pwrite; install "
-                                       "liburing-dev and reconfigure with -DZTRAIN_WITH_IO_URING=ON)");
+                                      ? "yes (data parallel and ZeRO stages 0-3 under mpirun/srun)"
+                                      : "no (reconfigure with -DZTRAIN_WITH_MPI=ON)");
+  std::printf("  io_uring  %s\n",
+              ZTRAIN_BUILD_HAS_IO_URING
+                  ? "built (async file I/O for offload)"
+                  : "no (offload file I/O uses pread/pwrite; install "
+                    "liburing-dev and reconfigure with -DZTRAIN_WITH_IO_URING=ON)");
 }
 
 }  // namespace ztrain::launcher

@@ -62,26 +62,31 @@ void ParallelTransformerBlock::Forward(const nn::MicroBatch&, const Tensor& inpu
   const Tensor y = output.View({n, c});
   // Attention: ln1 whole -> (f) -> c_attn column-parallel -> this rank's heads ->
   // c_proj row-parallel -> (g) all-reduce -> + bias + x.
+  const DType d = ctx.dtype();
+  // Both row-parallel partial sums, in fp32 (Note [Tensor parallelism in 16 bits]): y
+  // itself in fp32 (the attention's sum passes through it before the MLP's lands there).
+  Buffer hold;
+  const Tensor sum = detail::Fp32Partial(ctx, y, hold);
   const Tensor ln1 = detail::SavedLayerNorm(ctx, "ln1", x, param(0), param(1));
-  const Tensor qkv = ctx.Save("qkv", DType::kF32, {n, 3 * cl});
+  const Tensor qkv = ctx.Save("qkv", d, {n, 3 * cl});
   ops.LinearForward(ln1, param(2), param(3), qkv);
-  const Tensor att = ctx.Save("att", DType::kF32, {n, cl});
+  const Tensor att = ctx.Save("att", d, {n, cl});
   const Tensor lse = ctx.Save("lse", DType::kF32, {b, nhl_, t});
   ops.AttentionForward(qkv.View({b, t, 3 * cl}), nhl_, att.View({b, t, cl}), lse);
-  const Tensor res = ctx.Save("res", DType::kF32, {n, c});
-  ops.LinearForward(att, param(4), Tensor(), res);
-  tp_.AllReduce(res)->Wait();
-  detail::AddBiasAndResidual(res, param(5), x);
+  const Tensor res = ctx.Save("res", d, {n, c});
+  ops.LinearForward(att, param(4), Tensor(), sum);
+  tp_.AllReduce(sum)->Wait();
+  detail::AddBiasAndResidual(sum, param(5), x, res);
   // MLP: ln2 whole -> (f) -> c_fc column-parallel -> GELU on this rank's features ->
   // c_proj row-parallel -> (g) all-reduce -> + bias + res.
   const Tensor ln2 = detail::SavedLayerNorm(ctx, "ln2", res, param(6), param(7));
-  const Tensor fch = ctx.Save("fch", DType::kF32, {n, 4 * cl});
+  const Tensor fch = ctx.Save("fch", d, {n, 4 * cl});
   ops.LinearForward(ln2, param(8), param(9), fch);
-  const Tensor fch_gelu = ctx.Save("fch_gelu", DType::kF32, {n, 4 * cl});
+  const Tensor fch_gelu = ctx.Save("fch_gelu", d, {n, 4 * cl});
   ops.GeluForward(fch, fch_gelu);
-  ops.LinearForward(fch_gelu, param(10), Tensor(), y);
-  tp_.AllReduce(y)->Wait();
-  detail::AddBiasAndResidual(y, param(11), res);
+  ops.LinearForward(fch_gelu, param(10), Tensor(), sum);
+  tp_.AllReduce(sum)->Wait();
+  detail::AddBiasAndResidual(sum, param(11), res, y);
 }
 
 void ParallelTransformerBlock::Backward(const nn::MicroBatch&, const Tensor& input,
@@ -93,26 +98,26 @@ void ParallelTransformerBlock::Backward(const nn::MicroBatch&, const Tensor& inp
   const Tensor dy = doutput.View({n, c});
   // MLP branch. g's backward is the identity: dy (whole, replicated) feeds the row-parallel
   // c_proj directly, and its bias gradient comes out equal on every rank.
-  const Tensor dfch_gelu = ctx.Scratch(DType::kF32, {n, 4 * cl});
+  const Tensor dfch_gelu = ctx.Scratch(ctx.dtype(), {n, 4 * cl});
   ops.LinearBackward(dy, ctx.Saved("fch_gelu"), param(10), dfch_gelu, grad(10), grad(11));
-  const Tensor dfch = ctx.Scratch(DType::kF32, {n, 4 * cl});
+  const Tensor dfch = ctx.Scratch(ctx.dtype(), {n, 4 * cl});
   ops.GeluBackward(dfch_gelu, ctx.Saved("fch"), dfch);
   // f's backward: each rank's c_fc input gradient is a partial sum over its features.
-  const Tensor dln2 = ctx.Scratch(DType::kF32, {n, c});
+  const Tensor dln2 = ctx.Scratch(ctx.dtype(), {n, c});
   detail::LinearBackwardAllReduceDx(ctx, tp_, dfch, ctx.Saved("ln2"), param(8), dln2, grad(8),
                                     grad(9));
-  const Tensor dres = ctx.Scratch(DType::kF32, {n, c});
+  const Tensor dres = ctx.Scratch(ctx.dtype(), {n, c});
   detail::SavedLayerNormBackward(ctx, "ln2", dln2, ctx.Saved("res"), param(6), dres, grad(6),
                                  grad(7));
   ops.AddInPlace(dres, dy);
   // Attention branch, the same pattern.
-  const Tensor datt = ctx.Scratch(DType::kF32, {n, cl});
+  const Tensor datt = ctx.Scratch(ctx.dtype(), {n, cl});
   ops.LinearBackward(dres, ctx.Saved("att"), param(4), datt, grad(4), grad(5));
-  const Tensor dqkv = ctx.Scratch(DType::kF32, {n, 3 * cl});
+  const Tensor dqkv = ctx.Scratch(ctx.dtype(), {n, 3 * cl});
   ops.AttentionBackward(datt.View({b, t, cl}), ctx.Saved("qkv").View({b, t, 3 * cl}),
                         ctx.Saved("att").View({b, t, cl}), ctx.Saved("lse"), nhl_,
                         dqkv.View({b, t, 3 * cl}));
-  const Tensor dln1 = ctx.Scratch(DType::kF32, {n, c});
+  const Tensor dln1 = ctx.Scratch(ctx.dtype(), {n, c});
   detail::LinearBackwardAllReduceDx(ctx, tp_, dqkv, ctx.Saved("ln1"), param(2), dln1, grad(2),
                                     grad(3));
   const Tensor dx = dinput.View({n, c});

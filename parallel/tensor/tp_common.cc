@@ -1,6 +1,9 @@
 #include "parallel/tensor/tp_common.h"
 
+#include <vector>
+
 #include "core/error.h"
+#include "kernels/cpu/convert.h"
 #include "nn/layer_context.h"
 
 namespace ztrain::tensor::detail {
@@ -37,18 +40,43 @@ void CheckHostOps(const nn::LayerContext& ctx, const std::string& layer) {
                " ops, but its vocabulary and bias loops are host code; use the CPU backend");
 }
 
-void AddBiasAndResidual(const Tensor& y, const Tensor& bias, const Tensor& residual) {
+void LoadElements(const Tensor& t, int64_t begin, int64_t count, float* out) {
+  const size_t offset = static_cast<size_t>(begin) * DTypeSize(t.dtype());
+  kernels::cpu::WidenSerial(static_cast<const char*>(t.data()) + offset, t.dtype(), out, count);
+}
+
+void StoreElements(const float* in, const Tensor& t, int64_t begin, int64_t count) {
+  const size_t offset = static_cast<size_t>(begin) * DTypeSize(t.dtype());
+  kernels::cpu::NarrowSerial(in, static_cast<char*>(t.data()) + offset, t.dtype(), count);
+}
+
+Tensor Fp32Partial(const nn::LayerContext& ctx, const Tensor& out, Buffer& hold) {
+  if (out.dtype() == DType::kF32) return out;
+  hold = Buffer(ctx.allocator(), DType::kF32, out.shape(), MemoryCategory::kWorkspace);
+  return hold.AsTensor(DType::kF32, out.shape());
+}
+
+void AddBiasAndResidual(const Tensor& sum, const Tensor& bias, const Tensor& residual,
+                        const Tensor& y) {
   const int64_t c = bias.numel(), rows = y.numel() / c;
-  ZTRAIN_ASSERT(y.numel() == rows * c && residual.numel() == y.numel(), "bias ",
-                ShapeToString(bias.shape()), " and residual ", ShapeToString(residual.shape()),
-                " do not fit ", ShapeToString(y.shape()));
-  float* out = y.data<float>();
-  const float* b = bias.data<float>();
-  const float* r = residual.data<float>();
-#pragma omp parallel for schedule(static) if (rows * c >= kParallelGrain)
-  for (int64_t i = 0; i < rows; ++i) {
+  ZTRAIN_ASSERT(sum.dtype() == DType::kF32 && sum.numel() == y.numel() && y.numel() == rows * c &&
+                    residual.numel() == y.numel(),
+                "sum ", ShapeToString(sum.shape()), ", bias ", ShapeToString(bias.shape()),
+                " and residual ", ShapeToString(residual.shape()), " do not fit ",
+                ShapeToString(y.shape()));
+  std::vector<float> b(static_cast<size_t>(c));
+  LoadElements(bias, 0, c, b.data());
+  const float* s = sum.data<float>();
+#pragma omp parallel if (rows * c >= kParallelGrain)
+  {
+    std::vector<float> row(static_cast<size_t>(c));
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < rows; ++i) {
+      LoadElements(residual, i * c, c, row.data());
 #pragma omp simd
-    for (int64_t j = 0; j < c; ++j) out[i * c + j] += b[j] + r[i * c + j];
+      for (int64_t j = 0; j < c; ++j) row[j] = s[i * c + j] + (b[j] + row[j]);
+      StoreElements(row.data(), y, i * c, c);
+    }
   }
 }
 
@@ -56,10 +84,13 @@ void LinearBackwardAllReduceDx(nn::LayerContext& ctx, comm::Communicator& tp, co
                                const Tensor& x, const Tensor& weight, const Tensor& dx,
                                const Tensor& dweight, const Tensor& dbias) {
   kernels::Ops& ops = ctx.ops();
-  ops.Gemm(false, false, 1.0f, dy, weight, 0.0f, dx);  // dx[N,C] = dy[N,OC] @ weight[OC,C]
-  const comm::WorkPtr work = tp.AllReduce(dx);
+  // Backward workspace lives until the context's Release, as the layers' other scratch.
+  const Tensor sum = dx.dtype() == DType::kF32 ? dx : ctx.Scratch(DType::kF32, dx.shape());
+  ops.Gemm(false, false, 1.0f, dy, weight, 0.0f, sum);  // dx[N,C] = dy[N,OC] @ weight[OC,C]
+  const comm::WorkPtr work = tp.AllReduce(sum);
   ops.LinearBackward(dy, x, weight, Tensor(), dweight, dbias);  // reads neither dx nor its sum
   work->Wait();
+  if (sum.data() != dx.data()) ops.Copy(sum, dx);
 }
 
 }  // namespace ztrain::tensor::detail

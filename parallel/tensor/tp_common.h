@@ -2,8 +2,21 @@
 // Internals shared by the tensor-parallel layers: parameter slices, the divisibility checks,
 // and the few host loops the op set has no op for (GPT-2's parameter kinds and saved
 // layernorm come from nn/gpt2_parts.h). Not part of the public API.
+//
+// Note [Tensor parallelism in 16 bits]
+// Under bf16/fp16 the layers compute as nn/gpt2.cc does: activations and their gradients in
+// the context's dtype D, parameters the engine's D copies, gradients in the engine's
+// accumulation dtype, and every op computing in fp32 and rounding once. What crosses the tp
+// group is fp32: a row-parallel linear's partial sums, the input gradient partial sums of f,
+// and the embedding's looked-up rows are computed into an fp32 buffer (Fp32Partial), summed
+// over the group in fp32, and rounded once into D together with what follows the sum (bias
+// and residual, position embedding). So the sum is rounded once, as the single-process
+// linear's output is, rather than once per rank; it moves twice the bytes of a D all-reduce
+// (Megatron's choice), and ztrain's MPI reductions are fp32 anyway. The host loops read and
+// read and write D values through LoadElements/StoreElements, in fp32.
 #include <string>
 
+#include "core/buffer.h"
 #include "nn/gpt2_parts.h"
 #include "nn/layer.h"
 #include "parallel/comm/communicator.h"
@@ -34,11 +47,25 @@ void CheckDivides(const char* key, int64_t value, int tp_size, const char* fix);
 // message naming the layer.
 void CheckHostOps(const nn::LayerContext& ctx, const std::string& layer);
 
-// y[n, c] += bias[c] + residual[n, c]: the tail of a row-parallel linear after its all-reduce.
-void AddBiasAndResidual(const Tensor& y, const Tensor& bias, const Tensor& residual);
+// Elements [begin, begin + count) of a host tensor of any float dtype, widened into out.
+void LoadElements(const Tensor& t, int64_t begin, int64_t count, float* out);
+// in[0, count) rounded into elements [begin, begin + count) of a host tensor of any float
+// dtype.
+void StoreElements(const float* in, const Tensor& t, int64_t begin, int64_t count);
 
-// Issues `dx = dy @ weight` (the input gradient of a linear), starts its all-reduce over
-// `tp`, then accumulates dweight (+= dy^T x) and dbias while the all-reduce runs, and waits.
+// Where a sum over the tp group that ends in `out` is computed and all-reduced (Note [Tensor
+// parallelism in 16 bits]): `out` itself when it is fp32, else an fp32 tensor of its shape
+// in `hold` (workspace from ctx's allocator, freed with `hold`).
+Tensor Fp32Partial(const nn::LayerContext& ctx, const Tensor& out, Buffer& hold);
+
+// y[n, c] = sum[n, c] + (bias[c] + residual[n, c]), rounded once into y's dtype: the tail of
+// a row-parallel linear after its all-reduce. sum is fp32 and may be y itself.
+void AddBiasAndResidual(const Tensor& sum, const Tensor& bias, const Tensor& residual,
+                        const Tensor& y);
+
+// Issues `dx = dy @ weight` (the input gradient of a linear, into fp32 workspace unless dx is
+// fp32), starts its all-reduce over `tp`, then accumulates dweight (+= dy^T x) and dbias
+// while the all-reduce runs, waits, and rounds the sum into dx.
 // The backward of Megatron's f operator fused with the linear it guards.
 void LinearBackwardAllReduceDx(nn::LayerContext& ctx, comm::Communicator& tp, const Tensor& dy,
                                const Tensor& x, const Tensor& weight, const Tensor& dx,

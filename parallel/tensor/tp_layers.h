@@ -34,7 +34,9 @@
 // every collective it issues inside Forward/Backward. Every rank of the group must run the
 // same layers on the same micro-batch and the same input activation (replicated, as after
 // the previous layer's all-reduce). The vocabulary loops run on the host: these layers need
-// CPU ops (checked). Not thread safe, like every Layer.
+// CPU ops (checked). They compute in the context's dtype, bf16 and fp16 included, with fp32
+// sums across the group (Note [Tensor parallelism in 16 bits], tp_common.h). Not thread
+// safe, like every Layer.
 #include <memory>
 #include <vector>
 

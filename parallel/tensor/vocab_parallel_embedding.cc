@@ -2,6 +2,7 @@
 // rows for the others, and one all-reduce assembles the whole token embedding. Exactly one
 // rank contributes each row and the others add +0, so the sum is bit-exact.
 #include <algorithm>
+#include <vector>
 
 #include "core/error.h"
 #include "nn/layer_context.h"
@@ -56,40 +57,57 @@ void VocabParallelEmbedding::Forward(const nn::MicroBatch& mb, const Tensor&, co
                                      nn::LayerContext& ctx) {
   detail::CheckHostOps(ctx, Name());
   CheckTokens(mb.tokens, vp_);
-  CheckTensor(output, DType::kF32, OutputShape(mb.tokens.shape()), "embedding output");
+  CheckTensor(output, ctx.dtype(), OutputShape(mb.tokens.shape()), "embedding output");
   const int32_t* tok = mb.tokens.data<int32_t>();
-  const float* wte = param(0).data<float>();
-  float* out = output.data<float>();
+  const Tensor wte = param(0), wpe = param(1);
   const int64_t rows = mb.tokens.numel(), seq = mb.T(), c = c_;
+  // The rows are summed in fp32 and rounded once, with the position embedding (Note [Tensor
+  // parallelism in 16 bits]).
+  Buffer hold;
+  const Tensor sum = detail::Fp32Partial(ctx, output, hold);
+  float* s = sum.data<float>();
 #pragma omp parallel for schedule(static) if (rows * c >= detail::kParallelGrain)
   for (int64_t i = 0; i < rows; ++i) {
     const int64_t local = tok[i] - vocab_begin_;
-    float* o = out + i * c;
     if (local >= 0 && local < local_vocab_) {
-      for (int64_t j = 0; j < c; ++j) o[j] = wte[local * c + j];
+      detail::LoadElements(wte, local * c, c, s + i * c);
     } else {
-      for (int64_t j = 0; j < c; ++j) o[j] = 0.0f;
+      std::fill(s + i * c, s + (i + 1) * c, 0.0f);
     }
   }
-  tp_.AllReduce(output)->Wait();
+  tp_.AllReduce(sum)->Wait();
   // The position embedding is whole on every rank: added after the sum, so once.
-  const float* wpe = param(1).data<float>();
-#pragma omp parallel for schedule(static) if (rows * c >= detail::kParallelGrain)
-  for (int64_t i = 0; i < rows; ++i) {
-    for (int64_t j = 0; j < c; ++j) out[i * c + j] += wpe[(i % seq) * c + j];
+#pragma omp parallel if (rows * c >= detail::kParallelGrain)
+  {
+    std::vector<float> row(static_cast<size_t>(c));
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < rows; ++i) {
+      detail::LoadElements(wpe, (i % seq) * c, c, row.data());
+      for (int64_t j = 0; j < c; ++j) row[j] = s[i * c + j] + row[j];
+      detail::StoreElements(row.data(), output, i * c, c);
+    }
   }
 }
 
 // No collective: doutput is replicated, so each rank accumulates its own wte rows and the
-// same (whole) wpe gradient as every other rank.
+// same (whole) wpe gradient as every other rank. 16-bit arguments are widened into fp32
+// workspace and the gradients rounded back once, as the CPU kernel's adapter does.
 void VocabParallelEmbedding::Backward(const nn::MicroBatch& mb, const Tensor&,
                                       const Tensor& doutput, const Tensor&, nn::LayerContext& ctx) {
   detail::CheckHostOps(ctx, Name());
-  CheckTensor(doutput, DType::kF32, OutputShape(mb.tokens.shape()), "embedding doutput");
+  CheckTensor(doutput, ctx.dtype(), OutputShape(mb.tokens.shape()), "embedding doutput");
+  kernels::Ops& ops = ctx.ops();
+  const auto fp32 = [&](const Tensor& t) {
+    if (t.dtype() == DType::kF32) return t;
+    const Tensor w = ctx.Scratch(DType::kF32, t.shape());
+    ops.Copy(t, w);
+    return w;
+  };
+  const Tensor g32 = fp32(doutput), dwte32 = fp32(grad(0)), dwpe32 = fp32(grad(1));
   const int32_t* tok = mb.tokens.data<int32_t>();
-  const float* g = doutput.data<float>();
-  float* dwte = grad(0).data<float>();
-  float* dwpe = grad(1).data<float>();
+  const float* g = g32.data<float>();
+  float* dwte = dwte32.data<float>();
+  float* dwpe = dwpe32.data<float>();
   const int64_t rows = mb.tokens.numel(), batch = mb.B(), seq = mb.T(), c = c_;
   // Parallel over blocks of channels: every task walks the tokens in order, so repeated
   // tokens add up in the same order whatever the thread count (deterministic, like the CPU
@@ -109,6 +127,8 @@ void VocabParallelEmbedding::Backward(const nn::MicroBatch& mb, const Tensor&,
       }
     }
   }
+  if (dwte32.data() != grad(0).data()) ops.Copy(dwte32, grad(0));
+  if (dwpe32.data() != grad(1).data()) ops.Copy(dwpe32, grad(1));
 }
 
 }  // namespace ztrain::tensor

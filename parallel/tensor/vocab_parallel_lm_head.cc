@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "core/error.h"
 #include "nn/layer_context.h"
@@ -85,28 +86,39 @@ void VocabParallelLmHead::Forward(const nn::MicroBatch& mb, const Tensor& input,
   CheckTargets(mb.targets, v_);
   CheckTensor(output, DType::kF32, OutputShape(input.shape()), "lm_head output");
   const Tensor lnf = detail::SavedLayerNorm(ctx, "lnf", input.View({n, c_}), param(0), param(1));
-  const Tensor logits = ctx.Save("logits", DType::kF32, {n, vl});
+  // The logits are the compute dtype, as nn::LmHead's; the statistics are fp32 (of the
+  // rounded logits, as the single-process softmax's).
+  const Tensor logits = ctx.Save("logits", ctx.dtype(), {n, vl});
   ctx.ops().LinearForward(lnf, param(2), Tensor(), logits);
 
   const Tensor stats = ctx.Save("ce_stats", DType::kF32, {3, n});
   const CeStats s = StatsOf(stats);
-  const float* z = logits.data<float>();
   const int32_t* tgt = mb.targets.data<int32_t>();
   // A rank whose slice is all padding contributes -inf to the max and 0 to the sums.
-#pragma omp parallel for schedule(static) if (n * vl >= detail::kParallelGrain)
-  for (int64_t r = 0; r < n; ++r) {
-    float m = -std::numeric_limits<float>::infinity();
-    for (int64_t j = 0; j < real; ++j) m = std::max(m, z[r * vl + j]);
-    s.max[r] = m;
+#pragma omp parallel if (n * vl >= detail::kParallelGrain)
+  {
+    std::vector<float> z(static_cast<size_t>(real));
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < n; ++r) {
+      detail::LoadElements(logits, r * vl, real, z.data());
+      float m = -std::numeric_limits<float>::infinity();
+      for (int64_t j = 0; j < real; ++j) m = std::max(m, z[j]);
+      s.max[r] = m;
+    }
   }
   tp_.AllReduce(stats.Flat(0, {n}), comm::ReduceOp::kMax)->Wait();
-#pragma omp parallel for schedule(static) if (n * vl >= detail::kParallelGrain)
-  for (int64_t r = 0; r < n; ++r) {
-    double sum = 0.0;
-    for (int64_t j = 0; j < real; ++j) sum += std::exp(z[r * vl + j] - s.max[r]);
-    s.sum_exp[r] = static_cast<float>(sum);
-    const int64_t local = tgt[r] - vocab_begin_;
-    s.target_logit[r] = local >= 0 && local < real ? z[r * vl + local] : 0.0f;
+#pragma omp parallel if (n * vl >= detail::kParallelGrain)
+  {
+    std::vector<float> z(static_cast<size_t>(real));
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < n; ++r) {
+      detail::LoadElements(logits, r * vl, real, z.data());
+      double sum = 0.0;
+      for (int64_t j = 0; j < real; ++j) sum += std::exp(z[j] - s.max[r]);
+      s.sum_exp[r] = static_cast<float>(sum);
+      const int64_t local = tgt[r] - vocab_begin_;
+      s.target_logit[r] = local >= 0 && local < real ? z[local] : 0.0f;
+    }
   }
   tp_.AllReduce(stats.Flat(n, {2 * n}))->Wait();
   float* loss = output.data<float>();
@@ -127,18 +139,22 @@ void VocabParallelLmHead::Backward(const nn::MicroBatch& mb, const Tensor& input
   const CeStats s = StatsOf(ctx.Saved("ce_stats"));
   const float* dloss = doutput.data<float>();
   const int32_t* tgt = mb.targets.data<int32_t>();
-  float* z = logits.data<float>();
-#pragma omp parallel for schedule(static) if (n * vl >= detail::kParallelGrain)
-  for (int64_t r = 0; r < n; ++r) {
-    float* row = z + r * vl;
-    const float scale = dloss[r] / s.sum_exp[r];
-    for (int64_t j = 0; j < real; ++j) row[j] = std::exp(row[j] - s.max[r]) * scale;
-    std::fill(row + real, row + vl, 0.0f);
-    const int64_t local = tgt[r] - vocab_begin_;
-    if (local >= 0 && local < real) row[local] -= dloss[r];
+#pragma omp parallel if (n * vl >= detail::kParallelGrain)
+  {
+    std::vector<float> row(static_cast<size_t>(vl));
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < n; ++r) {
+      detail::LoadElements(logits, r * vl, real, row.data());
+      const float scale = dloss[r] / s.sum_exp[r];
+      for (int64_t j = 0; j < real; ++j) row[j] = std::exp(row[j] - s.max[r]) * scale;
+      std::fill(row.begin() + real, row.end(), 0.0f);
+      const int64_t local = tgt[r] - vocab_begin_;
+      if (local >= 0 && local < real) row[local] -= dloss[r];
+      detail::StoreElements(row.data(), logits, r * vl, vl);
+    }
   }
   // dlnf = dlogits @ W_local is this rank's partial sum over its vocabulary slice.
-  const Tensor dlnf = ctx.Scratch(DType::kF32, {n, c_});
+  const Tensor dlnf = ctx.Scratch(ctx.dtype(), {n, c_});
   detail::LinearBackwardAllReduceDx(ctx, tp_, logits, ctx.Saved("lnf"), param(2), dlnf, grad(2),
                                     Tensor());
   detail::SavedLayerNormBackward(ctx, "lnf", dlnf, input.View({n, c_}), param(0),

@@ -21,9 +21,10 @@ inline nn::MicroBatch Rows(const nn::MicroBatch& mb, int64_t begin, int64_t end)
 // `steps` steps of `gas` global micro-batches of b x ranks rows (T = 8, vocabulary 11):
 // `parallel` trains rows [rank*b, (rank+1)*b) of each, `single` all of them. Every step's
 // loss and gradient norm must agree within `tolerance` (relative; 1e-5 for fp32), and the
-// token counts exactly.
+// token counts exactly. `lr_sum`, when given, receives the sum of the steps' learning rates.
 inline void TrainSideBySide(Engine& parallel, Engine& single, int steps, int gas, int64_t b,
-                            int ranks, int rank, double tolerance = 1e-5) {
+                            int ranks, int rank, double tolerance = 1e-5,
+                            double* lr_sum = nullptr) {
   for (int step = 0; step < steps; ++step) {
     std::vector<OwnedBatch> global;
     std::vector<nn::MicroBatch> mine, all;
@@ -37,6 +38,7 @@ inline void TrainSideBySide(Engine& parallel, Engine& single, int steps, int gas
     ASSERT_NEAR(p.loss, s.loss, tolerance * std::fabs(s.loss)) << "step " << step;
     ASSERT_NEAR(p.grad_norm, s.grad_norm, tolerance * s.grad_norm) << "step " << step;
     ASSERT_EQ(p.tokens, s.tokens);
+    if (lr_sum) *lr_sum += s.lr;
   }
 }
 
