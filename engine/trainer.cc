@@ -391,6 +391,13 @@ void Trainer::Finish(const TrainSummary& s) {
              s.final_eval_loss >= 0 ? fmt::format(", val loss {:.4f}", s.final_eval_loss) : "");
   Log().info("peak memory: {} total ({})", FormatBytes(mem.total_peak),
              MemoryBreakdown(mem, /*with_current=*/false));
+  const int64_t scratch = engine_->ops().ScratchBytes();
+  if (scratch > 0) {
+    Log().info(
+        "the CPU ops also hold {} of fp32 scratch for 16-bit arguments, outside the figures "
+        "above and the estimate (docs/memory.md)",
+        FormatBytes(scratch));
+  }
 }
 
 }  // namespace ztrain

@@ -43,6 +43,10 @@ class Ops {
  public:
   virtual ~Ops() = default;
   virtual Device device() const = 0;
+  // Bytes the ops keep for themselves between calls: outside every caller's tensors, and so
+  // outside every MemoryTracker (CpuOps: the widening adapter's fp32 scratch for 16-bit
+  // arguments, Note [Widening adapter]). 0 where there is none.
+  virtual int64_t ScratchBytes() const { return 0; }
 
   // c[M,N] = alpha * op(a) @ op(b) + beta * c, op = transpose when the flag is set.
   // a is [M,K] (or [K,M] when trans_a), b is [K,N] (or [N,K] when trans_b).

@@ -222,7 +222,10 @@ int RunEstimate(const EstimateArgs& args) {
     PrintEstimateTable(EstimateTable(config, options), e.gpu);
     std::printf(
         "\nnot counted: the CUDA context, library workspaces (cuBLAS, NCCL) and blocks "
-        "the caching allocator keeps free; see docs/memory.md\n");
+        "the caching allocator keeps free%s; see docs/memory.md\n",
+        !e.gpu && e.compute_dtype != DType::kF32
+            ? ", and on the CPU the ops' fp32 scratch for 16-bit arguments (large for fp16)"
+            : "");
     return kExitOk;
   } catch (const ConfigError& e) {
     std::fprintf(stderr, "ztrain estimate: %s\n", e.what());

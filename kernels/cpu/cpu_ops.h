@@ -6,7 +6,7 @@
 // may be fp32, bf16 or fp16 independently of the others, except those ops.h fixes as fp32
 // (the contract is in ops.h's conventions). The kernels are fp32; 16-bit arguments go through
 // the widening adapter (Note [Widening adapter] in widen.h), whose fp32 scratch the object
-// keeps between calls (scratch_bytes()), and GEMMs on two bf16 operands through oneDNN
+// keeps between calls (ScratchBytes()), and GEMMs on two bf16 operands through oneDNN
 // (Note [bf16 GEMMs] in gemm_mixed.cc). Calls whose arguments are all fp32 run the fp32
 // kernels directly, as before the 16-bit path existed. Zero moves bytes and takes every
 // dtype; Copy moves bytes between equal dtypes and converts between float dtypes.
@@ -50,7 +50,7 @@ class CpuOps final : public Ops {
   // (or the first call of this), which logs the choice once, with the reason for a fallback.
   bool Bf16GemmsOnOneDnn();
   // Bytes of fp32 scratch the widening adapter holds (Note [Widening adapter]).
-  size_t scratch_bytes() const { return scratch_.bytes(); }
+  int64_t ScratchBytes() const override { return static_cast<int64_t>(scratch_.bytes()); }
 
   void Gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b,
             float beta, const Tensor& c) override;

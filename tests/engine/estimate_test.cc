@@ -29,20 +29,12 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The small GPT-2 of the checks: 2 blocks, n_embd 64, vocabulary 512 (padded 512), T 64,
-// micro-batch 4, 2 micro-batches per step, on the CPU backend.
+// The small GPT-2 of the checks (testing::SmallConfigJson) with micro-batch 4 and 2
+// micro-batches per step.
 // `extra`: more top-level sections (bf16, fp16, data_types, activation_checkpointing).
 Config SmallConfig(const nlohmann::json& zero, int world_size = 1,
                    const nlohmann::json& extra = nlohmann::json::object()) {
-  nlohmann::json j = DefaultConfigJson();
-  j["model"] = {{"type", "gpt2"},   {"n_layer", 2},      {"n_head", 4},
-                {"n_embd", 64},     {"vocab_size", 512}, {"padded_vocab_size", 512},
-                {"max_seq_len", 64}};
-  j["data"] = {{"seq_len", 64}};
-  j.erase("train_batch_size");
-  j["train_micro_batch_size_per_gpu"] = 4;
-  j["gradient_accumulation_steps"] = 2;
-  j["device"] = "cpu";
+  nlohmann::json j = testing::SmallConfigJson(4, 2);
   j["training"]["job_name"] = "estimate_test";
   j["zero_optimization"] = zero;
   for (const auto& [key, value] : extra.items()) j[key] = value;

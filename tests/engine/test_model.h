@@ -19,6 +19,22 @@ inline nlohmann::json TinyConfigJson(int n_layer = 2, int n_embd = 8, int n_head
   return j;
 }
 
+// The small GPT-2 of the memory checks (estimate_test, tune_test): 2 blocks, n_embd 64, 4
+// heads, vocabulary 512 (padded 512), T 64, on the CPU backend, with `micro` rows per
+// micro-batch and `gas` micro-batches per step.
+inline nlohmann::json SmallConfigJson(int64_t micro, int gas) {
+  nlohmann::json j = DefaultConfigJson();
+  j["model"] = {{"type", "gpt2"},   {"n_layer", 2},      {"n_head", 4},
+                {"n_embd", 64},     {"vocab_size", 512}, {"padded_vocab_size", 512},
+                {"max_seq_len", 64}};
+  j["data"] = {{"seq_len", 64}};
+  j.erase("train_batch_size");
+  j["train_micro_batch_size_per_gpu"] = micro;
+  j["gradient_accumulation_steps"] = gas;
+  j["device"] = "cpu";
+  return j;
+}
+
 // Owns the token storage behind a MicroBatch.
 struct OwnedBatch {
   std::vector<int32_t> tokens, targets;

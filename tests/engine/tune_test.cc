@@ -1,27 +1,18 @@
 // The micro-batch tuner (engine/tune.h): the largest size the estimate fits in a budget,
 // confirmed by a real step that measures within it; budgets too small; size parsing.
+#include "engine/tune.h"
+
 #include <gtest/gtest.h>
 
-#include "engine/estimate.h"
-#include "engine/tune.h"
 #include "core/error.h"
+#include "engine/estimate.h"
+#include "test_model.h"
 #include "tests/expect_error.h"
 
 namespace ztrain {
 namespace {
 
-Config SmallConfig() {
-  nlohmann::json j = DefaultConfigJson();
-  j["model"] = {{"type", "gpt2"},   {"n_layer", 2},      {"n_head", 4},
-                {"n_embd", 64},     {"vocab_size", 512}, {"padded_vocab_size", 512},
-                {"max_seq_len", 64}};
-  j["data"] = {{"seq_len", 64}};
-  j.erase("train_batch_size");
-  j["train_micro_batch_size_per_gpu"] = 1;
-  j["gradient_accumulation_steps"] = 2;
-  j["device"] = "cpu";
-  return ParseConfig(j);
-}
+Config SmallConfig() { return ParseConfig(testing::SmallConfigJson(1, 2)); }
 
 int64_t PeakAt(const Config& c, int64_t b) {
   return EstimateMemory(WithMicroBatch(c, b)).device_total_peak;

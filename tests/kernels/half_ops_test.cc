@@ -119,6 +119,25 @@ TEST_F(HalfOpsTest, AddAllowsTheOutputToAliasAnInput) {
   for (int64_t i = 0; i < n; ++i) ASSERT_EQ(a.Get(i), Bf16ToFloat(FloatToBf16(a0[i] + b0[i])));
 }
 
+// The adapter's scratch is what ScratchBytes reports (the engine logs it: the tracker does
+// not see it): none for fp32 calls, the widened arguments' fp32 bytes after a 16-bit call,
+// kept (not grown) by a repeat of the same call.
+TEST(HalfOpsScratchTest, ScratchBytesCountsTheWidenedArguments) {
+  CpuOps ops(Bf16GemmPath::kSgemm);
+  const int64_t n = 4096;
+  testing::HostTensor x32 = testing::HostTensor::From(DType::kF32, {n}, testing::Random(n, 1));
+  testing::HostTensor y32 = testing::HostTensor::From(DType::kF32, {n}, testing::Random(n, 2));
+  ops.GeluForward(x32.tensor(), y32.tensor());
+  EXPECT_EQ(ops.ScratchBytes(), 0);
+  testing::HostTensor x16 = testing::HostTensor::From(DType::kBF16, {n}, testing::Random(n, 3));
+  testing::HostTensor y16 = testing::HostTensor::From(DType::kBF16, {n}, testing::Random(n, 4));
+  ops.GeluForward(x16.tensor(), y16.tensor());
+  EXPECT_EQ(ops.ScratchBytes(), 2 * n * 4);  // x widened, y's fp32 output
+  ops.GeluForward(x16.tensor(), y16.tensor());
+  EXPECT_EQ(ops.ScratchBytes(), 2 * n * 4);
+  EXPECT_EQ(static_cast<Ops&>(ops).ScratchBytes(), 2 * n * 4);
+}
+
 TEST_F(HalfOpsTest, SoftmaxCrossEntropyWithAndWithoutGradient) {
   // 2100 rows of 512 columns: two row blocks of the adapter (2048 rows each).
   for (int64_t rows : {int64_t{7}, int64_t{2100}}) {
