@@ -11,9 +11,9 @@
 // and the embedding's looked-up rows are computed into an fp32 buffer (Fp32Partial), summed
 // over the group in fp32, and rounded once into D together with what follows the sum (bias
 // and residual, position embedding). So the sum is rounded once, as the single-process
-// linear's output is, rather than once per rank; it moves twice the bytes of a D all-reduce
-// (Megatron's choice), and ztrain's MPI reductions are fp32 anyway. The host loops read and
-// read and write D values through LoadElements/StoreElements, in fp32.
+// linear's output is, rather than once per rank. It moves twice the bytes of the D all-reduce
+// Megatron uses (which rounds each rank's part first); ztrain's MPI reductions are fp32 anyway.
+// The host loops read and write D values through LoadElements/StoreElements, in fp32.
 #include <string>
 
 #include "core/buffer.h"
