@@ -7,14 +7,13 @@
 
 #include "engine/engine.h"
 #include "nn/gpt2.h"
+#include "side_by_side.h"
 #include "test_model.h"
 
 namespace ztrain {
 namespace {
 
-nn::MicroBatch Rows(const nn::MicroBatch& mb, int64_t begin, int64_t end) {
-  return {mb.tokens.Slice(begin, end), mb.targets.Slice(begin, end)};
-}
+using testing::Rows;
 
 TEST(EngineStepTest, MicroBatchesEqualOneBigBatch) {
   nlohmann::json j = testing::TinyConfigJson(2, 16, 2, 11, 8);
@@ -23,22 +22,24 @@ TEST(EngineStepTest, MicroBatchesEqualOneBigBatch) {
   const Config cfg = ParseConfig(j);
   Engine whole(cfg, nn::BuildGpt2(cfg.model));
   Engine split(cfg, nn::BuildGpt2(cfg.model));
-  for (int step = 0; step < 4; ++step) {
+  constexpr int kSteps = 4;
+  // Note [Equivalence tolerances]: the split sums the batch's 32 tokens in another order.
+  testing::EquivalenceCheck check(testing::ModelFor(cfg, whole.NumParameters(), 4 * 8, kSteps), cfg.model.n_embd);
+  double lr_sum = 0.0;
+  for (int step = 0; step < kSteps; ++step) {
     testing::OwnedBatch batch(4, 8, 11, 100 + step);
     const StepStats a = whole.TrainStep({&batch.mb, 1});
     const nn::MicroBatch parts[] = {Rows(batch.mb, 0, 2), Rows(batch.mb, 2, 4)};
     const StepStats b = split.TrainStep(parts);
-    EXPECT_NEAR(a.loss, b.loss, 1e-5 * std::fabs(a.loss));
-    EXPECT_NEAR(a.grad_norm, b.grad_norm, 1e-5 * a.grad_norm);
+    check.Step(step + 1, b.loss, a.loss, b.grad_norm, a.grad_norm, lr_sum);
     EXPECT_EQ(a.tokens, b.tokens);
+    lr_sum += a.lr;
   }
   for (const std::string& name : whole.ParameterNames()) {
     const Tensor p = whole.Parameter(name), q = split.Parameter(name);
-    for (int64_t i = 0; i < p.numel(); ++i) {
-      ASSERT_NEAR(p.data<float>()[i], q.data<float>()[i], 1e-5 * (1 + std::fabs(p.data<float>()[i])))
-          << name << "[" << i << "]";
-    }
+    check.Values(name, q.data<float>(), p.data<float>(), p.numel(), lr_sum);
   }
+  testing::ExpectWithinRounding(check, "micro-batches against one batch");
 }
 
 TEST(EngineStepTest, ModelStateMemoryMatchesTheFormula) {

@@ -1,7 +1,7 @@
 #pragma once
 // The equivalence rule's common part for the multi-rank engine tests: a parallel engine and a
 // single-process engine trained side by side on the same global batches, and their
-// parameters compared.
+// parameters compared, within Note [Equivalence tolerances] (tests/rounding_model.h).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,6 +11,7 @@
 
 #include "engine/engine.h"
 #include "test_model.h"
+#include "tests/rounding_model.h"
 
 namespace ztrain::testing {
 
@@ -18,13 +19,21 @@ inline nn::MicroBatch Rows(const nn::MicroBatch& mb, int64_t begin, int64_t end)
   return {mb.tokens.Slice(begin, end), mb.targets.Slice(begin, end)};
 }
 
+// The model of Note [Equivalence tolerances] for `single`'s config training `steps` steps of
+// `gas` micro-batches of `rows` sequences of T = 8 tokens (TrainSideBySide's batches).
+inline EquivalenceCheck CheckFor(const Engine& single, int64_t rows, int gas, int steps) {
+  const Config& c = single.config();
+  return EquivalenceCheck(ModelFor(c, single.NumParameters(), rows * 8 * gas, steps),
+                          c.model.n_embd);
+}
+
 // `steps` steps of `gas` global micro-batches of b x ranks rows (T = 8, vocabulary 11):
 // `parallel` trains rows [rank*b, (rank+1)*b) of each, `single` all of them. Every step's
-// loss and gradient norm must agree within `tolerance` (relative; 1e-5 for fp32), and the
-// token counts exactly. `lr_sum`, when given, receives the sum of the steps' learning rates.
-inline void TrainSideBySide(Engine& parallel, Engine& single, int steps, int gas, int64_t b,
-                            int ranks, int rank, double tolerance = 1e-5,
-                            double* lr_sum = nullptr) {
+// loss and gradient norm go to `check`, and the token counts must agree exactly. Returns the
+// sum of the steps' learning rates.
+inline double TrainSideBySide(Engine& parallel, Engine& single, int steps, int gas, int64_t b,
+                              int ranks, int rank, EquivalenceCheck& check) {
+  double lr_sum = 0.0;
   for (int step = 0; step < steps; ++step) {
     std::vector<OwnedBatch> global;
     std::vector<nn::MicroBatch> mine, all;
@@ -35,22 +44,18 @@ inline void TrainSideBySide(Engine& parallel, Engine& single, int steps, int gas
     }
     const StepStats p = parallel.TrainStep(mine);
     const StepStats s = single.TrainStep(all);
-    ASSERT_NEAR(p.loss, s.loss, tolerance * std::fabs(s.loss)) << "step " << step;
-    ASSERT_NEAR(p.grad_norm, s.grad_norm, tolerance * s.grad_norm) << "step " << step;
-    ASSERT_EQ(p.tokens, s.tokens);
-    if (lr_sum) *lr_sum += s.lr;
+    check.Step(step + 1, p.loss, s.loss, p.grad_norm, s.grad_norm, lr_sum);
+    EXPECT_EQ(p.tokens, s.tokens) << "step " << step + 1;
+    lr_sum += s.lr;
   }
+  return lr_sum;
 }
 
-// Expects parameter `name` of the parallel run (`a`) within tolerance (1 + |e|) of the single
-// process's (`e`), element by element.
-inline void ExpectParameterNear(const std::string& name, const Tensor& a, const Tensor& e,
-                                double tolerance = 1e-5) {
-  ASSERT_EQ(a.numel(), e.numel()) << name;
-  for (int64_t i = 0; i < a.numel(); ++i) {
-    const float x = a.data<float>()[i], y = e.data<float>()[i];
-    ASSERT_NEAR(x, y, tolerance * (1.0 + std::fabs(y))) << name << "[" << i << "]";
-  }
+// Fails the test with every value `check` found out of its tolerance, and prints the
+// headroom of each kind of check.
+inline void ExpectWithinRounding(const EquivalenceCheck& check, const std::string& label) {
+  check.Report(label);
+  for (const std::string& f : check.failures()) ADD_FAILURE() << label << ": " << f;
 }
 
 }  // namespace ztrain::testing

@@ -66,6 +66,6 @@ for r in $(seq 0 $((np - 1))); do
     [ -f "$work/out_dp/${report}_rank$r.json" ] || { echo "missing ${report}_rank$r.json"; exit 1; }
   done
 done
-compare_losses "$work/single/train.csv" "$work/dp/train.csv" 20 1e-5
-compare_models "$work/single.bin" "$work/dp.bin" 1e-5
+compare_runs "$work/single.json" "$work/single/train.csv" "$work/dp/train.csv" 20 \
+  "$work/single.bin" "$work/dp.bin"
 echo "np=$np stage $stage ($offload): 20 losses and the final weights equal the single-process run"

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The whole test suite, as README command 2 and .ci/run run it: every test once with the
+# BLAS kernel OpenBLAS picks for this CPU, then the equivalence tests (labels `mpi` and
+# `equivalence`: every layout against one process, resumes, micro-batching) again under
+# other OpenBLAS kernels, whose different summation orders move the last bits of every GEMM:
+# Haswell (AVX2 + FMA), Sandybridge (AVX without FMA) and, where the CPU has AVX-512,
+# SkylakeX. Their tolerances come from Note [Equivalence tolerances]
+# (tests/rounding_model.h), so a kernel change cannot turn them red.
+#   bash scripts/run_tests.sh [build dir]
+set -euo pipefail
+build=${1:-build}
+jobs=$(nproc)
+echo "== the whole suite, OpenBLAS kernel as detected (OPENBLAS_CORETYPE unset)"
+env -u OPENBLAS_CORETYPE ctest --test-dir "$build" --output-on-failure -j"$jobs" --timeout 900
+kernels=()
+flags=$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null || true)
+[[ " $flags " == *" avx2 "* && " $flags " == *" fma "* ]] && kernels+=(Haswell)
+[[ " $flags " == *" avx "* ]] && kernels+=(Sandybridge)
+[[ " $flags " == *" avx512f "* ]] && kernels+=(SkylakeX)
+for kernel in "${kernels[@]}"; do
+  echo "== equivalence tests (labels mpi, equivalence) with OPENBLAS_CORETYPE=$kernel"
+  OPENBLAS_CORETYPE=$kernel ctest --test-dir "$build" -L '^(mpi|equivalence)$' \
+    --output-on-failure -j"$jobs" --timeout 900
+done
+[ ${#kernels[@]} -gt 0 ] || echo "(no other x86 OpenBLAS kernel applies to this CPU: equivalence tests ran once)"
