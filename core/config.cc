@@ -293,12 +293,26 @@ Config ParseConfig(const nlohmann::json& j, int world_size) {
   detail::ConfigErrors errors;
   json tree = detail::BuildResolvedTree(j, errors);
   ResolveAioThreadCount(j, tree);
-  detail::ResolveDerived(tree);
+  std::vector<AutoChoice> choices;
+  detail::ResolveDerived(tree, choices);
   detail::ResolveBatchSize(tree, DataParallelSize(tree, world_size, errors), errors);
+  const json* batch = detail::Find(j, "train_batch_size");
+  if (batch && *batch == "auto" && errors.empty()) {
+    choices.insert(choices.begin(),
+                   {"train_batch_size", tree["train_batch_size"],
+                    "train_micro_batch_size_per_gpu x gradient_accumulation_steps x "
+                    "data-parallel ranks"});
+  }
   detail::CheckRefusals(tree, errors);
   detail::CheckRanges(tree, errors);
   errors.ThrowIfAny();
-  return ConfigFrom(tree, world_size);
+  Config c = ConfigFrom(tree, world_size);
+  // The "auto"s the config wrote (not the schema defaults that are "auto", e.g. data.seq_len).
+  for (AutoChoice& a : choices) {
+    const json* v = detail::Find(j, a.path);
+    if (v && *v == "auto") c.auto_choices.push_back(std::move(a));
+  }
+  return c;
 }
 
 }  // namespace ztrain

@@ -167,6 +167,14 @@ struct ActivationCheckpointingConfig {
   std::vector<int> blocks;
 };
 
+// A value chosen for an "auto" in the config, and why (Note [Resolving "auto"],
+// core/config_resolve.cc; the machine-dependent ones in engine/run_config.h).
+struct AutoChoice {
+  std::string path;       // "zero_optimization.reduce_bucket_size"
+  nlohmann::json value;   // 589824
+  std::string reason;     // "model.n_embd^2, the HF Trainer's rule for the hidden size"
+};
+
 struct Config {
   // Where this rank trains: "auto", "cpu", "cuda" or "cuda:N" as written in the config. The
   // Trainer resolves it per rank (engine/device_select.h) and hands the Engine a concrete
@@ -201,6 +209,7 @@ struct Config {
   int world_size = 1;  // ranks in all: dp_size x pipeline_stages x tensor_parallel_size
   int dp_size = 1;     // data-parallel ranks, the size the batch triple was resolved for
   nlohmann::json resolved;  // the full config with every default and "auto" filled in
+  std::vector<AutoChoice> auto_choices;  // every "auto" resolved, in schema order
 };
 
 // The dtype the model computes in: kBF16, kF16 or kF32.

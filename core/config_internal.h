@@ -16,6 +16,8 @@
 #include <string_view>
 #include <vector>
 
+#include "core/config.h"
+
 namespace ztrain::detail {
 
 // Problems found while parsing, each "json.path: what is wrong and how to fix it".
@@ -40,7 +42,7 @@ size_t EditDistance(std::string_view a, std::string_view b);
 // The most transformer blocks a model may have: bounds the block list that
 // activation_checkpointing resolves to (Note [Activation checkpointing config]).
 inline constexpr int64_t kMaxLayers = 65536;
-void ResolveDerived(nlohmann::json& tree);
+void ResolveDerived(nlohmann::json& tree, std::vector<AutoChoice>& choices);
 void ResolveBatchSize(nlohmann::json& tree, int world_size, ConfigErrors& errors);
 
 // config_refusals.cc

@@ -8,6 +8,7 @@
 #include "core/config_internal.h"
 #include "core/config_schema.h"
 #include "core/error.h"
+#include "core/sizes.h"
 
 namespace ztrain::detail {
 namespace {
@@ -123,7 +124,7 @@ void CheckScheduler(const json& t, ConfigErrors& errors) {
     return;  // no scheduler, or refused (its params are then DeepSpeed's business)
   }
   const std::string p = "scheduler.params.";
-  IntAtLeast(t, p + "warmup_num_steps", 1, errors);
+  IntAtLeast(t, p + "warmup_num_steps", 0, errors);  // DeepSpeed warms up over max(2, n)
   IntAtLeast(t, p + "last_batch_iteration", -1, errors);
   if (type == "WarmupLR" || type == "WarmupDecayLR") {
     NumAtLeast(t, p + "warmup_min_lr", 0.0, errors);
@@ -308,11 +309,60 @@ void CheckActivationCheckpointing(const json& t, ConfigErrors& errors) {
   }
 }
 
+// Note [Size limits] (core/sizes.h): the model's parameters, a micro-batch's tokens, logits and
+// saved activations, and a step's tokens must each stay within kMaxElements, so that no size
+// computed from them overflows. Runs after the batch triple is resolved.
+void CheckSizes(const json& t, ConfigErrors& errors) {
+  for (const char* key : {"model.n_head", "model.n_embd"}) {  // ModelConfig holds them as int
+    if (ClampedInt(At(t, key)) > INT32_MAX) {
+      errors.Add(key, StrCat("must be <= ", INT32_MAX, ", got ", ValueText(At(t, key))));
+      return;
+    }
+  }
+  const int64_t c = ClampedInt(At(t, "model.n_embd")), layers = ClampedInt(At(t, "model.n_layer"));
+  const int64_t vp = ClampedInt(At(t, "model.padded_vocab_size"));
+  const int64_t max_t = ClampedInt(At(t, "model.max_seq_len"));
+  if (c < 1 || layers < 1 || vp < 1 || max_t < 1) return;  // CheckModel names them
+  const std::optional<int64_t> block = SizeSum(SizeProduct({12, c, c}), SizeProduct({13, c}));
+  const std::optional<int64_t> params = SizeSum(
+      SizeSum(SizeProduct({vp, c}), SizeProduct({max_t, c})),
+      SizeSum(block ? SizeProduct({layers, *block}) : std::nullopt, SizeProduct({2, c})));
+  if (!params) {
+    errors.Add("model", StrCat("n_layer ", layers, ", n_embd ", c, ", padded_vocab_size ", vp,
+                               " and max_seq_len ", max_t, " make more than ", kMaxElements,
+                               " parameters (Note [Size limits]); lower them"));
+  }
+  const json &micro = At(t, "train_micro_batch_size_per_gpu"), &seq = At(t, "data.seq_len");
+  const json &gas = At(t, "gradient_accumulation_steps"), &batch = At(t, "train_batch_size");
+  if (!micro.is_number_integer() || !seq.is_number_integer() || !gas.is_number_integer() ||
+      !batch.is_number_integer()) {
+    return;  // the batch rules or CheckModel named them
+  }
+  const int64_t b = ClampedInt(micro), tokens = ClampedInt(seq);
+  const std::string what = StrCat("train_micro_batch_size_per_gpu ", b, " x data.seq_len ", tokens);
+  const std::string fix = "; lower train_micro_batch_size_per_gpu or data.seq_len";
+  if (!SizeProduct({b, tokens})) {
+    errors.Add("train_micro_batch_size_per_gpu",
+               StrCat(what, " is more than ", kMaxElements, " tokens per micro-batch", fix));
+  } else if (!SizeProduct({b, tokens, vp}) ||
+             !SizeProduct({b, tokens, c, SizeSum(SizeProduct({16, layers}), 1).value_or(-1)})) {
+    errors.Add("train_micro_batch_size_per_gpu",
+               StrCat(what, " makes more than ", kMaxElements, " logits or saved activations "
+                      "per micro-batch (Note [Size limits])", fix));
+  } else if (!SizeProduct({ClampedInt(gas), b, tokens}) ||
+             !SizeProduct({ClampedInt(batch), tokens})) {
+    errors.Add("train_batch_size", StrCat("train_batch_size ", ValueText(batch), " x data.seq_len ",
+                                          tokens, " is more than ", kMaxElements,
+                                          " tokens per step (Note [Size limits]); lower it"));
+  }
+}
+
 }  // namespace
 
 void CheckRanges(const json& tree, ConfigErrors& errors) {
   CheckDevice(tree, errors);
   CheckModel(tree, errors);
+  CheckSizes(tree, errors);
   CheckTraining(tree, errors);
   CheckOptimizer(tree, errors);
   CheckScheduler(tree, errors);

@@ -9,6 +9,7 @@
 #include "core/config_internal.h"
 #include "core/config_schema.h"
 #include "core/error.h"
+#include "core/sizes.h"
 
 namespace ztrain::detail {
 namespace {
@@ -17,44 +18,84 @@ using nlohmann::json;
 
 int64_t RoundUp(int64_t x, int64_t multiple) { return (x + multiple - 1) / multiple * multiple; }
 
-// Resolvers for "auto" that depend on other keys; every other "auto" becomes the schema
-// default. The table is walked in schema order, so a resolver may read any key that comes
-// earlier in the schema (optimizer before scheduler, model before data).
-const std::vector<std::pair<std::string, std::function<json(const json&)>>>& AutoResolvers() {
-  static const std::vector<std::pair<std::string, std::function<json(const json&)>>> table = {
-      // Batch keys given as "auto" count as not given: the batch rules derive them.
-      {"train_batch_size", [](const json&) { return json(nullptr); }},
-      {"train_micro_batch_size_per_gpu", [](const json&) { return json(nullptr); }},
-      {"gradient_accumulation_steps", [](const json&) { return json(nullptr); }},
+// Note [Resolving "auto"]
+// Every "auto" ParseConfig resolves, with the reason it gives (Config::auto_choices, logged at
+// start and printed by check-config). Keys a Hugging Face Trainer config leaves "auto" take
+// what the HF Trainer fills in (transformers' integrations/deepspeed.py trainer_config_process
+// and trainer_config_finalize, with TrainingArguments' defaults); the rest follow from other
+// keys or take the schema default. The table is walked in schema order, so a rule may read any
+// key that comes earlier in the schema (optimizer before scheduler, model before data).
+// train_micro_batch_size_per_gpu and bf16.enabled depend on the machine: engine/run_config.h
+// resolves them before ParseConfig; here an "auto" micro-batch counts as not given and an
+// "auto" bf16 as false.
+struct AutoRule {
+  const char* path;
+  std::function<json(const json&)> value;
+  const char* reason;
+};
+
+json Hidden(const json& t, double factor, int64_t power) {
+  const int64_t h = At(t, "model.n_embd").get<int64_t>();
+  const int64_t v = (power == 2 ? SizeProduct({h, h}) : SizeProduct({h})).value_or(kMaxElements);
+  return json(static_cast<int64_t>(factor * static_cast<double>(v)));
+}
+
+const std::vector<AutoRule>& AutoRules() {
+  static const std::vector<AutoRule> table = {
+      {"train_batch_size", [](const json&) { return json(nullptr); },
+       "train_micro_batch_size_per_gpu x gradient_accumulation_steps x data-parallel ranks"},
+      {"train_micro_batch_size_per_gpu", [](const json&) { return json(nullptr); },
+       "not resolved here: ztrain resolves it from the device's memory before parsing"},
+      {"gradient_accumulation_steps", [](const json&) { return json(1); },
+       "the HF Trainer's default gradient_accumulation_steps"},
+      {"gradient_clipping", [](const json&) { return json(1.0); },
+       "the HF Trainer's default max_grad_norm"},
+      {"optimizer.params.lr", [](const json&) { return json(5e-5); },
+       "the HF Trainer's default learning_rate"},
+      {"optimizer.params.betas", [](const json&) { return json::array({0.9, 0.999}); },
+       "the HF Trainer's default adam_beta1, adam_beta2"},
+      {"optimizer.params.eps", [](const json&) { return json(1e-8); },
+       "the HF Trainer's default adam_epsilon"},
+      {"optimizer.params.weight_decay", [](const json&) { return json(0.0); },
+       "the HF Trainer's default weight_decay"},
+      {"scheduler.params.warmup_min_lr", [](const json&) { return json(0.0); },
+       "0, as the HF Trainer fills it"},
+      {"scheduler.params.warmup_max_lr", [](const json& t) { return At(t, "optimizer.params.lr"); },
+       "optimizer.params.lr, as the HF Trainer fills it with learning_rate"},
+      {"scheduler.params.warmup_num_steps", [](const json&) { return json(0); },
+       "the HF Trainer's default warmup_steps (DeepSpeed then warms up over 2 steps)"},
+      {"scheduler.params.total_num_steps", [](const json& t) { return At(t, "training.steps"); },
+       "training.steps, as the HF Trainer fills it with the run's steps"},
+      {"fp16.enabled", [](const json&) { return json(false); },
+       "the HF Trainer's default fp16 (false)"},
+      {"bf16.enabled", [](const json&) { return json(false); },
+       "not resolved by the hardware here (engine/run_config.h does): false"},
       {"model.padded_vocab_size",
-       [](const json& t) { return json(RoundUp(At(t, "model.vocab_size").get<int64_t>(), 128)); }},
-      {"data.seq_len", [](const json& t) { return At(t, "model.max_seq_len"); }},
-      {"scheduler.params.warmup_max_lr",
-       [](const json& t) { return At(t, "optimizer.params.lr"); }},
-      {"scheduler.params.total_num_steps", [](const json& t) { return At(t, "training.steps"); }},
-      {"pipeline.stages", [](const json&) { return json(1); }},
-      // Hugging Face's rules for ZeRO bucket sizes from the hidden size.
-      {"zero_optimization.reduce_bucket_size",
        [](const json& t) {
-         const int64_t h = At(t, "model.n_embd").get<int64_t>();
-         return json(h * h);
-       }},
+         const int64_t v = ClampedInt(At(t, "model.vocab_size"));
+         return json(v > kMaxElements ? v : RoundUp(v, 128));  // CheckSizes names a huge one
+       },
+       "model.vocab_size rounded up to a multiple of 128"},
+      {"data.seq_len", [](const json& t) { return At(t, "model.max_seq_len"); },
+       "model.max_seq_len"},
+      {"pipeline.stages", [](const json&) { return json(1); }, "no pipeline"},
+      {"zero_optimization.reduce_bucket_size", [](const json& t) { return Hidden(t, 1.0, 2); },
+       "model.n_embd^2, the HF Trainer's rule for the hidden size"},
       {"zero_optimization.stage3_prefetch_bucket_size",
-       [](const json& t) {
-         const int64_t h = At(t, "model.n_embd").get<int64_t>();
-         return json(static_cast<int64_t>(0.9 * static_cast<double>(h * h)));
-       }},
+       [](const json& t) { return Hidden(t, 0.9, 2); },
+       "0.9 model.n_embd^2, the HF Trainer's rule for the hidden size"},
       {"zero_optimization.stage3_param_persistence_threshold",
-       [](const json& t) { return json(10 * At(t, "model.n_embd").get<int64_t>()); }},
+       [](const json& t) { return Hidden(t, 10.0, 1); },
+       "10 model.n_embd, the HF Trainer's rule for the hidden size"},
   };
   return table;
 }
 
-json ResolveAuto(const ConfigKey& key, const json& tree) {
-  for (const auto& [path, resolve] : AutoResolvers()) {
-    if (path == key.path) return resolve(tree);
+AutoChoice ResolveAuto(const ConfigKey& key, const json& tree) {
+  for (const AutoRule& rule : AutoRules()) {
+    if (rule.path == key.path) return {key.path, rule.value(tree), rule.reason};
   }
-  return key.default_value;
+  return {key.path, key.default_value, "the default"};
 }
 
 void CanonicaliseOptimizerType(json& tree) {
@@ -128,11 +169,14 @@ void ResolveActivationCheckpointing(json& tree) {
 
 }  // namespace
 
-void ResolveDerived(json& tree) {
+void ResolveDerived(json& tree, std::vector<AutoChoice>& choices) {
   for (const ConfigKey& key : ConfigSchema::Get().keys()) {
     if (!key.auto_ok) continue;
     json* v = Find(tree, key.path);
-    if (v && *v == "auto") *v = ResolveAuto(key, tree);
+    if (!v || *v != "auto") continue;
+    AutoChoice choice = ResolveAuto(key, tree);
+    *v = choice.value;
+    if (!choice.value.is_null()) choices.push_back(std::move(choice));
   }
   CanonicaliseOptimizerType(tree);
   ResolveGradAccumDType(tree);
@@ -173,12 +217,12 @@ void ResolveBatchSize(json& tree, int world_size, ConfigErrors& errors) {
   } else if (train && gas) {
     micro = *gas > 0 ? *train / ws / *gas : 0;
   } else if (micro && gas) {
-    train = *micro * *gas * ws;
+    train = SizeProduct({*micro, *gas, ws}).value_or(-1);
   } else if (train) {
     gas = 1;
     micro = *train / ws;
   } else if (micro) {
-    train = *micro * ws;
+    train = SizeProduct({*micro, ws}).value_or(-1);
     gas = 1;
   } else {
     errors.Add("train_batch_size",
@@ -186,7 +230,15 @@ void ResolveBatchSize(json& tree, int world_size, ConfigErrors& errors) {
                "(e.g. \"train_micro_batch_size_per_gpu\": 8)");
     return;
   }
-  if (*train != *micro * *gas * ws) {
+  const std::optional<int64_t> product = SizeProduct({*micro, *gas, ws});
+  if (!product) {
+    errors.Add("train_batch_size",
+               StrCat("train_micro_batch_size_per_gpu ", *micro, " x gradient_accumulation_steps ",
+                      *gas, " x world_size ", ws, " exceeds ", kMaxElements,
+                      " sequences (Note [Size limits]); use a micro-batch that fits the device"));
+    return;
+  }
+  if (*train != *product) {
     std::string hint = "; fix one of them, or give only two and let the third be derived";
     if (derived_gas || derived_micro) {
       hint = StrCat("; train_batch_size must be a multiple of ",
@@ -197,7 +249,7 @@ void ResolveBatchSize(json& tree, int world_size, ConfigErrors& errors) {
     errors.Add("train_batch_size",
                StrCat("train_batch_size ", *train, " != train_micro_batch_size_per_gpu ", *micro,
                       " x gradient_accumulation_steps ", *gas, " x world_size ", ws,
-                      " (= ", *micro * *gas * ws, ")", hint));
+                      " (= ", *product, ")", hint));
     return;
   }
   tree["train_batch_size"] = *train;

@@ -16,20 +16,24 @@ std::vector<ConfigKey> BatchAndTopLevelKeys() {
   return {
       Key("train_batch_size", T::kInt, nullptr,
           "Samples per optimizer step over all ranks = micro batch x gradient accumulation x "
-          "data-parallel world size. Give any two of the three (or one, see the batch rules).")
+          "data-parallel world size. Give any two of the three (or one, see the batch rules). "
+          "`\"auto\"`: from the other two.")
           .Nullable()
           .Auto(),
       Key("train_micro_batch_size_per_gpu", T::kInt, nullptr,
-          "Samples per forward/backward on one rank.")
+          "Samples per forward/backward on one rank. `\"auto\"`: the largest that fits the "
+          "device's memory by the estimate, as `ztrain tune` finds it (engine/run_config.h).")
           .Nullable()
           .Auto(),
       Key("gradient_accumulation_steps", T::kInt, nullptr,
-          "Micro-batches accumulated before each optimizer step.")
+          "Micro-batches accumulated before each optimizer step. `\"auto\"`: 1 (the HF "
+          "Trainer's default).")
           .Nullable()
           .Auto(),
       Key("steps_per_print", T::kInt, 10, "Log loss, lr and throughput every this many steps."),
       Key("gradient_clipping", T::kNumber, 0.0,
-          "Clip the global gradient L2 norm to this value (0 = no clipping). `\"auto\"`: 0.")
+          "Clip the global gradient L2 norm to this value (0 = no clipping). `\"auto\"`: 1.0 "
+          "(the HF Trainer's max_grad_norm).")
           .Auto(),
       Key("prescale_gradients", T::kBool, false,
           "Divide gradients by the world size before the all-reduce instead of after."),
@@ -66,13 +70,16 @@ std::vector<ConfigKey> OptimizerKeys() {
           "with `adam_w_mode` false adds `weight_decay * w` to the gradient (L2)."),
       Key("optimizer.legacy_fusion", T::kBool, false, "DeepSpeed fp16 legacy fusion; no effect."),
       Key("optimizer.params", T::kSection, nullptr, "Arguments of DeepSpeed's FusedAdam."),
-      Key("optimizer.params.lr", T::kNumber, 1e-3, "Learning rate (`\"auto\"`: 1e-3).").Auto(),
-      Key("optimizer.params.betas", T::kNumberPair, nlohmann::json::array({0.9, 0.999}),
-          "[beta1, beta2], each in [0, 1).")
+      Key("optimizer.params.lr", T::kNumber, 1e-3, "Learning rate (`\"auto\"`: 5e-5, the HF Trainer's).")
           .Auto(),
-      Key("optimizer.params.eps", T::kNumber, 1e-8, "Denominator epsilon, > 0.").Auto(),
+      Key("optimizer.params.betas", T::kNumberPair, nlohmann::json::array({0.9, 0.999}),
+          "[beta1, beta2], each in [0, 1) (`\"auto\"`: [0.9, 0.999], the HF Trainer's).")
+          .Auto(),
+      Key("optimizer.params.eps", T::kNumber, 1e-8, "Denominator epsilon, > 0 (`\"auto\"`: 1e-8).")
+          .Auto(),
       Key("optimizer.params.weight_decay", T::kNumber, 0.0,
-          "Weight decay, applied to the parameters whose layer marks them for decay.")
+          "Weight decay, applied to the parameters whose layer marks them for decay "
+          "(`\"auto\"`: 0, the HF Trainer's).")
           .Auto(),
       Key("optimizer.params.bias_correction", T::kBool, true, "Adam bias correction."),
       Key("optimizer.params.adam_w_mode", T::kBool, true,
@@ -104,7 +111,8 @@ std::vector<ConfigKey> SchedulerKeys() {
           .Auto()
           .OnlyFor(kWarmup),
       Key("scheduler.params.warmup_num_steps", T::kInt, 1000,
-          "Warmup steps (`\"auto\"`: 1000). DeepSpeed uses at least 2.")
+          "Warmup steps, >= 0 (`\"auto\"`: 0, the HF Trainer's warmup_steps). DeepSpeed uses "
+          "at least 2.")
           .Auto()
           .OnlyFor(kAllSchedulers),
       Key("scheduler.params.warmup_type", T::kString, "log", "Warmup curve: `log` or `linear`.")
@@ -136,7 +144,8 @@ std::vector<ConfigKey> PrecisionKeys() {
           "loss scale that keeps small gradients from flushing to zero. An overflowing step is "
           "skipped. DeepSpeed's keys and defaults, plus `max_consecutive_skips`."),
       Key("fp16.enabled", T::kBool, false,
-          "Train in fp16 (`\"auto\"`: false). Not together with `bf16.enabled`.")
+          "Train in fp16 (`\"auto\"`: false, the HF Trainer's default). Not together with "
+          "`bf16.enabled`.")
           .Auto(),
       Key("fp16.auto_cast", T::kBool, false,
           "Cast inputs to fp16 (torch autocast). ztrain has no autocast: with `enabled` every "
@@ -168,7 +177,9 @@ std::vector<ConfigKey> PrecisionKeys() {
           "fp32's range, so there is no loss scaling. Also read under DeepSpeed's older name "
           "`bfloat16` when `bf16` is absent."),
       Key("bf16.enabled", T::kBool, false,
-          "Train in bf16 (`\"auto\"`: false). Not together with `fp16.enabled`.")
+          "Train in bf16 (`\"auto\"`: true where the hardware computes bf16 -- a GPU of compute "
+          "capability 8.0 or later, a CPU with AVX512-BF16 or AMX -- and fp16 is not enabled; "
+          "else false). Not together with `fp16.enabled`.")
           .Auto(),
       Key("bf16.immediate_grad_update", T::kBool, true,
           "Accumulate gradients into fp32 right after each backward."),

@@ -21,6 +21,7 @@ DataLoader::DataLoader(std::shared_ptr<const TokenSource> source, const LoaderOp
     window_offsets_.push_back(window_offsets_.back() + (size - 1) / t);
   }
   CheckShardSizes();
+  source_->CheckVocabulary(options_.vocab_size);
   if (options_.shuffle) {
     batches_per_epoch_ = num_windows() / global_windows_;
   } else {
@@ -124,22 +125,10 @@ void DataLoader::NextShuffled(int32_t* tokens, int32_t* targets) {
 void DataLoader::CopyWindows(int64_t shard, int64_t begin, int64_t rows, int32_t* tokens,
                              int32_t* targets) const {
   const int64_t count = rows * options_.seq_len;
-  CheckVocab(shard, begin, count + 1);
   const uint16_t* src = source_->shard(shard).data() + begin;
   for (int64_t i = 0; i < count; ++i) {
     tokens[i] = src[i];
     targets[i] = src[i + 1];
-  }
-}
-
-void DataLoader::CheckVocab(int64_t shard, int64_t begin, int64_t count) const {
-  if (options_.vocab_size > 65535) return;  // every uint16 token is in range
-  const uint16_t* src = source_->shard(shard).data();
-  for (int64_t i = begin; i < begin + count; ++i) {
-    ZTRAIN_CHECK_T(IoError, src[i] < options_.vocab_size, "token ", src[i], " at index ", i,
-                   " of shard '", source_->shard_name(shard), "' is outside the vocabulary (",
-                   "vocab_size ", options_.vocab_size,
-                   "): the data was tokenized for a larger vocabulary; check model.vocab_size");
   }
 }
 

@@ -3,9 +3,10 @@
 //
 // tokens[b][t] = window_b[t] and targets[b][t] = window_b[t+1]. The loader reads a shared,
 // immutable TokenSource and owns two small host output buffers (B*T int32 each); it is not
-// thread safe (one loader per thread). Construction fails with ConfigError when the options are invalid or a shard is
-// too small for one batch; NextBatch fails with IoError when a token is >= vocab_size
-// (checked on the tokens each batch reads, so the check costs O(B*T) per batch).
+// thread safe (one loader per thread). Construction fails with ConfigError when the options
+// are invalid or a shard is too small for one batch, and with IoError when any token of the
+// source is >= vocab_size (TokenSource::CheckVocabulary: the whole source is checked once, when
+// the loader opens it, so a bad token deep in a shard cannot end a run at step N).
 //
 // Note [Sequential order] (shuffle off): exactly llm.c's DataLoader (llmc/dataloader.h), so a
 // run can be compared token for token with llm.c. A global batch of G = world*B*T tokens
@@ -100,7 +101,6 @@ class DataLoader {
   // Copies `rows` windows starting at `begin` of `shard` into rows of tokens/targets.
   void CopyWindows(int64_t shard, int64_t begin, int64_t rows, int32_t* tokens,
                    int32_t* targets) const;
-  void CheckVocab(int64_t shard, int64_t begin, int64_t count) const;
   void StartEpoch(int64_t epoch);
 
   std::shared_ptr<const TokenSource> source_;

@@ -27,6 +27,10 @@ class TokenSource {
   // The name used in error messages: the file path, or e.g. "synthetic:train".
   virtual const std::string& shard_name(int64_t i) const = 0;
   int64_t num_tokens() const;
+  // Checks that every token of every shard is below `vocab_size`, so that a bad token is found
+  // when the data is opened, not at the step that reaches it. IoError naming the shard, the
+  // first bad token and its index, and the largest token (the vocabulary it was made for).
+  void CheckVocabulary(int64_t vocab_size) const;
 };
 
 class InMemoryTokenSource final : public TokenSource {

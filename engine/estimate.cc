@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "core/sizes.h"
 #include "engine/estimate_replay.h"
 
 namespace ztrain {
@@ -130,14 +131,24 @@ std::vector<EstimateRow> EstimateTable(const Config& config, const EstimateOptio
 
 int64_t Gpt2ParameterCount(const ModelConfig& m) {
   const int64_t c = m.n_embd;
-  const int64_t block = 12 * c * c + 13 * c;  // ln_1, c_attn, c_proj, ln_2, c_fc, mlp.c_proj
-  return m.padded_vocab_size * c + m.max_seq_len * c + m.n_layer * block + 2 * c;
+  // ln_1, c_attn, c_proj, ln_2, c_fc, mlp.c_proj
+  const std::optional<int64_t> block = SizeSum(SizeProduct({12, c, c}), SizeProduct({13, c}));
+  const std::optional<int64_t> n = SizeSum(
+      SizeSum(SizeProduct({m.padded_vocab_size, c}), SizeProduct({m.max_seq_len, c})),
+      SizeSum(block ? SizeProduct({m.n_layer, *block}) : std::nullopt, SizeProduct({2, c})));
+  ZTRAIN_CHECK_T(ConfigError, n.has_value(), "a GPT-2 of ", m.n_layer, " blocks of width ", c,
+                 ", vocabulary ", m.padded_vocab_size, " and context ", m.max_seq_len,
+                 " has more than ", kMaxElements, " parameters (Note [Size limits]); lower them");
+  return *n;
 }
 
 ModelConfig ModelFromSize(const ModelSize& size, const ModelConfig& base) {
   ZTRAIN_CHECK_T(ConfigError, size.layers >= 1 && size.hidden >= 1,
                  "a model given by size needs --layers and --hidden (both >= 1), e.g. "
                  "--params 7B --layers 32 --hidden 4096");
+  ZTRAIN_CHECK_T(ConfigError, size.layers <= 65536 && size.hidden <= INT32_MAX && size.heads >= 0,
+                 "--layers ", size.layers, " or --hidden ", size.hidden,
+                 " is out of range (at most 65536 layers, a width of at most 2^31 - 1)");
   ModelConfig m = base;
   m.type = "gpt2";
   m.init_from.clear();

@@ -1,12 +1,16 @@
 #include "engine/tune.h"
 
+#include <unistd.h>
+
 #include <cctype>
 #include <cmath>
 #include <random>
 
 #include "core/logging.h"
+#include "core/sizes.h"
 #include "engine/engine.h"
 #include "engine/estimate.h"
+#include "kernels/ops.h"
 #include "nn/gpt2.h"
 
 namespace ztrain {
@@ -38,9 +42,13 @@ int64_t MeasuredPeak(const Config& config) {
 }  // namespace
 
 Config WithMicroBatch(const Config& config, int64_t micro_batch) {
-  Config c = config;
-  c.train_micro_batch_size_per_gpu = micro_batch;
-  c.train_batch_size = micro_batch * c.gradient_accumulation_steps * c.dp_size;
+  // Parsed again, so that a size past Note [Size limits] is a ConfigError here too.
+  nlohmann::json j = config.resolved;
+  j["train_micro_batch_size_per_gpu"] = micro_batch;
+  j.erase("train_batch_size");
+  Config c = ParseConfig(j, config.world_size);
+  c.device = config.device;
+  c.auto_choices = config.auto_choices;
   return c;
 }
 
@@ -49,13 +57,18 @@ TuneResult TuneMicroBatch(const Config& config, int64_t budget, int64_t max_micr
   ZTRAIN_CHECK_T(ConfigError, budget > 0, "the memory budget must be positive");
   TuneResult r;
   auto fits = [&](int64_t b) {
-    const int64_t peak = EstimatedPeak(config, b);
+    int64_t peak = -1;  // past the config's size limits: does not fit
+    try {
+      peak = EstimatedPeak(config, b);
+    } catch (const ConfigError&) {
+    }
     r.tried.emplace_back(b, peak);
-    return peak <= budget;
+    return peak >= 0 && peak <= budget;
   };
   // Doubling while it fits, then bisection in (fit, fail).
+  max_micro_batch = std::min(max_micro_batch, kMaxElements);
   int64_t fit = 0, fail = max_micro_batch + 1;
-  for (int64_t b = 1; b <= max_micro_batch; b *= 2) {
+  for (int64_t b = 1; b <= max_micro_batch; b = b > max_micro_batch / 2 ? max_micro_batch + 1 : 2 * b) {
     if (!fits(b)) {
       fail = b;
       break;
@@ -72,20 +85,41 @@ TuneResult TuneMicroBatch(const Config& config, int64_t budget, int64_t max_micr
   r.micro_batch = fit;
   if (fit == 0) return r;
   r.estimated_peak = EstimatedPeak(config, fit);
-  if (!confirm) return r;
+  if (!confirm) {
+    r.unconfirmed = detail::StrCat("the config is for ", config.world_size, " ranks");
+    return r;
+  }
+  const int64_t physical = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
+  const bool on_cpu = config.device == "cpu" || kernels::CudaDeviceCount() == 0;
+  if (on_cpu && physical > 0 && r.estimated_peak > physical) {
+    Log().warn("tune: not confirming micro-batch {} with a real step: its estimated {} is more "
+               "than this machine's {} of memory",
+               fit, FormatBytes(r.estimated_peak), FormatBytes(physical));
+    r.unconfirmed = "its estimate is more than this machine's " + FormatBytes(physical);
+    return r;
+  }
   // The real step: step down while it does not fit after all.
   for (int64_t b = fit; b >= 1; b = b > 1 ? std::max<int64_t>(1, b * 9 / 10) : 0) {
     Log().info("tune: confirming train_micro_batch_size_per_gpu {} with one step", b);
-    const int64_t measured = MeasuredPeak(WithMicroBatch(config, b));
-    if (measured <= budget) {
+    int64_t measured = -1;
+    try {
+      measured = MeasuredPeak(WithMicroBatch(config, b));
+    } catch (const std::bad_alloc&) {
+      Log().warn("tune: micro-batch {} does not fit this machine's memory (allocation failed); "
+                 "the budget {} is more than it has",
+                 b, FormatBytes(budget));
+    }
+    if (measured >= 0 && measured <= budget) {
       r.micro_batch = b;
       r.estimated_peak = EstimatedPeak(config, b);
       r.measured_peak = measured;
       r.confirmed = true;
       return r;
     }
-    Log().warn("tune: micro-batch {} measured {} over the budget {}", b, FormatBytes(measured),
-               FormatBytes(budget));
+    if (measured >= 0) {
+      Log().warn("tune: micro-batch {} measured {} over the budget {}", b, FormatBytes(measured),
+                 FormatBytes(budget));
+    }
     if (b == 1) break;
   }
   r.micro_batch = 0;
@@ -112,6 +146,8 @@ int64_t ParseBytes(const std::string& text) {
       {"k", 0x1p10},    {"m", 0x1p20},     {"g", 0x1p30},   {"t", 0x1p40}};
   for (const auto& [name, scale] : units) {
     if (end > 0 && unit == name && value > 0 && std::isfinite(value)) {
+      ZTRAIN_CHECK_T(ConfigError, value * scale < 0x1p62, "memory budget \"", text,
+                     "\" is more than 2^62 bytes; write the memory of one rank, e.g. 80GiB");
       return static_cast<int64_t>(value * scale);
     }
   }

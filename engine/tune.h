@@ -25,7 +25,9 @@ struct TuneResult {
   int64_t estimated_peak = 0;   // its estimated device peak
   int64_t measured_peak = -1;   // the real step's device peak; -1 when not confirmed
   bool confirmed = false;       // a real step ran within the budget
-  // Every size tried: (micro-batch, estimated device peak), in the order tried.
+  std::string unconfirmed;      // why no real step ran, when none did
+  // Every size tried: (micro-batch, estimated device peak; -1 past Note [Size limits]), in the
+  // order tried.
   std::vector<std::pair<int64_t, int64_t>> tried;
 };
 

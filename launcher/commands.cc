@@ -243,8 +243,13 @@ int RunTune(const std::string& config_path, const std::string& memory_budget, in
     std::printf("budget %s per rank; micro-batch sizes tried (estimated peak):\n",
                 FormatBytes(budget).c_str());
     for (const auto& [b, peak] : r.tried) {
-      std::printf("  %6lld  %s%s\n", static_cast<long long>(b), FormatBytes(peak).c_str(),
-                  peak <= budget ? "" : "  (over)");
+      if (peak < 0) {
+        std::printf("  %6lld  past the size limits (Note [Size limits])\n",
+                    static_cast<long long>(b));
+      } else {
+        std::printf("  %6lld  %s%s\n", static_cast<long long>(b), FormatBytes(peak).c_str(),
+                    peak <= budget ? "" : "  (over)");
+      }
     }
     if (r.micro_batch == 0) {
       std::printf(
@@ -258,8 +263,7 @@ int RunTune(const std::string& config_path, const std::string& memory_budget, in
     if (r.confirmed) {
       std::printf(", measured %s in one real step)\n", FormatBytes(r.measured_peak).c_str());
     } else {
-      std::printf("; not confirmed by a real step: the config is for %d ranks)\n",
-                  config.world_size);
+      std::printf("; not confirmed by a real step: %s)\n", r.unconfirmed.c_str());
     }
     return kExitOk;
   } catch (const ConfigError& e) {

@@ -10,13 +10,14 @@
 namespace ztrain::optim {
 namespace {
 
-// The warmup part shared by the three DeepSpeed schedules. DeepSpeed raises for
-// warmup_num_steps <= 0, then uses max(2, warmup_num_steps) so that log(steps) > 0.
+// The warmup part shared by the three DeepSpeed schedules: DeepSpeed uses
+// max(2, warmup_num_steps) so that log(steps) > 0 (0 is what an HF Trainer config's "auto"
+// gives).
 class Warmup {
  public:
   explicit Warmup(const SchedulerConfig& c) {
-    ZTRAIN_CHECK_T(ConfigError, c.warmup_num_steps > 0,
-                   "scheduler.params.warmup_num_steps must be a positive integer, got ",
+    ZTRAIN_CHECK_T(ConfigError, c.warmup_num_steps >= 0,
+                   "scheduler.params.warmup_num_steps must be >= 0, got ",
                    c.warmup_num_steps);
     ZTRAIN_CHECK_T(ConfigError, c.warmup_type == "log" || c.warmup_type == "linear",
                    "scheduler.params.warmup_type must be \"log\" or \"linear\", got \"",

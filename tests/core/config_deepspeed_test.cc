@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <map>
 #include <string>
 
 #include "core/config.h"
@@ -111,10 +112,32 @@ TEST(ConfigDeepSpeedTest, HuggingFaceAutoConfigIsAccepted) {
       << e;
   json fixed = j;
   fixed["train_micro_batch_size_per_gpu"] = 2;
-  const Config c = ParseConfig(fixed);
-  EXPECT_EQ(c.train_batch_size, 2);
+  const Config c = ParseConfig(fixed, 4);
+  EXPECT_EQ(c.train_batch_size, 8);  // micro x gas x world
+  EXPECT_EQ(c.gradient_accumulation_steps, 1);
+  // The HF Trainer's defaults (Note [Resolving "auto"]).
+  EXPECT_DOUBLE_EQ(c.gradient_clipping, 1.0);
+  EXPECT_DOUBLE_EQ(c.optimizer.lr, 5e-5);
+  EXPECT_DOUBLE_EQ(c.optimizer.beta1, 0.9);
+  EXPECT_DOUBLE_EQ(c.optimizer.beta2, 0.999);
+  EXPECT_DOUBLE_EQ(c.optimizer.eps, 1e-8);
+  EXPECT_DOUBLE_EQ(c.optimizer.weight_decay, 0.0);
+  EXPECT_DOUBLE_EQ(c.scheduler.warmup_min_lr, 0.0);
+  EXPECT_DOUBLE_EQ(c.scheduler.warmup_max_lr, 5e-5);
+  EXPECT_EQ(c.scheduler.warmup_num_steps, 0);
   EXPECT_EQ(c.scheduler.total_num_steps, 100);  // training.steps default
+  EXPECT_FALSE(c.precision.fp16);
+  EXPECT_FALSE(c.precision.bf16);  // ParseConfig alone probes no hardware
   EXPECT_EQ(c.zero.reduce_bucket_size, 768 * 768);
+  // Every "auto" is recorded with its value and reason.
+  std::map<std::string, AutoChoice> chosen;
+  for (const AutoChoice& a : c.auto_choices) chosen[a.path] = a;
+  EXPECT_EQ(chosen.size(), 14u);  // the 15 "auto"s but the micro-batch
+  EXPECT_EQ(chosen.at("train_batch_size").value, 8);
+  EXPECT_EQ(chosen.at("optimizer.params.lr").reason, "the HF Trainer's default learning_rate");
+  EXPECT_EQ(chosen.at("zero_optimization.reduce_bucket_size").value, 768 * 768);
+  EXPECT_NE(chosen.at("zero_optimization.reduce_bucket_size").reason.find("n_embd^2"),
+            std::string::npos);
 }
 
 struct Refused {

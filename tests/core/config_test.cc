@@ -235,15 +235,53 @@ TEST(ConfigAutoTest, ValuesDerivedFromOtherKeys) {
   j["fp16"] = {{"enabled", "auto"}};
   const Config c = ParseConfig(j);
   EXPECT_EQ(c.data.seq_len, 48);
-  EXPECT_DOUBLE_EQ(c.optimizer.lr, 1e-3);  // FusedAdam defaults
+  EXPECT_DOUBLE_EQ(c.optimizer.lr, 5e-5);  // the HF Trainer's defaults
   EXPECT_DOUBLE_EQ(c.optimizer.beta2, 0.999);
   EXPECT_DOUBLE_EQ(c.optimizer.eps, 1e-8);
-  EXPECT_DOUBLE_EQ(c.scheduler.warmup_max_lr, 1e-3);  // = optimizer lr
+  EXPECT_DOUBLE_EQ(c.scheduler.warmup_max_lr, 5e-5);  // = optimizer lr
   EXPECT_EQ(c.scheduler.total_num_steps, 300);        // = training.steps
   EXPECT_EQ(c.zero.reduce_bucket_size, 128 * 128);
   EXPECT_EQ(c.zero.stage3_prefetch_bucket_size, 14745);  // 0.9 * 128^2
   EXPECT_EQ(c.zero.stage3_param_persistence_threshold, 1280);
   EXPECT_EQ(c.resolved["fp16"]["enabled"], false);
+}
+
+// --- Note [Size limits] -------------------------------------------------------------------
+
+// Absurd sizes are named errors, never an overflow downstream (a micro-batch of 2^62 used to
+// die of SIGFPE in the loader; a width of 2^32 wrapped in ModelConfig's int).
+TEST(ConfigSizeTest, SizesPastTheLimitsAreNamed) {
+  const int64_t huge = int64_t{1} << 62;
+  std::string e = ErrorOf(With(DefaultConfigJson(), "/train_micro_batch_size_per_gpu", huge));
+  EXPECT_NE(e.find("train_micro_batch_size_per_gpu 4611686018427387904 x "
+                   "gradient_accumulation_steps 1 x world_size 1 exceeds"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("Note [Size limits]"), std::string::npos) << e;
+  // micro x gas x world overflows int64 itself.
+  json j = With(DefaultConfigJson(), "/train_micro_batch_size_per_gpu", huge);
+  j["gradient_accumulation_steps"] = huge;
+  e = ErrorOf(j, 4);
+  EXPECT_NE(e.find("exceeds"), std::string::npos) << e;
+  e = ErrorOf(With(DefaultConfigJson(), "/model/n_embd", int64_t{1} << 32));
+  EXPECT_NE(e.find("model.n_embd: must be <= 2147483647"), std::string::npos) << e;
+  e = ErrorOf(With(DefaultConfigJson(), "/model/vocab_size", INT64_MAX));
+  EXPECT_NE(e.find("model: n_layer 4, n_embd 128, padded_vocab_size 9223372036854775807"),
+            std::string::npos)
+      << e;
+  // One micro-batch's tokens, and its activations.
+  json seq = With(DefaultConfigJson(), "/model/max_seq_len", int64_t{1} << 40);
+  seq["train_micro_batch_size_per_gpu"] = int64_t{1} << 20;
+  e = ErrorOf(seq);
+  EXPECT_NE(e.find("tokens per micro-batch; lower train_micro_batch_size_per_gpu or data.seq_len"),
+            std::string::npos)
+      << e;
+  e = ErrorOf(With(DefaultConfigJson(), "/train_micro_batch_size_per_gpu", int64_t{1} << 36));
+  EXPECT_NE(e.find("logits or saved activations per micro-batch"), std::string::npos) << e;
+  // The largest sizes that pass still make a valid config.
+  const Config ok = ParseConfig(With(DefaultConfigJson(), "/train_micro_batch_size_per_gpu",
+                                     int64_t{1} << 24));
+  EXPECT_EQ(ok.train_batch_size, int64_t{1} << 24);
 }
 
 // --- optimizer -------------------------------------------------------------------------------

@@ -265,21 +265,29 @@ TEST(DataLoaderTest, RejectsBadOptions) {
                                {"rank 2", "world of 2"});
 }
 
-TEST(DataLoaderTest, OutOfRangeTokenIsReportedWhenItsBatchIsRead) {
+// A bad token deep in the last shard is found when the loader opens the data, before any batch
+// (it used to end a run at the step that read it), naming the shard, the token, its index and
+// the vocabulary the data was made for.
+TEST(DataLoaderTest, OutOfRangeTokenIsReportedWhenTheDataIsOpened) {
   TempDir dir;
-  std::vector<uint16_t> tokens(200);
-  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint16_t>(i % 100);
-  tokens[37] = 150;  // read by the third batch of B*T = 16 (tokens 32..48)
-  WriteTokenShard(dir.File("s.bin"), tokens);
+  std::vector<uint16_t> good(200), bad(5000);
+  for (size_t i = 0; i < good.size(); ++i) good[i] = static_cast<uint16_t>(i % 100);
+  for (size_t i = 0; i < bad.size(); ++i) bad[i] = static_cast<uint16_t>(i % 100);
+  bad[4321] = 150;
+  bad[4500] = 499;
+  WriteTokenShard(dir.File("a.bin"), good);
+  WriteTokenShard(dir.File("b.bin"), bad);
   LoaderOptions o;
   o.batch_size = 2;
   o.seq_len = 8;
   o.vocab_size = 100;
-  DataLoader loader(std::make_shared<ShardFileSource>(dir.File("s.bin")), o);
-  loader.NextBatch();
-  loader.NextBatch();
-  ExpectErrorWith<IoError>([&] { loader.NextBatch(); },
-                           {"token 150", "index 37", dir.File("s.bin"), "vocab_size 100"});
+  const auto source = std::make_shared<ShardFileSource>(dir.File("*.bin"));
+  ExpectErrorWith<IoError>([&] { DataLoader loader(source, o); },
+                           {"token 150", "index 4321", dir.File("b.bin"), "vocab_size 100",
+                            "largest token is 499", "at least 500"});
+  o.vocab_size = 500;  // large enough: opens, and reads every token
+  DataLoader loader(source, o);
+  for (int i = 0; i < 300; ++i) loader.NextBatch();
 }
 
 }  // namespace

@@ -290,6 +290,18 @@ TEST(EstimateCountTest, ParameterCountsAreTheLayersDeclarations) {
   EXPECT_EQ(Gpt2ParameterCount(gpt2.model), 124475904);
 }
 
+// Note [Size limits]: a model given by an absurd size is a named error, never a wrapped width or
+// a negative parameter count.
+TEST(EstimateCountTest, AbsurdSizesAreNamed) {
+  EXPECT_THROW(ModelFromSize({.params = 0, .layers = 32, .hidden = int64_t{1} << 33, .vocab = 100},
+                             ModelConfig{}),
+               ConfigError);
+  ModelConfig m;
+  m.n_embd = 1 << 30;
+  m.n_layer = 65536;
+  EXPECT_THROW(Gpt2ParameterCount(m), ConfigError);
+}
+
 TEST(EstimateCountTest, ModelFromSizeHitsTheCount) {
   const ModelConfig m =
       ModelFromSize({.params = 7000000000, .layers = 32, .hidden = 4096}, ModelConfig{});

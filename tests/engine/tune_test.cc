@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "engine/estimate.h"
 #include "test_model.h"
@@ -42,6 +44,20 @@ TEST(TuneTest, TheCapAndATooSmallBudget) {
   const TuneResult none = TuneMicroBatch(c, PeakAt(c, 1) - 1, 64, true);
   EXPECT_EQ(none.micro_batch, 0);
   EXPECT_FALSE(none.confirmed);
+}
+
+// Note [Size limits]: sizes past the config's limits count as not fitting (an absurd cap
+// never overflows the doubling), and a budget beyond the machine is not confirmed by a step.
+TEST(TuneTest, AnAbsurdBudgetAndCapStayWithinTheSizeLimits) {
+  const Config c = SmallConfig();
+  const TuneResult r = TuneMicroBatch(c, int64_t{1} << 61, INT64_MAX, /*confirm=*/true);
+  ASSERT_GT(r.micro_batch, 0);
+  EXPECT_TRUE(std::any_of(r.tried.begin(), r.tried.end(), [](const auto& t) { return t.second < 0; }))
+      << "a size past the limits was tried and did not fit";
+  EXPECT_THROW(WithMicroBatch(c, r.micro_batch + 1), ConfigError);
+  EXPECT_FALSE(r.confirmed);
+  EXPECT_NE(r.unconfirmed.find("more than this machine's"), std::string::npos) << r.unconfirmed;
+  testing::ExpectErrorWith<ConfigError>([] { ParseBytes("1e30GiB"); }, {"more than 2^62 bytes"});
 }
 
 TEST(TuneTest, BudgetsParse) {

@@ -152,7 +152,7 @@ TEST(LrScheduleTest, RejectsUnknownTypeAndBadParameters) {
   EXPECT_THROW(MakeLrSchedule(Config("OneCycle"), 1e-3), ConfigError);
   EXPECT_THROW(MakeLrSchedule(Config("warmuplr"), 1e-3), ConfigError);
   SchedulerConfig c = Config("WarmupLR");
-  c.warmup_num_steps = 0;
+  c.warmup_num_steps = -1;
   EXPECT_THROW(MakeLrSchedule(c, 1e-3), ConfigError);
   c = Config("WarmupLR");
   c.warmup_type = "exp";
