@@ -19,14 +19,6 @@ void ConfigErrors::Add(std::string_view path, std::string_view message) {
   lines_.push_back(std::string(path) + ": " + std::string(message));
 }
 
-void ConfigErrors::ThrowIfAny() const {
-  if (lines_.empty()) return;
-  std::string msg =
-      StrCat("invalid config (", lines_.size(), lines_.size() == 1 ? " problem):" : " problems):");
-  for (const std::string& line : lines_) msg += "\n  " + line;
-  throw ConfigError(msg);
-}
-
 const json* Find(const json& tree, std::string_view path) {
   const json* node = &tree;
   while (!path.empty()) {
@@ -198,9 +190,9 @@ Config ConfigFrom(const json& t, int world_size) {
   const json& d = t["data"];
   c.data = DataConfig{d["train"], d["val"], d["seq_len"], d["shuffle"]};
   const json& tr = t["training"];
-  c.training = TrainingConfig{tr["steps"],        tr["seed"],       tr["eval_interval"],
-                              tr["eval_batches"], tr["save_final"], tr["output_dir"],
-                              tr["job_name"],     tr["comm_timeout_s"]};
+  c.training =
+      TrainingConfig{tr["steps"],      tr["seed"],       tr["eval_interval"], tr["eval_batches"],
+                     tr["save_final"], tr["output_dir"], tr["job_name"],      tr["comm_timeout_s"]};
   c.optimizer = OptimizerFrom(t["optimizer"]);
   c.scheduler = SchedulerFrom(t["scheduler"]);
   const json& csv = t["csv_monitor"];
@@ -253,10 +245,11 @@ int DataParallelSize(const json& tree, int world_size, detail::ConfigErrors& err
   }
   const int64_t model_parallel = pp.get<int64_t>() * tp.get<int64_t>();
   if (world_size % model_parallel != 0) {
-    errors.Add("pipeline.stages",
-               detail::StrCat("the world of ", world_size, " ranks does not divide into pipeline.stages ",
-                      pp.get<int64_t>(), " x tensor_parallel.size ", tp.get<int64_t>(),
-                      "; launch a multiple of ", model_parallel, " ranks (dp x pp x tp)"));
+    errors.Add(
+        "pipeline.stages",
+        detail::StrCat("the world of ", world_size, " ranks does not divide into pipeline.stages ",
+                       pp.get<int64_t>(), " x tensor_parallel.size ", tp.get<int64_t>(),
+                       "; launch a multiple of ", model_parallel, " ranks (dp x pp x tp)"));
     return world_size;
   }
   return static_cast<int>(world_size / model_parallel);
@@ -289,7 +282,21 @@ DType ComputeDType(const Config& config) {
 
 DType GradAccumDType(const Config& config) { return ParseDType(config.precision.grad_accum_dtype); }
 
+ConfigError InvalidConfig(const std::vector<std::string>& problems) {
+  std::string msg = detail::StrCat("invalid config (", problems.size(),
+                                   problems.size() == 1 ? " problem):" : " problems):");
+  for (const std::string& line : problems) msg += "\n  " + line;
+  return ConfigError(msg);
+}
+
 Config ParseConfig(const nlohmann::json& j, int world_size) {
+  Config c;
+  const std::vector<std::string> problems = ConfigProblems(j, world_size, &c);
+  if (!problems.empty()) throw InvalidConfig(problems);
+  return c;
+}
+
+std::vector<std::string> ConfigProblems(const nlohmann::json& j, int world_size, Config* out) {
   detail::ConfigErrors errors;
   json tree = detail::BuildResolvedTree(j, errors);
   ResolveAioThreadCount(j, tree);
@@ -305,14 +312,15 @@ Config ParseConfig(const nlohmann::json& j, int world_size) {
   }
   detail::CheckRefusals(tree, errors);
   detail::CheckRanges(tree, errors);
-  errors.ThrowIfAny();
+  if (!errors.empty()) return errors.lines();
   Config c = ConfigFrom(tree, world_size);
   // The "auto"s the config wrote (not the schema defaults that are "auto", e.g. data.seq_len).
   for (AutoChoice& a : choices) {
     const json* v = detail::Find(j, a.path);
     if (v && *v == "auto") c.auto_choices.push_back(std::move(a));
   }
-  return c;
+  *out = std::move(c);
+  return {};
 }
 
 }  // namespace ztrain

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/error.h"
 
 namespace ztrain {
 
@@ -42,8 +43,8 @@ struct TrainingConfig {
   uint64_t seed = 1337;
   int64_t eval_interval = 0;  // 0 = no periodic eval
   int64_t eval_batches = 8;
-  std::string save_final;                   // llm.c model file written at the end; empty = none
-  std::string output_dir = "runs/ztrain";   // reports (memory, comm); "runs/<job_name>"
+  std::string save_final;                  // llm.c model file written at the end; empty = none
+  std::string output_dir = "runs/ztrain";  // reports (memory, comm); "runs/<job_name>"
   std::string job_name = "ztrain";
   double comm_timeout_s = 300.0;  // a collective waiting longer ends the job
 };
@@ -86,9 +87,9 @@ struct CsvMonitorConfig {
 
 // zero_optimization.offload_param (stage 3): where parameter shards live.
 struct OffloadParamConfig {
-  std::string device = "none";  // "none", "cpu", "nvme"
-  std::string nvme_path;        // swap files go to <nvme_path>/ztrain-<job>/rank<R>/
-  int64_t buffer_count = 5;     // swap buffers
+  std::string device = "none";      // "none", "cpu", "nvme"
+  std::string nvme_path;            // swap files go to <nvme_path>/ztrain-<job>/rank<R>/
+  int64_t buffer_count = 5;         // swap buffers
   int64_t buffer_size = 100000000;  // elements per swap buffer
   int64_t max_in_cpu = 1000000000;  // elements kept in memory instead of on NVMe
   bool pin_memory = false;
@@ -120,6 +121,13 @@ struct ZeroConfig {
   OffloadParamConfig offload_param;
   OffloadOptimizerConfig offload_optimizer;
 };
+
+// The `aio` sizes the offload I/O engine takes (offload/io/io_engine.cc checks them again for
+// code that builds its options by hand); the config refuses others by name.
+inline constexpr int64_t kAioAlignment = 4096;  // O_DIRECT's logical block size
+inline constexpr int64_t kAioMaxBlockSize = int64_t{1} << 30;
+inline constexpr int64_t kAioMaxQueueDepth = 4096;
+inline constexpr int64_t kAioMaxThreads = 256;
 
 struct AioConfig {
   int64_t block_size = 1048576;
@@ -170,9 +178,9 @@ struct ActivationCheckpointingConfig {
 // A value chosen for an "auto" in the config, and why (Note [Resolving "auto"],
 // core/config_resolve.cc; the machine-dependent ones in engine/run_config.h).
 struct AutoChoice {
-  std::string path;       // "zero_optimization.reduce_bucket_size"
-  nlohmann::json value;   // 589824
-  std::string reason;     // "model.n_embd^2, the HF Trainer's rule for the hidden size"
+  std::string path;      // "zero_optimization.reduce_bucket_size"
+  nlohmann::json value;  // 589824
+  std::string reason;    // "model.n_embd^2, the HF Trainer's rule for the hidden size"
 };
 
 struct Config {
@@ -206,8 +214,8 @@ struct Config {
   std::string pipeline_partition = "parameters";  // "parameters" | "uniform"
   std::string pipeline_schedule = "1f1b";         // "1f1b" | "gpipe" (lower case)
   int tensor_parallel_size = 1;
-  int world_size = 1;  // ranks in all: dp_size x pipeline_stages x tensor_parallel_size
-  int dp_size = 1;     // data-parallel ranks, the size the batch triple was resolved for
+  int world_size = 1;       // ranks in all: dp_size x pipeline_stages x tensor_parallel_size
+  int dp_size = 1;          // data-parallel ranks, the size the batch triple was resolved for
   nlohmann::json resolved;  // the full config with every default and "auto" filled in
   std::vector<AutoChoice> auto_choices;  // every "auto" resolved, in schema order
 };
@@ -235,6 +243,11 @@ inline constexpr const char* kDeviceSettings =
 // (pipeline.stages x tensor_parallel.size), the batch triple resolved for dp). Throws
 // ConfigError listing every problem found (one per line), not just the first.
 Config ParseConfig(const nlohmann::json& j, int world_size = 1);
+// ParseConfig's problems, one per line ("json.path: what is wrong and how to fix it"), instead
+// of the throw; `out` receives the config when there are none.
+std::vector<std::string> ConfigProblems(const nlohmann::json& j, int world_size, Config* out);
+// The ConfigError ParseConfig throws for `problems`: a count, then one per line.
+ConfigError InvalidConfig(const std::vector<std::string>& problems);
 // Reads a JSON file (syntax errors name the line and column) and parses it.
 Config LoadConfigFile(const std::string& path, int world_size = 1);
 // Reads a JSON file without parsing it as a config: a ConfigError naming the file when it

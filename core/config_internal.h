@@ -26,8 +26,6 @@ class ConfigErrors {
   void Add(std::string_view path, std::string_view message);
   bool empty() const { return lines_.empty(); }
   const std::vector<std::string>& lines() const { return lines_; }
-  // Throws one ConfigError listing every problem, one per line; returns when there is none.
-  void ThrowIfAny() const;
 
  private:
   std::vector<std::string> lines_;

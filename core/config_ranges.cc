@@ -49,8 +49,8 @@ void CheckModel(const json& t, ConfigErrors& errors) {
     IntAtLeast(t, key, 1, errors);
   }
   if (ClampedInt(At(t, "model.n_layer")) > kMaxLayers) {
-    errors.Add("model.n_layer", StrCat("must be <= ", kMaxLayers, ", got ",
-                                       ValueText(At(t, "model.n_layer"))));
+    errors.Add("model.n_layer",
+               StrCat("must be <= ", kMaxLayers, ", got ", ValueText(At(t, "model.n_layer"))));
   }
   const int64_t n_head = Int(t, "model.n_head"), n_embd = Int(t, "model.n_embd");
   if (n_head >= 1 && n_embd >= 1 && n_embd % n_head != 0) {
@@ -77,8 +77,8 @@ void CheckTraining(const json& t, ConfigErrors& errors) {
   IntAtLeast(t, "training.steps", 0, errors);
   const std::string job = At(t, "training.job_name");
   if (job.empty() || job == "." || job == ".." || job.find_first_of("/\\") != std::string::npos) {
-    errors.Add("training.job_name",
-               "must be a plain, non-empty file name (no '/'), got \"" + job + "\"; e.g. \"gpt2-zero3\"");
+    errors.Add("training.job_name", "must be a plain, non-empty file name (no '/'), got \"" + job +
+                                        "\"; e.g. \"gpt2-zero3\"");
   }
   IntAtLeast(t, "training.seed", 0, errors);
   IntAtLeast(t, "training.eval_interval", 0, errors);
@@ -155,7 +155,9 @@ void CheckOffload(const json& t, int64_t stage, ConfigErrors& errors) {
   if (param != "none" && stage != 3) {
     errors.Add(z + "offload_param.device",
                StrCat("parameter offload needs ZeRO stage 3 (parameters are sharded only "
-                      "there), got stage ", stage, "; set zero_optimization.stage to 3 or use "
+                      "there), got stage ",
+                      stage,
+                      "; set zero_optimization.stage to 3 or use "
                       "offload_optimizer"));
   }
   if (optimizer != "none" && stage == 0) {
@@ -163,8 +165,8 @@ void CheckOffload(const json& t, int64_t stage, ConfigErrors& errors) {
                "optimizer offload needs ZeRO stage 1, 2 or 3 (the optimizer state is sharded "
                "there); set zero_optimization.stage to 1 or more");
   }
-  for (const auto& [section, device] : {std::pair{"offload_param", param},
-                                        std::pair{"offload_optimizer", optimizer}}) {
+  for (const auto& [section, device] :
+       {std::pair{"offload_param", param}, std::pair{"offload_optimizer", optimizer}}) {
     const json& path = At(t, z + section + ".nvme_path");
     if (device == "nvme" && (!path.is_string() || path.get<std::string>().empty())) {
       errors.Add(z + section + ".nvme_path",
@@ -176,7 +178,8 @@ void CheckOffload(const json& t, int64_t stage, ConfigErrors& errors) {
                          (At(t, z + "offload_optimizer.pipeline_write") == true ? 1 : 0);
   if (optimizer == "nvme" && Int(t, z + "offload_optimizer.buffer_count") < needed) {
     errors.Add(z + "offload_optimizer.buffer_count",
-               StrCat("must be >= ", needed, " (one buffer per tile being read, stepped or "
+               StrCat("must be >= ", needed,
+                      " (one buffer per tile being read, stepped or "
                       "written with pipeline_read/pipeline_write), got ",
                       Int(t, z + "offload_optimizer.buffer_count")));
   }
@@ -191,6 +194,24 @@ void CheckDevice(const json& t, ConfigErrors& errors) {
   const json& device = At(t, "device");
   if (!ParseDeviceSetting(device.get<std::string>())) {
     errors.Add("device", StrCat("expected ", kDeviceSettings, ", got ", device.dump()));
+  }
+}
+
+// What the offload I/O engine takes (kAio* in core/config.h): refused here, so that
+// check-config names it, not the first swap of a run.
+void CheckAio(const json& t, ConfigErrors& errors) {
+  const int64_t block = ClampedInt(At(t, "aio.block_size"));
+  if (block >= 1 && (block % kAioAlignment != 0 || block > kAioMaxBlockSize)) {
+    errors.Add("aio.block_size", StrCat("must be a multiple of ", kAioAlignment,
+                                        " bytes (O_DIRECT) up to 1 GiB, got ", block,
+                                        "; DeepSpeed's default is 1048576"));
+  }
+  for (const auto& [key, most] : {std::pair{"aio.queue_depth", kAioMaxQueueDepth},
+                                  std::pair{"aio.intra_op_parallelism", kAioMaxThreads},
+                                  std::pair{"aio.thread_count", kAioMaxThreads}}) {
+    if (ClampedInt(At(t, key)) > most) {
+      errors.Add(key, StrCat("must be at most ", most, ", got ", ValueText(At(t, key))));
+    }
   }
 }
 
@@ -213,6 +234,7 @@ void CheckParallelAndIo(const json& t, ConfigErrors& errors) {
                           "tensor_parallel.tp.tp_size", "tensor_parallel.tp.tp_grain_size"}) {
     IntAtLeast(t, key, 1, errors);
   }
+  CheckAio(t, errors);
   IntAtLeast(t, "tensor_parallel.autotp_size", 0, errors);
   IntAtLeast(t, "pipeline.activation_checkpoint_interval", 0, errors);
 }
@@ -228,14 +250,15 @@ void CheckPrecision(const json& t, ConfigErrors& errors) {
                "scaling) where the hardware has it, else fp16");
   }
   if (!(Num(t, "fp16.loss_scale") >= 0)) {
-    errors.Add("fp16.loss_scale", StrCat("must be >= 0 (0 = dynamic loss scaling), got ",
-                                         Num(t, "fp16.loss_scale")));
+    errors.Add("fp16.loss_scale",
+               StrCat("must be >= 0 (0 = dynamic loss scaling), got ", Num(t, "fp16.loss_scale")));
   }
   const int64_t power = ClampedInt(At(t, "fp16.initial_scale_power"));
   if (power < 0 || power > 1023) {
     errors.Add("fp16.initial_scale_power",
                StrCat("must be in [0, 1023] (the dynamic scale starts at 2^power; DeepSpeed's "
-                      "default is 16), got ", ValueText(At(t, "fp16.initial_scale_power"))));
+                      "default is 16), got ",
+                      ValueText(At(t, "fp16.initial_scale_power"))));
   }
   IntAtLeast(t, "fp16.loss_scale_window", 1, errors);
   IntAtLeast(t, "fp16.hysteresis", 1, errors);
@@ -252,14 +275,16 @@ void CheckPrecision(const json& t, ConfigErrors& errors) {
   const std::string accum = At(t, "data_types.grad_accum_dtype");
   if (accum == "fp32" || accum == compute) return;
   if (compute == "fp32") {
-    errors.Add("data_types.grad_accum_dtype",
-               StrCat("\"", accum, "\" gradients need ", accum, " training, but this config "
-                      "trains in fp32; set ", accum, ".enabled to true, or grad_accum_dtype to "
-                      "\"fp32\" or null"));
+    errors.Add("data_types.grad_accum_dtype", StrCat("\"", accum, "\" gradients need ", accum,
+                                                     " training, but this config "
+                                                     "trains in fp32; set ",
+                                                     accum,
+                                                     ".enabled to true, or grad_accum_dtype to "
+                                                     "\"fp32\" or null"));
   } else {
     errors.Add("data_types.grad_accum_dtype",
-               StrCat("\"", accum, "\" gradients do not go with ", compute, " training (",
-                      compute, ".enabled); use \"", compute, "\" or \"fp32\", or null (",
+               StrCat("\"", accum, "\" gradients do not go with ", compute, " training (", compute,
+                      ".enabled); use \"", compute, "\" or \"fp32\", or null (",
                       compute == "fp16" ? "fp16" : "fp32", ")"));
   }
 }
@@ -274,9 +299,10 @@ void CheckActivationCheckpointing(const json& t, ConfigErrors& errors) {
   const int64_t count = number.is_null() ? 0 : ClampedInt(number);
   const bool count_ok = count >= 1 && count <= layers;
   if (!number.is_null() && !count_ok) {
-    errors.Add(a + "number_checkpoints",
-               StrCat("must be in [1, model.n_layer = ", layers, "] (checkpoint the first N "
-                      "blocks) or null (every block), got ", ValueText(number)));
+    errors.Add(a + "number_checkpoints", StrCat("must be in [1, model.n_layer = ", layers,
+                                                "] (checkpoint the first N "
+                                                "blocks) or null (every block), got ",
+                                                ValueText(number)));
   }
   const json& blocks = At(t, a + "blocks");
   if (!blocks.is_array()) return;
@@ -290,8 +316,10 @@ void CheckActivationCheckpointing(const json& t, ConfigErrors& errors) {
   for (size_t i = 0; i < blocks.size(); ++i) {  // sorted by ResolveActivationCheckpointing
     const int64_t b = ClampedInt(blocks[i]);
     if (b < 0 || b >= layers) {
-      errors.Add(a + "blocks", StrCat("block index ", ValueText(blocks[i]), " is out of range [0, "
-                                      "model.n_layer = ", layers, "); blocks count from 0"));
+      errors.Add(a + "blocks", StrCat("block index ", ValueText(blocks[i]),
+                                      " is out of range [0, "
+                                      "model.n_layer = ",
+                                      layers, "); blocks count from 0"));
       blocks_ok = false;
     } else if (i > 0 && blocks[i] == blocks[i - 1]) {
       errors.Add(a + "blocks", StrCat("block index ", b, " is listed twice"));
@@ -303,8 +331,8 @@ void CheckActivationCheckpointing(const json& t, ConfigErrors& errors) {
                          ClampedInt(blocks.back()) == count - 1;  // sorted, distinct, >= 0
     if (!first_n) {
       errors.Add(a + "blocks",
-                 StrCat(blocks.dump(), " disagrees with number_checkpoints ", count,
-                        " (the first ", count, " blocks); give only one of the two keys"));
+                 StrCat(blocks.dump(), " disagrees with number_checkpoints ", count, " (the first ",
+                        count, " blocks); give only one of the two keys"));
     }
   }
 }
@@ -324,9 +352,9 @@ void CheckSizes(const json& t, ConfigErrors& errors) {
   const int64_t max_t = ClampedInt(At(t, "model.max_seq_len"));
   if (c < 1 || layers < 1 || vp < 1 || max_t < 1) return;  // CheckModel names them
   const std::optional<int64_t> block = SizeSum(SizeProduct({12, c, c}), SizeProduct({13, c}));
-  const std::optional<int64_t> params = SizeSum(
-      SizeSum(SizeProduct({vp, c}), SizeProduct({max_t, c})),
-      SizeSum(block ? SizeProduct({layers, *block}) : std::nullopt, SizeProduct({2, c})));
+  const std::optional<int64_t> params =
+      SizeSum(SizeSum(SizeProduct({vp, c}), SizeProduct({max_t, c})),
+              SizeSum(block ? SizeProduct({layers, *block}) : std::nullopt, SizeProduct({2, c})));
   if (!params) {
     errors.Add("model", StrCat("n_layer ", layers, ", n_embd ", c, ", padded_vocab_size ", vp,
                                " and max_seq_len ", max_t, " make more than ", kMaxElements,
@@ -346,9 +374,10 @@ void CheckSizes(const json& t, ConfigErrors& errors) {
                StrCat(what, " is more than ", kMaxElements, " tokens per micro-batch", fix));
   } else if (!SizeProduct({b, tokens, vp}) ||
              !SizeProduct({b, tokens, c, SizeSum(SizeProduct({16, layers}), 1).value_or(-1)})) {
-    errors.Add("train_micro_batch_size_per_gpu",
-               StrCat(what, " makes more than ", kMaxElements, " logits or saved activations "
-                      "per micro-batch (Note [Size limits])", fix));
+    errors.Add("train_micro_batch_size_per_gpu", StrCat(what, " makes more than ", kMaxElements,
+                                                        " logits or saved activations "
+                                                        "per micro-batch (Note [Size limits])",
+                                                        fix));
   } else if (!SizeProduct({ClampedInt(gas), b, tokens}) ||
              !SizeProduct({ClampedInt(batch), tokens})) {
     errors.Add("train_batch_size", StrCat("train_batch_size ", ValueText(batch), " x data.seq_len ",

@@ -6,8 +6,10 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <tuple>
 
 #include "core/logging.h"
+#include "engine/preflight.h"
 #include "nn/gpt2.h"
 #include "nn/llmc_model_file.h"
 #include "optim/adam.h"
@@ -38,10 +40,9 @@ std::string MemoryBreakdown(const MemorySnapshot& mem, bool with_current) {
   std::string out;
   for (int c = 0; c < kNumMemoryCategories; ++c) {
     if (mem.peak[c] == 0) continue;
-    out += fmt::format("{}{} {}{}", out.empty() ? "" : ", ",
-                       MemoryCategoryName(static_cast<MemoryCategory>(c)),
-                       with_current ? FormatBytes(mem.current[c]) + "/" : "",
-                       FormatBytes(mem.peak[c]));
+    out += fmt::format(
+        "{}{} {}{}", out.empty() ? "" : ", ", MemoryCategoryName(static_cast<MemoryCategory>(c)),
+        with_current ? FormatBytes(mem.current[c]) + "/" : "", FormatBytes(mem.peak[c]));
   }
   return out;
 }
@@ -90,18 +91,20 @@ Trainer::Trainer(Config config, comm::Communicator* world)
 
 Trainer::Trainer(Config config, comm::Communicator* world, const LaunchEnv& launch)
     : config_(std::move(config)), world_(world), device_(SelectDevice(config_.device, launch)) {
+  // Note [Preflight]: every path the run will write, before anything trains.
+  Preflight(config_, PreflightOptions{.create_outputs = true, .open_data = false});
   config_.device = device_.device.ToString();
   Log().info("device: {} ({})", config_.device, device_.reason);
   const int world_size = world ? world->size() : 1;
-  grid_ = std::make_unique<ProcessGrid>(world_size, world_size / (config_.pipeline_stages *
-                                                                  config_.tensor_parallel_size),
-                                        config_.pipeline_stages, config_.tensor_parallel_size);
+  grid_ = std::make_unique<ProcessGrid>(
+      world_size, world_size / (config_.pipeline_stages * config_.tensor_parallel_size),
+      config_.pipeline_stages, config_.tensor_parallel_size);
   const ParallelGroups groups = MakeGroups();
-  engine_ = std::make_unique<Engine>(
-      config_,
-      config_.tensor_parallel_size > 1 ? tensor::BuildParallelGpt2(config_.model, *groups.tp)
-                                       : nn::BuildGpt2(config_.model),
-      groups);
+  engine_ = std::make_unique<Engine>(config_,
+                                     config_.tensor_parallel_size > 1
+                                         ? tensor::BuildParallelGpt2(config_.model, *groups.tp)
+                                         : nn::BuildGpt2(config_.model),
+                                     groups);
   if (!config_.checkpoint.dir.empty()) {
     checkpointer_ = std::make_unique<Checkpointer>(config_, *engine_, world_);
   }
@@ -109,8 +112,17 @@ Trainer::Trainer(Config config, comm::Communicator* world, const LaunchEnv& laun
     LoadWeights(config_.model.init_from, config_.model, *engine_);
     Log().info("loaded weights from {}", config_.model.init_from);
   }
-  train_loader_ = MakeLoader(config_, data::Split::kTrain, engine_->dp_rank(), engine_->dp_size());
-  val_loader_ = MakeLoader(config_, data::Split::kVal, engine_->dp_rank(), engine_->dp_size());
+  // The loaders check every shard as they open them (Note [Preflight]): a problem there names
+  // the key, as check-config does.
+  for (const auto& [split, key, loader] :
+       {std::tuple{data::Split::kTrain, "data.train", &train_loader_},
+        std::tuple{data::Split::kVal, "data.val", &val_loader_}}) {
+    try {
+      *loader = MakeLoader(config_, split, engine_->dp_rank(), engine_->dp_size());
+    } catch (const Error& e) {
+      throw InvalidConfig({detail::StrCat(key, ": ", e.what())});
+    }
+  }
 
   const int64_t b = config_.train_micro_batch_size_per_gpu, t = config_.data.seq_len;
   const int64_t gas = config_.gradient_accumulation_steps;
@@ -130,8 +142,8 @@ ParallelGroups Trainer::MakeGroups() {
     // MPI moves host memory; on CUDA the engine's collectives go through NCCL, bootstrapped
     // over the MPI world. One rank has nothing to communicate: the engine's own groups of one.
     if (world_->size() == 1) return {};
-    const auto timeout = std::chrono::milliseconds(
-        static_cast<int64_t>(config_.training.comm_timeout_s * 1000.0));
+    const auto timeout =
+        std::chrono::milliseconds(static_cast<int64_t>(config_.training.comm_timeout_s * 1000.0));
     nccl_world_ = comm::MakeNcclCommunicator(*world_, device_.device.index, timeout);
     base = nccl_world_.get();
   }
@@ -168,19 +180,23 @@ double Trainer::Evaluate() {
 
 void Trainer::LogStart() const {
   if (config_.dump_state) Log().info("resolved config:\n{}", config_.resolved.dump(2));
+  for (const AutoChoice& a : config_.auto_choices) {
+    Log().info("config: {} = {} ({})", a.path, a.value.dump(), a.reason);
+  }
   if (config_.comms_logger.enabled) {
     Log().info("comms_logger: a single process has no communication to log");
   }
   const ModelConfig& m = config_.model;
   int64_t params = 0;
   for (const auto& [name, shape] : engine_->ModelParameters()) params += NumElements(shape);
-  Log().info("ztrain: {} layers, {} heads, {} wide, vocab {} (padded {}), {} parameters",
-             m.n_layer, m.n_head, m.n_embd, m.vocab_size, m.padded_vocab_size, params);
-  Log().info("batch: {} x {} tokens per micro-batch, {} micro-batches per step, {} data-parallel "
-             "ranks (ZeRO stage {}), {} steps",
-             config_.train_micro_batch_size_per_gpu, config_.data.seq_len,
-             config_.gradient_accumulation_steps, engine_->dp_size(), config_.zero.stage,
-             config_.training.steps);
+  Log().info("ztrain: {} layers, {} heads, {} wide, vocab {} (padded {}), {} parameters", m.n_layer,
+             m.n_head, m.n_embd, m.vocab_size, m.padded_vocab_size, params);
+  Log().info(
+      "batch: {} x {} tokens per micro-batch, {} micro-batches per step, {} data-parallel "
+      "ranks (ZeRO stage {}), {} steps",
+      config_.train_micro_batch_size_per_gpu, config_.data.seq_len,
+      config_.gradient_accumulation_steps, engine_->dp_size(), config_.zero.stage,
+      config_.training.steps);
   if (grid_->pp_size() > 1 || grid_->tp_size() > 1) {
     Log().info("layout: dp {} x pp {} x tp {} = {} ranks; pipeline schedule {}, partition {}",
                grid_->dp_size(), grid_->pp_size(), grid_->tp_size(), grid_->world(),
@@ -201,15 +217,15 @@ void Trainer::LogStart() const {
              config_.scheduler.type.empty() ? "constant lr" : config_.scheduler.type);
   const PrecisionConfig& p = config_.precision;
   if (p.bf16 || p.fp16) {
-    Log().info("precision: {} compute and activations, fp32 master weights and Adam state, "
-               "gradients accumulate in {}{}",
-               p.bf16 ? "bf16" : "fp16", p.grad_accum_dtype,
-               !p.fp16            ? std::string()
-               : p.loss_scale > 0 ? fmt::format("; static loss scale {:g}", p.loss_scale)
-                                  : fmt::format("; dynamic loss scale from 2^{}, window {}, "
-                                                "hysteresis {}",
-                                                p.initial_scale_power, p.loss_scale_window,
-                                                p.hysteresis));
+    Log().info(
+        "precision: {} compute and activations, fp32 master weights and Adam state, "
+        "gradients accumulate in {}{}",
+        p.bf16 ? "bf16" : "fp16", p.grad_accum_dtype,
+        !p.fp16            ? std::string()
+        : p.loss_scale > 0 ? fmt::format("; static loss scale {:g}", p.loss_scale)
+                           : fmt::format("; dynamic loss scale from 2^{}, window {}, "
+                                         "hysteresis {}",
+                                         p.initial_scale_power, p.loss_scale_window, p.hysteresis));
   }
   const MemorySnapshot mem = engine_->memory().Snapshot();
   Log().info("model state: parameters {}, gradients {}, optimizer state {}",
@@ -253,12 +269,11 @@ void Trainer::LogProgress(const StepStats& s, double window_seconds, int64_t win
   const double ms = s.seconds * 1e3;
   // fp16: the loss scale, and the steps skipped for overflows (this one, and in all).
   const std::string scale =
-      s.loss_scale > 0 ? fmt::format(" | loss scale {:g}{}{}", s.loss_scale,
-                                     s.skipped ? " (overflow: step skipped)" : "",
-                                     s.skipped_steps > 0
-                                         ? fmt::format(", {} skipped", s.skipped_steps)
-                                         : "")
-                       : "";
+      s.loss_scale > 0
+          ? fmt::format(" | loss scale {:g}{}{}", s.loss_scale,
+                        s.skipped ? " (overflow: step skipped)" : "",
+                        s.skipped_steps > 0 ? fmt::format(", {} skipped", s.skipped_steps) : "")
+          : "";
   Log().info(
       "step {:>6}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.4f}{}{} | {:.0f} tok/s | "
       "{:.1f} ms/step | peak mem {}",
@@ -269,10 +284,11 @@ void Trainer::LogProgress(const StepStats& s, double window_seconds, int64_t win
   if (config_.wall_clock_breakdown) {
     // DeepSpeed's wall_clock_breakdown: the phases, and within them the time blocked on
     // communication and on NVMe swaps (what overlap did not hide).
-    Log().info("step {:>6}/{} | time (ms): forward {:.1f} | backward {:.1f} | optimizer {:.1f} | "
-               "comm wait {:.1f} | swap wait {:.1f}",
-               s.step, config_.training.steps, s.forward_seconds * 1e3, s.backward_seconds * 1e3,
-               s.optimizer_seconds * 1e3, s.comm_wait_seconds * 1e3, s.swap_wait_seconds * 1e3);
+    Log().info(
+        "step {:>6}/{} | time (ms): forward {:.1f} | backward {:.1f} | optimizer {:.1f} | "
+        "comm wait {:.1f} | swap wait {:.1f}",
+        s.step, config_.training.steps, s.forward_seconds * 1e3, s.backward_seconds * 1e3,
+        s.optimizer_seconds * 1e3, s.comm_wait_seconds * 1e3, s.swap_wait_seconds * 1e3);
   }
   if (config_.memory_breakdown) {
     const MemorySnapshot mem = engine_->memory().Snapshot();
@@ -295,7 +311,7 @@ TrainSummary Trainer::Run(const std::atomic<bool>* stop) {
   const int64_t steps = config_.training.steps, every = config_.steps_per_print;
   const int64_t b = config_.train_micro_batch_size_per_gpu, t = config_.data.seq_len;
   const int64_t first = engine_->step() + 1;  // after a resume, the step after the saved one
-  int64_t saved = engine_->step();             // the step of the newest checkpoint
+  int64_t saved = engine_->step();            // the step of the newest checkpoint
   auto save = [&](int64_t step) {
     if (!checkpointer_ || saved == step) return;
     checkpointer_->Save(step, train_loader_->state());
@@ -308,9 +324,9 @@ TrainSummary Trainer::Run(const std::atomic<bool>* stop) {
     const int64_t comm_before = engine_->dp().stats().TotalBytes() +
                                 (engine_->pp_size() > 1 ? engine_->pp().stats().TotalBytes() : 0);
     const StepStats s = engine_->TrainStep(micro_batches_);
-    comm_bytes_per_step_.push_back(engine_->dp().stats().TotalBytes() +
-                                   (engine_->pp_size() > 1 ? engine_->pp().stats().TotalBytes() : 0) -
-                                   comm_before);
+    comm_bytes_per_step_.push_back(
+        engine_->dp().stats().TotalBytes() +
+        (engine_->pp_size() > 1 ? engine_->pp().stats().TotalBytes() : 0) - comm_before);
     if (step == first) summary.first_loss = s.loss;
     summary.final_loss = s.loss;
     summary.steps = step;
@@ -341,7 +357,8 @@ TrainSummary Trainer::Run(const std::atomic<bool>* stop) {
   }
   save(engine_->step());
   summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  summary.tokens_per_s = summary.seconds > 0 ? static_cast<double>(total_tokens) / summary.seconds : 0;
+  summary.tokens_per_s =
+      summary.seconds > 0 ? static_cast<double>(total_tokens) / summary.seconds : 0;
   Finish(summary);
   return summary;
 }

@@ -7,8 +7,14 @@ namespace ztrain::kernels {
 
 int CudaDeviceCount() { return 0; }
 
+CudaDeviceInfo GetCudaDeviceInfo(int device) {
+  ZTRAIN_CHECK(false, "CUDA device ", device, " asked for, but this ztrain was built without CUDA");
+  return {};
+}
+
 std::unique_ptr<Ops> MakeCudaOps(int device) {
-  ZTRAIN_CHECK(false, "CUDA device ", device, " asked for, but this ztrain was built without "
+  ZTRAIN_CHECK(false, "CUDA device ", device,
+               " asked for, but this ztrain was built without "
                "CUDA: install the CUDA toolkit (nvcc, cuBLAS) and reconfigure with "
                "-DZTRAIN_WITH_CUDA=ON");
   return nullptr;
@@ -16,7 +22,8 @@ std::unique_ptr<Ops> MakeCudaOps(int device) {
 
 namespace {
 [[noreturn]] void NotBuilt(const char* what) {
-  throw Error(::ztrain::detail::StrCat(what, " asked for, but this ztrain was built without "
+  throw Error(::ztrain::detail::StrCat(what,
+                                       " asked for, but this ztrain was built without "
                                        "CUDA: install the CUDA toolkit and reconfigure with "
                                        "-DZTRAIN_WITH_CUDA=ON"));
 }

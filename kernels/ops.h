@@ -34,6 +34,7 @@
 // (EmbeddingBackward, the CPU backend's reductions) holds for every dtype.
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "core/tensor.h"
 
@@ -131,5 +132,16 @@ std::unique_ptr<Ops> MakeCpuOps();
 std::unique_ptr<Ops> MakeCudaOps(int device);
 // CUDA devices visible to this process; 0 without CUDA (the build or the machine).
 int CudaDeviceCount();
+// What a config's "auto"s need to know of a CUDA device (engine/run_config.h).
+struct CudaDeviceInfo {
+  int major = 0, minor = 0;  // compute capability
+  int64_t total_bytes = 0;   // device memory
+  std::string name;
+};
+// Device `device`'s properties; ztrain::Error when it does not exist or the build has no CUDA.
+CudaDeviceInfo GetCudaDeviceInfo(int device);
+// Whether this machine's CPU computes bf16 matmuls natively (AVX512-BF16 or AMX-BF16, through
+// oneDNN in this build), and a few words on why or why not.
+bool CpuHasBf16(std::string* why = nullptr);
 
 }  // namespace ztrain::kernels

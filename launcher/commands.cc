@@ -14,6 +14,8 @@
 #include "engine/checkpoint_export.h"
 #include "engine/device_select.h"
 #include "engine/estimate.h"
+#include "engine/preflight.h"
+#include "engine/run_config.h"
 #include "engine/trainer.h"
 #include "engine/tune.h"
 #include "kernels/ops.h"
@@ -36,12 +38,9 @@ void ShareCoresAmongLocalRanks(const LaunchEnv& env) {
              env.local_size, threads);
 }
 
-Config LoadTrainConfig(const std::string& config_path, int world_size) {
-  if (config_path.empty()) {
-    Log().info("no --config given: training the built-in default model");
-    return ParseConfig(DefaultConfigJson(), world_size);
-  }
-  return LoadConfigFile(config_path, world_size);
+Config LoadTrainConfig(const std::string& config_path, const LaunchEnv& env) {
+  if (config_path.empty()) Log().info("no --config given: training the built-in default model");
+  return LoadRunConfig(config_path, env.world_size, env);
 }
 
 int Train(Config config, comm::Communicator* world, const LaunchEnv& env,
@@ -76,6 +75,7 @@ Config EstimateConfig(const EstimateArgs& a) {
   ZTRAIN_CHECK_T(ConfigError, !a.config_path.empty() || by_size,
                  "ztrain estimate needs --config FILE or a model size, e.g. --params 7B "
                  "--layers 32 --hidden 4096");
+  const LaunchEnv env = DetectLaunchEnv();
   nlohmann::json j = a.config_path.empty() ? DefaultConfigJson() : ReadConfigJson(a.config_path);
   if (a.config_path.empty()) {
     j["train_micro_batch_size_per_gpu"] = 1;
@@ -86,7 +86,7 @@ Config EstimateConfig(const EstimateArgs& a) {
     j.erase("train_batch_size");
   }
   if (by_size) {
-    const Config base = ParseConfig(j, a.world_size);
+    const Config base = ResolveRunConfig(j, a.world_size, env);
     const ModelSize size{.params = a.params.empty() ? 0 : ParseCount(a.params, "--params"),
                          .layers = a.layers,
                          .hidden = a.hidden,
@@ -109,7 +109,7 @@ Config EstimateConfig(const EstimateArgs& a) {
                    std::to_string(Gpt2ParameterCount(m)).c_str(), a.params.c_str());
     }
   }
-  return ParseConfig(j, a.world_size);
+  return ResolveRunConfig(j, a.world_size, env);
 }
 
 std::string Count(int64_t n) {
@@ -237,7 +237,9 @@ int RunTune(const std::string& config_path, const std::string& memory_budget, in
             int64_t max_micro_batch) {
   try {
     const int64_t budget = ParseBytes(memory_budget);
-    const Config config = LoadTrainConfig(config_path, world_size);
+    LaunchEnv env = DetectLaunchEnv();
+    if (env.launcher == "none") env.world_size = world_size;
+    const Config config = LoadTrainConfig(config_path, env);
     const bool confirm = config.world_size == 1;
     const TuneResult r = TuneMicroBatch(config, budget, max_micro_batch, confirm);
     std::printf("budget %s per rank; micro-batch sizes tried (estimated peak):\n",
@@ -276,7 +278,7 @@ int RunTrain(const std::string& config_path, const std::string& resume) {
   const LaunchEnv env = DetectLaunchEnv();
   // Every rank reads the config before MPI starts: a bad config fails every rank the same
   // way, with nothing to wait for.
-  Config config = LoadTrainConfig(config_path, env.world_size);
+  Config config = LoadTrainConfig(config_path, env);
   if (env.world_size == 1) return Train(std::move(config), nullptr, env, resume);
   const auto timeout =
       std::chrono::milliseconds(static_cast<int64_t>(config.training.comm_timeout_s * 1000.0));
@@ -308,9 +310,20 @@ int RunExport(const std::string& checkpoint, const std::string& format, const st
 
 int RunCheckConfig(const std::string& config_path, int world_size) {
   try {
-    const Config config = LoadConfigFile(config_path, world_size);
+    LaunchEnv env = DetectLaunchEnv();
+    if (env.launcher == "none") env.world_size = world_size;
+    const Config config = LoadRunConfig(config_path, world_size, env);
+    try {
+      Preflight(config, PreflightOptions{.create_outputs = false, .open_data = true});
+    } catch (const ConfigError& e) {
+      throw ConfigError(detail::StrCat("config file ", config_path, ": ", e.what()));
+    }
     std::printf("%s\n", config.resolved.dump(2).c_str());
     std::fflush(stdout);
+    for (const AutoChoice& a : config.auto_choices) {
+      std::fprintf(stderr, "auto: %s = %s (%s)\n", a.path.c_str(), a.value.dump().c_str(),
+                   a.reason.c_str());
+    }
     PrintDeviceChoice(config.device, world_size);
     return kExitOk;
   } catch (const ConfigError& e) {

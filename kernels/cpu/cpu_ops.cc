@@ -11,4 +11,10 @@ CpuOps::~CpuOps() = default;
 
 std::unique_ptr<Ops> MakeCpuOps() { return std::make_unique<CpuOps>(); }
 
+bool CpuHasBf16(std::string* why) {
+  const cpu::OneDnnSupport& s = cpu::OneDnnBf16Support();
+  if (why) *why = s.detail;
+  return s.available;
+}
+
 }  // namespace ztrain::kernels

@@ -9,8 +9,8 @@ namespace cuda {
 using ::ztrain::detail::StrCat;
 
 void ThrowCudaError(cudaError_t err, const char* call, const char* file, int line) {
-  throw Error(StrCat("CUDA error ", cudaGetErrorName(err), " (", cudaGetErrorString(err),
-                     ") in ", call, " at ", file, ":", line));
+  throw Error(StrCat("CUDA error ", cudaGetErrorName(err), " (", cudaGetErrorString(err), ") in ",
+                     call, " at ", file, ":", line));
 }
 
 void ThrowCublasError(cublasStatus_t status, const char* call, const char* file, int line) {
@@ -58,6 +58,15 @@ int CudaDeviceCount() {
     return 0;
   }
   return count;
+}
+
+CudaDeviceInfo GetCudaDeviceInfo(int device) {
+  cudaDeviceProp prop{};
+  const cudaError_t rc = cudaGetDeviceProperties(&prop, device);
+  if (rc != cudaSuccess) cudaGetLastError();
+  ZTRAIN_CHECK(rc == cudaSuccess, "CUDA device ", device,
+               " cannot be queried: ", cudaGetErrorString(rc));
+  return {prop.major, prop.minor, static_cast<int64_t>(prop.totalGlobalMem), prop.name};
 }
 
 std::unique_ptr<Ops> MakeCudaOps(int device) { return std::make_unique<cuda::CudaOps>(device); }

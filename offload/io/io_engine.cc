@@ -2,6 +2,7 @@
 
 #include <atomic>
 
+#include "core/config.h"
 #include "core/error.h"
 #include "core/logging.h"
 #include "offload/io/posix/posix_engine.h"
@@ -13,13 +14,16 @@ namespace {
 using ::ztrain::detail::StrCat;
 
 void CheckOptions(const IoOptions& o) {
-  ZTRAIN_CHECK(o.block_size > 0 && o.block_size % kIoAlignment == 0 && o.block_size <= (1 << 30),
-               "aio.block_size must be a multiple of ", kIoAlignment, " bytes (O_DIRECT) between ",
-               kIoAlignment, " and 1 GiB, got ", o.block_size, " (DeepSpeed's default is 1048576)");
-  ZTRAIN_CHECK(o.queue_depth >= 1 && o.queue_depth <= 4096,
-               "aio.queue_depth must be in [1, 4096], got ", o.queue_depth);
-  ZTRAIN_CHECK(o.threads >= 1 && o.threads <= 256,
-               "aio.intra_op_parallelism (or thread_count) must be in [1, 256], got ", o.threads);
+  static_assert(kIoAlignment == kAioAlignment);
+  ZTRAIN_CHECK(
+      o.block_size > 0 && o.block_size % kIoAlignment == 0 && o.block_size <= kAioMaxBlockSize,
+      "aio.block_size must be a multiple of ", kIoAlignment, " bytes (O_DIRECT) between ",
+      kIoAlignment, " and 1 GiB, got ", o.block_size, " (DeepSpeed's default is 1048576)");
+  ZTRAIN_CHECK(o.queue_depth >= 1 && o.queue_depth <= kAioMaxQueueDepth,
+               "aio.queue_depth must be in [1, ", kAioMaxQueueDepth, "], got ", o.queue_depth);
+  ZTRAIN_CHECK(o.threads >= 1 && o.threads <= kAioMaxThreads,
+               "aio.intra_op_parallelism (or thread_count) must be in [1, ", kAioMaxThreads,
+               "], got ", o.threads);
 }
 
 // Why the fallback runs is said once per process, not once per engine (tests and the

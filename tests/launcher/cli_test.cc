@@ -11,64 +11,20 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
-
-#include <nlohmann/json.hpp>
 
 #include "core/config.h"
 #include "core/memory_tracker.h"
 #include "nn/gpt2.h"
 #include "nn/llmc_model_file.h"
+#include "tests/launcher/cli_test_util.h"
 
 namespace ztrain {
 namespace {
 
 namespace fs = std::filesystem;
-
-struct Result {
-  int code;
-  std::string out;
-};
-
-// Runs ztrain with `args` through the shell, capturing stdout and, by default, stderr
-// together (`redirect` "2>FILE" keeps stdout alone); `env` ("VAR=value ...") is set for it.
-Result RunZtrain(const std::string& args, const std::string& redirect = "2>&1",
-                 const std::string& env = "") {
-  const std::string cmd = env + " " + ZTRAIN_BINARY + " " + args + " " + redirect;
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
-
-// Hides the GPUs from a run, as on a machine without any.
-const std::string kNoGpus = "CUDA_VISIBLE_DEVICES=";
-
-std::vector<std::string> Lines(const std::string& path) {
-  std::ifstream f(path);
-  std::vector<std::string> lines;
-  for (std::string l; std::getline(f, l);) lines.push_back(l);
-  return lines;
-}
-
-class CliTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/ztrain_cli_XXXXXX";
-    dir_ = mkdtemp(tmpl);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string WriteConfig(const nlohmann::json& j, const std::string& name = "c.json") {
-    const std::string path = dir_ + "/" + name;
-    std::ofstream(path) << j.dump(2);
-    return path;
-  }
-  std::string dir_;
-};
 
 TEST_F(CliTest, VersionNamesTheBackends) {
   const Result r = RunZtrain("--version");
@@ -86,14 +42,19 @@ TEST_F(CliTest, CheckConfigPrintsResolvedConfigOrErrors) {
   const nlohmann::json resolved = nlohmann::json::parse(ok.out);  // stdout is the JSON alone
   EXPECT_EQ(resolved["train_batch_size"], j["train_micro_batch_size_per_gpu"]);
   EXPECT_EQ(resolved["device"], "auto");
-  // stderr says where the device setting puts a process on this machine.
-  ASSERT_EQ(Lines(err).size(), 1u);
-  EXPECT_EQ(Lines(err)[0], "device on this machine: cpu (no CUDA device visible)");
+  // stderr names each "auto" the config wrote with its value and reason, then where the
+  // device setting puts a process on this machine.
+  ASSERT_EQ(Lines(err).size(), 3u);
+  EXPECT_EQ(Lines(err)[0],
+            "auto: model.padded_vocab_size = 512 (model.vocab_size rounded up to a multiple of "
+            "128)");
+  EXPECT_EQ(Lines(err)[1], "auto: data.seq_len = 64 (model.max_seq_len)");
+  EXPECT_EQ(Lines(err)[2], "device on this machine: cpu (no CUDA device visible)");
   j["device"] = "cuda";  // valid, but not here: said, not an error
   EXPECT_EQ(RunZtrain("check-config " + WriteConfig(j), "2>" + err, kNoGpus).code, 0);
-  EXPECT_NE(Lines(err)[0].find("device on this machine: not usable here: device is \"cuda\""),
+  EXPECT_NE(Lines(err).back().find("device on this machine: not usable here: device is \"cuda\""),
             std::string::npos)
-      << Lines(err)[0];
+      << Lines(err).back();
   j["device"] = "tpu";
   const Result tpu = RunZtrain("check-config " + WriteConfig(j));
   EXPECT_EQ(tpu.code, 2);
@@ -164,7 +125,8 @@ TEST_F(CliTest, TuneFindsTheLargestMicroBatchOrSaysNothingFits) {
   const Result r = RunZtrain("tune --config " + config + " --memory-budget 64MiB");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("largest that fits: \"train_micro_batch_size_per_gpu\": "),
-            std::string::npos) << r.out;
+            std::string::npos)
+      << r.out;
   EXPECT_NE(r.out.find("in one real step"), std::string::npos) << r.out;
   const Result tiny = RunZtrain("tune --config " + config + " --memory-budget 1KiB");
   EXPECT_EQ(tiny.code, 1) << tiny.out;
@@ -224,7 +186,7 @@ TEST_F(CliTest, TrainsTheDefaultModelAndWritesCsvAndModel) {
   ASSERT_EQ(std::sscanf(csv[1].c_str(), "1,%lf", &first_loss), 1);
   ASSERT_EQ(std::sscanf(csv.back().c_str(), "%*d,%lf", &last_loss), 1);
   const double ln_vocab = std::log(static_cast<double>(cfg.model.vocab_size));
-  EXPECT_NEAR(first_loss, ln_vocab, 0.3);   // an untrained model is uniform
+  EXPECT_NEAR(first_loss, ln_vocab, 0.3);         // an untrained model is uniform
   EXPECT_LT(last_loss, 0.5 * ln_vocab) << r.out;  // and it learned the corpus
   EXPECT_NO_THROW(nn::ReadLlmcModelHeader(dir_ + "/final.bin"));
   std::ifstream mem_file(dir_ + "/out/memory_rank0.json");
@@ -243,7 +205,8 @@ TEST_F(CliTest, TrainsTheDefaultModelAndWritesCsvAndModel) {
 // The last "val loss X" printed by a run.
 std::string LastValLoss(const std::string& out) {
   const size_t at = out.rfind("val loss ");
-  return at == std::string::npos ? "" : out.substr(at + 9, out.find_first_of(" \n,", at + 9) - at - 9);
+  return at == std::string::npos ? ""
+                                 : out.substr(at + 9, out.find_first_of(" \n,", at + 9) - at - 9);
 }
 
 TEST_F(CliTest, InitFromContinuesFromTheSavedModel) {

@@ -1,0 +1,169 @@
+// Note [Preflight] (engine/preflight.h).
+#include "engine/preflight.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "core/error.h"
+#include "data/token_source.h"
+
+namespace ztrain {
+namespace {
+
+namespace fs = std::filesystem;
+using detail::StrCat;
+using Problems = std::vector<std::string>;
+
+std::string Why(int err) {
+  switch (err) {
+    case EROFS:
+      return "it is on a read-only file system";
+    case EACCES:
+    case EPERM:
+      return "permission denied";
+    case ENOSPC:
+    case EDQUOT:
+      return "the disk is full";
+    default:
+      return std::strerror(err);
+  }
+}
+
+// "" when a file can be created, written and removed in the existing directory `dir`.
+std::string ProbeWrite(const fs::path& dir) {
+  std::string name = (dir / ".ztrain-probe-XXXXXX").string();
+  const int fd = ::mkstemp(name.data());
+  if (fd < 0) return Why(errno);
+  const char byte = 0;
+  const bool wrote = ::write(fd, &byte, 1) == 1;
+  const int err = errno;
+  ::close(fd);
+  ::unlink(name.c_str());
+  return wrote ? "" : Why(err);
+}
+
+// The nearest existing ancestor of `p` (p itself when it exists; "." for a relative path none
+// of whose parts exists).
+fs::path NearestExisting(fs::path p) {
+  std::error_code ec;
+  while (!p.empty() && !fs::exists(p, ec)) p = p.parent_path();
+  return p.empty() ? fs::path(".") : p;
+}
+
+// An output directory: a directory (not a file), writable, or creatable and then writable.
+void OutputDir(const std::string& key, const std::string& dir, bool create, Problems& problems) {
+  const fs::path existing = NearestExisting(dir);
+  std::error_code ec;
+  if (!fs::is_directory(existing, ec)) {
+    problems.push_back(StrCat(
+        key, ": '", existing.string(), "' is a regular file, not a directory",
+        existing == fs::path(dir) ? "" : StrCat(", so '" + dir + "' cannot be made below it"),
+        "; point ", key, " elsewhere or move the file"));
+    return;
+  }
+  if (existing != fs::path(dir) && create) {
+    fs::create_directories(dir, ec);
+    if (ec) {
+      problems.push_back(StrCat(key, ": cannot create '", dir, "': ", Why(ec.value()), "; point ",
+                                key, " at a directory this job can write"));
+      return;
+    }
+  }
+  const fs::path probe = create ? fs::path(dir) : existing;
+  const std::string why = ProbeWrite(probe);
+  if (!why.empty()) {
+    problems.push_back(StrCat(key, ": cannot write in '", probe.string(), "': ", why,
+                              probe == fs::path(dir) ? "" : StrCat(" (to create '", dir, "')"),
+                              "; point ", key, " at a directory this job can write"));
+  }
+}
+
+// An output file: not a directory, in a directory OutputDir accepts.
+void OutputFile(const std::string& key, const std::string& path, bool create, Problems& problems) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    problems.push_back(StrCat(key, ": '", path, "' is a directory; give a file name, e.g. '",
+                              (fs::path(path) / "model.bin").string(), "'"));
+    return;
+  }
+  const fs::path parent = fs::path(path).parent_path();
+  OutputDir(key, parent.empty() ? "." : parent.string(), create, problems);
+}
+
+bool SameFile(const std::string& a, const std::string& b) {
+  std::error_code ec;
+  if (fs::exists(a, ec) && fs::exists(b, ec)) return fs::equivalent(a, b, ec);
+  return fs::weakly_canonical(a, ec) == fs::weakly_canonical(b, ec);
+}
+
+void Outputs(const Config& c, bool create, Problems& problems) {
+  const std::string& final_model = c.training.save_final;
+  if (!final_model.empty()) {
+    OutputFile("training.save_final", final_model, create, problems);
+    if (!c.model.init_from.empty() && SameFile(final_model, c.model.init_from)) {
+      problems.push_back(StrCat("training.save_final: '", final_model,
+                                "' is model.init_from, the weights this run starts from; save "
+                                "to another file so that they are not overwritten"));
+    }
+  }
+  if (!c.checkpoint.dir.empty()) OutputDir("checkpoint.dir", c.checkpoint.dir, create, problems);
+  OutputDir("training.output_dir", c.training.output_dir, create, problems);
+  if (c.csv_monitor.enabled) {
+    const fs::path dir =
+        fs::path(c.csv_monitor.output_path.empty() ? "." : c.csv_monitor.output_path) /
+        c.csv_monitor.job_name;
+    OutputDir("csv_monitor.output_path", dir.string(), create, problems);
+  }
+  const std::string z = "zero_optimization.";
+  const std::pair<std::string, const std::string*> swaps[] = {
+      {"offload_param", c.zero.stage == 3 && c.zero.offload_param.device == "nvme"
+                            ? &c.zero.offload_param.nvme_path
+                            : nullptr},
+      {"offload_optimizer",
+       c.zero.offload_optimizer.device == "nvme" ? &c.zero.offload_optimizer.nvme_path : nullptr}};
+  for (const auto& [section, path] : swaps) {
+    if (!path) continue;
+    std::error_code ec;
+    const std::string key = z + section + ".nvme_path";
+    if (!fs::is_directory(*path, ec)) {
+      problems.push_back(StrCat(key, ": '", *path,
+                                "' is not a directory; create it or point "
+                                "nvme_path at a local NVMe mount"));
+    } else if (const std::string why = ProbeWrite(*path); !why.empty()) {
+      problems.push_back(StrCat(key, ": cannot write in '", *path, "': ", why,
+                                "; point nvme_path at a directory this job can write"));
+    }
+  }
+}
+
+void Inputs(const Config& c, Problems& problems) {
+  for (const auto& [key, pattern] :
+       {std::pair{"data.train", &c.data.train}, std::pair{"data.val", &c.data.val}}) {
+    if (pattern->empty()) continue;
+    try {
+      data::ShardFileSource(*pattern).CheckVocabulary(c.model.vocab_size);
+    } catch (const Error& e) {
+      problems.push_back(StrCat(key, ": ", e.what()));
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> PreflightProblems(const Config& config, const PreflightOptions& options) {
+  Problems problems;
+  Outputs(config, options.create_outputs, problems);
+  if (options.open_data) Inputs(config, problems);
+  return problems;
+}
+
+void Preflight(const Config& config, const PreflightOptions& options) {
+  const std::vector<std::string> problems = PreflightProblems(config, options);
+  if (!problems.empty()) throw InvalidConfig(problems);
+}
+
+}  // namespace ztrain

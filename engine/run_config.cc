@@ -1,0 +1,226 @@
+// Note [A run's config] (engine/run_config.h).
+#include "engine/run_config.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "core/error.h"
+#include "core/logging.h"
+#include "core/memory_tracker.h"
+#include "data/token_source.h"
+#include "engine/device_select.h"
+#include "engine/tune.h"
+#include "kernels/ops.h"
+#include "nn/llmc_model_file.h"
+
+namespace ztrain {
+namespace {
+
+using detail::StrCat;
+using nlohmann::json;
+
+// The most train_micro_batch_size_per_gpu "auto" considers (ztrain tune's default cap).
+constexpr int64_t kMaxAutoMicroBatch = 4096;
+// The share of a rank's device memory an "auto" micro-batch may fill by the estimate.
+constexpr double kAutoMemoryShare = 0.9;
+
+struct Resolution {
+  std::vector<std::string> problems;
+  std::vector<AutoChoice> choices;
+};
+
+// Step 1 of Note [A run's config].
+void ShapeFromModelFile(json& j, Resolution& r) {
+  if (!j.is_object() || !j.contains("model") || !j["model"].is_object()) return;
+  json& model = j["model"];
+  const json init = model.value("init_from", json(""));
+  if (!init.is_string() || init.get<std::string>().empty()) return;
+  const std::string path = init.get<std::string>();
+  ModelConfig file;
+  try {
+    file = nn::ReadLlmcModelHeader(path);
+  } catch (const Error& e) {
+    r.problems.push_back(StrCat("model.init_from: ", e.what(),
+                                "; give an llm.c model file (ztrain's training.save_final "
+                                "writes one) or remove the key to start from random weights"));
+    return;
+  }
+  const std::pair<const char*, int64_t> shape[] = {{"n_layer", file.n_layer},
+                                                   {"n_head", file.n_head},
+                                                   {"n_embd", file.n_embd},
+                                                   {"vocab_size", file.vocab_size},
+                                                   {"padded_vocab_size", file.padded_vocab_size},
+                                                   {"max_seq_len", file.max_seq_len}};
+  json taken = json::object();
+  for (const auto& [key, value] : shape) {
+    const json given = model.value(key, json("auto"));
+    if (given == "auto") {
+      model[key] = value;
+      taken[key] = value;
+    } else if (given.is_number_integer() && given.get<int64_t>() != value) {
+      r.problems.push_back(StrCat("model.", key, ": the config says ", given.dump(),
+                                  " but model.init_from '", path, "' has ", value,
+                                  "; remove model.", key,
+                                  " (the file sets the shape) or make "
+                                  "them agree"));
+    }
+  }
+  if (!taken.empty()) {
+    r.choices.push_back(
+        {"model", taken, StrCat("from the header of model.init_from '", path, "'")});
+  }
+}
+
+// The bf16 section as the schema reads it: "bf16", or DeepSpeed's older "bfloat16".
+json* Bf16Section(json& j) {
+  if (j.contains("bf16")) return &j["bf16"];
+  if (j.contains("bfloat16")) return &j["bfloat16"];
+  return nullptr;
+}
+
+void ResolveBf16(json& j, const DeviceChoice& device, Resolution& r) {
+  json* section = Bf16Section(j);
+  if (!section || !section->is_object() || section->value("enabled", json()) != "auto") return;
+  const bool fp16 = j.contains("fp16") && j["fp16"].is_object() &&
+                    j["fp16"].value("enabled", json(false)) == true;
+  bool bf16 = false;
+  std::string why;
+  if (fp16) {
+    why = "fp16.enabled is true";
+  } else if (device.device.is_cpu()) {
+    bf16 = kernels::CpuHasBf16(&why);
+    why = "the CPU backend: " + why;
+  } else {
+    const kernels::CudaDeviceInfo info = kernels::GetCudaDeviceInfo(device.device.index);
+    bf16 = info.major >= 8;
+    why =
+        StrCat(device.device.ToString(), " (", info.name, ") has compute capability ", info.major,
+               ".", info.minor, bf16 ? ": bf16 tensor cores" : ", below 8.0: no bf16 tensor cores");
+  }
+  (*section)["enabled"] = bf16;
+  r.choices.push_back({"bf16.enabled", bf16, why});
+}
+
+// A rank's share of its device's memory, and its description for the reason.
+int64_t MemoryBudget(const DeviceChoice& device, const LaunchEnv& launch, std::string* what) {
+  if (!device.device.is_cpu()) {
+    const kernels::CudaDeviceInfo info = kernels::GetCudaDeviceInfo(device.device.index);
+    *what = StrCat(FormatBytes(info.total_bytes), " of ", device.device.ToString(), " (", info.name,
+                   ")");
+    return static_cast<int64_t>(kAutoMemoryShare * static_cast<double>(info.total_bytes));
+  }
+  const int64_t physical = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
+  const int64_t ranks = std::max(1, launch.local_size);
+  *what = StrCat(FormatBytes(physical / ranks), ", this rank's share of the node's ",
+                 FormatBytes(physical), ranks > 1 ? StrCat(" (", ranks, " ranks)") : "");
+  return static_cast<int64_t>(kAutoMemoryShare * static_cast<double>(physical / ranks));
+}
+
+// The largest micro-batch one batch of the training and validation data allows (the loader's
+// rules in data/data_loader.h), so that "auto" never picks one the data cannot fill.
+int64_t LargestDataBatch(const Config& c) {
+  int64_t largest = INT64_MAX;
+  for (data::Split split : {data::Split::kTrain, data::Split::kVal}) {
+    const auto source = data::OpenDataSource(c.data, split, c.model.vocab_size, c.training.seed);
+    if (!source) continue;
+    int64_t tokens = INT64_MAX, windows = 0;
+    for (int64_t s = 0; s < source->num_shards(); ++s) {
+      const int64_t size = static_cast<int64_t>(source->shard(s).size());
+      tokens = std::min(tokens, size);
+      windows += (size - 1) / c.data.seq_len;
+    }
+    const bool shuffled = split == data::Split::kTrain && c.data.shuffle;
+    const int64_t per_batch = shuffled ? windows : (tokens - 1) / c.data.seq_len;
+    largest = std::min(largest, per_batch / std::max(1, c.dp_size));
+  }
+  return std::max<int64_t>(1, largest);
+}
+
+void ResolveMicroBatch(json& j, int world_size, const DeviceChoice& device, const LaunchEnv& launch,
+                       Resolution& r) {
+  if (j.value("train_micro_batch_size_per_gpu", json()) != "auto") return;
+  const json batch = j.value("train_batch_size", json());
+  if (!batch.is_null() && batch != "auto") return;  // derived from it by the batch rules
+  j["train_micro_batch_size_per_gpu"] = 1;          // what the estimate starts from
+  Config probe;
+  if (!ConfigProblems(j, world_size, &probe).empty()) return;  // step 3 names them
+  probe.device = device.device.ToString();
+  std::string memory;
+  const int64_t budget = MemoryBudget(device, launch, &memory);
+  int64_t cap = kMaxAutoMicroBatch;
+  try {
+    cap = std::min(cap, LargestDataBatch(probe));
+  } catch (const Error&) {
+    // The data is named by the loader (and check-config's preflight); tune as if unlimited.
+  }
+  const TuneResult t = TuneMicroBatch(probe, budget, cap, /*confirm=*/false);
+  if (t.micro_batch == 0) {
+    r.problems.push_back(
+        StrCat("train_micro_batch_size_per_gpu: \"auto\" finds no micro-batch that fits ",
+               FormatBytes(budget), " (90 % of ", memory, "): micro-batch 1 needs ",
+               FormatBytes(t.tried.empty() ? 0 : t.tried.front().second),
+               " by the estimate; use a higher ZeRO stage, offload or activation checkpointing "
+               "(ztrain estimate shows each), or fewer ranks per node"));
+    return;
+  }
+  j["train_micro_batch_size_per_gpu"] = t.micro_batch;
+  r.choices.push_back({"train_micro_batch_size_per_gpu", t.micro_batch,
+                       StrCat("the largest whose estimated peak (", FormatBytes(t.estimated_peak),
+                              ") fits 90 % of ", memory,
+                              t.micro_batch == cap && cap < kMaxAutoMicroBatch
+                                  ? StrCat(", and that one batch of the data allows")
+                                  : "",
+                              ", as ztrain tune finds it")});
+}
+
+// Step 2 of Note [A run's config].
+void HardwareAutos(json& j, int world_size, const LaunchEnv& launch, Resolution& r) {
+  if (!j.is_object()) return;
+  json* bf16 = Bf16Section(j);
+  const bool bf16_auto = bf16 && bf16->is_object() && bf16->value("enabled", json()) == "auto";
+  if (!bf16_auto && j.value("train_micro_batch_size_per_gpu", json()) != "auto") return;
+  const json setting = j.value("device", json("auto"));
+  if (!setting.is_string()) return;  // ParseConfig names the type
+  DeviceChoice device;
+  try {
+    LaunchEnv env = launch;
+    if (env.launcher == "none") env.world_size = world_size;
+    device = SelectDevice(setting.get<std::string>(), env);
+  } catch (const Error& e) {
+    r.problems.push_back(StrCat("device: ", e.what(),
+                                " (needed to resolve the \"auto\"s that "
+                                "depend on the device)"));
+    return;
+  }
+  ResolveBf16(j, device, r);
+  ResolveMicroBatch(j, world_size, device, launch, r);
+}
+
+}  // namespace
+
+Config ResolveRunConfig(json j, int world_size, const LaunchEnv& launch) {
+  Resolution r;
+  ShapeFromModelFile(j, r);
+  HardwareAutos(j, world_size, launch, r);
+  Config config;
+  std::vector<std::string> problems = ConfigProblems(j, world_size, &config);
+  problems.insert(problems.begin(), r.problems.begin(), r.problems.end());
+  if (!problems.empty()) throw InvalidConfig(problems);
+  config.auto_choices.insert(config.auto_choices.begin(), r.choices.begin(), r.choices.end());
+  return config;
+}
+
+Config LoadRunConfig(const std::string& path, int world_size, const LaunchEnv& launch) {
+  if (path.empty()) return ResolveRunConfig(DefaultConfigJson(), world_size, launch);
+  const json j = ReadConfigJson(path);
+  try {
+    return ResolveRunConfig(j, world_size, launch);
+  } catch (const ConfigError& e) {
+    throw ConfigError(StrCat("config file ", path, ": ", e.what()));
+  }
+}
+
+}  // namespace ztrain

@@ -1,0 +1,33 @@
+#pragma once
+// Note [A run's config]
+// What `ztrain` (train, check-config, estimate, tune) makes of a config file before anything
+// runs, in this order, every problem of every step collected into one ConfigError:
+//  1. The model's shape from model.init_from: an llm.c model file's header gives n_layer,
+//     n_head, n_embd, vocab_size, padded_vocab_size and max_seq_len, so `"model": {"init_from":
+//     "gpt2_124M.bin"}` alone is a whole model. A shape key the config gives that disagrees
+//     with the file is an error naming both values; one it leaves out (or "auto") is the file's.
+//  2. The "auto"s that depend on the machine this process runs on (where the config's device
+//     puts it, engine/device_select.h): bf16.enabled is true where the hardware computes bf16
+//     (a GPU of compute capability 8.0 or later, a CPU with AVX512-BF16 or AMX through oneDNN)
+//     unless fp16.enabled is true; train_micro_batch_size_per_gpu is the largest micro-batch
+//     whose estimated peak (engine/estimate.h) fits 90 % of this rank's device memory (a GPU's
+//     memory, or the node's memory shared by its ranks), as `ztrain tune` finds it: the other
+//     10 % is for what the estimate does not count (CUDA context, library workspaces, the OS).
+//  3. ParseConfig (core/config.h), which resolves every other "auto" (Note [Resolving "auto"]).
+// Every value chosen in 1-3 is in Config::auto_choices with its reason; the launcher logs them
+// at start and check-config prints them. The checks of the file system come after, in
+// Preflight (engine/preflight.h).
+#include <string>
+
+#include "core/config.h"
+#include "parallel/launch_env.h"
+
+namespace ztrain {
+
+// Resolves `j` for this process, which the launcher placed at `launch`, in a world of
+// `world_size` ranks.
+Config ResolveRunConfig(nlohmann::json j, int world_size, const LaunchEnv& launch);
+// Reads the file (an empty path: the built-in default) and resolves it; errors name the file.
+Config LoadRunConfig(const std::string& path, int world_size, const LaunchEnv& launch);
+
+}  // namespace ztrain

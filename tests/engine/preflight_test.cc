@@ -1,0 +1,138 @@
+// Note [Preflight] (engine/preflight.h): every path a run writes is checked before it trains
+// (a run makes its output directories, check-config makes nothing), the data is opened and
+// checked, and the Trainer refuses a run whose final weights could not be saved before step 1.
+#include "engine/preflight.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "core/error.h"
+#include "data/token_shard.h"
+#include "engine/trainer.h"
+#include "test_model.h"
+#include "tests/data/data_test_util.h"
+#include "tests/expect_error.h"
+#include "tests/read_only_dir.h"
+
+namespace ztrain {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using testing::ExpectErrorWith;
+
+Config WithPaths(const std::string& dir, const json& training) {
+  json j = testing::TinyConfigJson();
+  j["training"]["output_dir"] = dir + "/out";
+  for (const auto& [k, v] : training.items()) j["training"][k] = v;
+  return ParseConfig(j);
+}
+
+std::string Joined(const std::vector<std::string>& lines) {
+  std::string s;
+  for (const std::string& l : lines) s += l + "\n";
+  return s;
+}
+
+TEST(PreflightTest, MissingOutputDirectoriesAreMadeByARunAndLeftByACheck) {
+  data::test_util::TempDir dir;
+  json j = testing::TinyConfigJson();
+  j["training"]["save_final"] = dir.File("a/b/model.bin");
+  j["training"]["output_dir"] = dir.File("reports");
+  j["checkpoint"] = {{"dir", dir.File("ckpt/run1")}};
+  j["csv_monitor"] = {{"enabled", true}, {"output_path", dir.File("csv")}, {"job_name", "j"}};
+  const Config c = ParseConfig(j);
+  EXPECT_TRUE(PreflightProblems(c, {.create_outputs = false}).empty());
+  EXPECT_FALSE(fs::exists(dir.File("a")));  // a check makes nothing
+  EXPECT_TRUE(PreflightProblems(c, {.create_outputs = true}).empty());
+  for (const char* made : {"a/b", "reports", "ckpt/run1", "csv/j"}) {
+    EXPECT_TRUE(fs::is_directory(dir.File(made))) << made;
+  }
+  // No probe file is left behind.
+  for (const auto& e : fs::recursive_directory_iterator(dir.path())) {
+    EXPECT_EQ(e.path().filename().string().find(".ztrain-probe"), std::string::npos) << e.path();
+  }
+}
+
+TEST(PreflightTest, EveryUnwritableOutputIsNamedWithItsFix) {
+  data::test_util::TempDir dir;
+  std::ofstream(dir.File("file")) << "not a directory";
+  json j = testing::TinyConfigJson();
+  j["training"]["save_final"] = dir.path();                // a directory, not a file name
+  j["training"]["output_dir"] = dir.File("file/reports");  // below a regular file
+  j["checkpoint"] = {{"dir", dir.File("file")}};           // a regular file
+  j["zero_optimization"] = {
+      {"stage", 2},
+      {"offload_optimizer", {{"device", "nvme"}, {"nvme_path", dir.File("no_such_dir")}}}};
+  const std::string all = Joined(PreflightProblems(ParseConfig(j), {}));
+  for (const char* want :
+       {"training.save_final: '", "' is a directory; give a file name", "training.output_dir: '",
+        "file' is a regular file, not a directory, so '", "checkpoint.dir: '",
+        "zero_optimization.offload_optimizer.nvme_path: '",
+        "is not a directory; create it or point nvme_path at a local NVMe mount"}) {
+    EXPECT_NE(all.find(want), std::string::npos) << want << "\n" << all;
+  }
+  EXPECT_THROW(Preflight(ParseConfig(j), {}), ConfigError);
+}
+
+TEST(PreflightTest, AReadOnlyDirectoryIsRefused) {
+  testing::ReadOnlyDir ro;
+  if (!ro.ok()) GTEST_SKIP() << "cannot make a read-only directory here";
+  data::test_util::TempDir dir;
+  const std::string all = Joined(PreflightProblems(
+      WithPaths(dir.path(), {{"save_final", ro.path() + "/model.bin"}}), {.create_outputs = true}));
+  EXPECT_NE(all.find("training.save_final: cannot write in '" + ro.path() + "'"), std::string::npos)
+      << all;
+  EXPECT_NE(all.find("point training.save_final at a directory this job can write"),
+            std::string::npos)
+      << all;
+  // A directory still to be made below it is refused too, and not made.
+  const std::string below = Joined(PreflightProblems(
+      WithPaths(dir.path(), {{"output_dir", ro.path() + "/x/y"}}), {.create_outputs = true}));
+  EXPECT_NE(below.find("training.output_dir: cannot create '" + ro.path() + "/x/y'"),
+            std::string::npos)
+      << below;
+}
+
+TEST(PreflightTest, TheFinalModelMayNotOverwriteTheWeightsTheRunStartsFrom) {
+  data::test_util::TempDir dir;
+  std::ofstream(dir.File("start.bin")) << "weights";
+  json j = testing::TinyConfigJson();
+  j["model"]["init_from"] = dir.File("start.bin");
+  j["training"]["save_final"] = dir.path() + "/./start.bin";
+  const std::string all = Joined(PreflightProblems(ParseConfig(j), {}));
+  EXPECT_NE(all.find("is model.init_from, the weights this run starts from"), std::string::npos)
+      << all;
+}
+
+TEST(PreflightTest, TheDataIsOpenedAndChecked) {
+  data::test_util::TempDir dir;
+  std::vector<uint16_t> tokens(100, 3);
+  tokens[77] = 40;  // outside TinyConfigJson's vocabulary of 11
+  data::WriteTokenShard(dir.File("bad.bin"), tokens);
+  json j = testing::TinyConfigJson();
+  j["data"]["train"] = dir.File("bad.bin");
+  j["data"]["val"] = dir.File("none_*.bin");
+  const std::string all = Joined(PreflightProblems(ParseConfig(j), {.open_data = true}));
+  EXPECT_NE(all.find("data.train: token 40 at index 77"), std::string::npos) << all;
+  EXPECT_NE(all.find("data.val: "), std::string::npos) << all;
+  EXPECT_NE(all.find("none_*.bin"), std::string::npos) << all;
+  EXPECT_TRUE(PreflightProblems(ParseConfig(j), {.open_data = false}).empty());
+}
+
+// The run used to train to its end and then fail to save, losing the weights: now the Trainer
+// refuses it before building anything.
+TEST(PreflightTest, TheTrainerRefusesAnUnsavableRunBeforeTraining) {
+  testing::ReadOnlyDir ro;
+  if (!ro.ok()) GTEST_SKIP() << "cannot make a read-only directory here";
+  data::test_util::TempDir dir;
+  const Config c = WithPaths(dir.path(), {{"save_final", ro.path() + "/model.bin"}, {"steps", 5}});
+  ExpectErrorWith<ConfigError>([&] { Trainer t(c); }, {"training.save_final: cannot write"});
+  EXPECT_FALSE(fs::exists(dir.File("out/memory_rank0.json")));  // it never ran
+}
+
+}  // namespace
+}  // namespace ztrain

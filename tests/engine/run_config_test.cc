@@ -1,0 +1,187 @@
+// Note [A run's config] (engine/run_config.h): the model's shape from model.init_from, the
+// "auto"s that depend on the machine (bf16 by the hardware, the micro-batch by the estimate),
+// a Hugging Face Trainer config, and every problem named.
+#include "engine/run_config.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <map>
+#include <string>
+
+#include "core/error.h"
+#include "engine/estimate.h"
+#include "engine/tune.h"
+#include "kernels/ops.h"
+#include "nn/gpt2.h"
+#include "nn/llmc_model_file.h"
+#include "test_model.h"
+#include "tests/data/data_test_util.h"
+#include "tests/expect_error.h"
+
+namespace ztrain {
+namespace {
+
+using nlohmann::json;
+using testing::ExpectErrorWith;
+
+const LaunchEnv kAlone;  // one process outside any launcher
+
+std::map<std::string, AutoChoice> Chosen(const Config& c) {
+  std::map<std::string, AutoChoice> m;
+  for (const AutoChoice& a : c.auto_choices) m[a.path] = a;
+  return m;
+}
+
+// An llm.c model file of a small GPT-2 (2 blocks, 4 heads, 64 wide, vocabulary 300 padded to
+// 384, context 48), random weights.
+std::string WriteModel(const data::test_util::TempDir& dir) {
+  ModelConfig m;
+  m.n_layer = 2;
+  m.n_head = 4;
+  m.n_embd = 64;
+  m.vocab_size = 300;
+  m.padded_vocab_size = 384;
+  m.max_seq_len = 48;
+  std::map<std::string, std::vector<float>> values;
+  std::map<std::string, Shape> shapes;
+  for (const auto& layer : nn::BuildGpt2(m)) {
+    for (const nn::ParamSpec& s : layer->Params()) {
+      shapes[s.name] = s.shape;
+      values[s.name].assign(static_cast<size_t>(NumElements(s.shape)), 0.01f);
+    }
+  }
+  const std::string path = dir.File("model.bin");
+  nn::SaveLlmcModel(path, m, [&](const std::string& name) {
+    return Tensor(values.at(name).data(), DType::kF32, shapes.at(name));
+  });
+  return path;
+}
+
+TEST(RunConfigTest, InitFromAloneSetsTheModelsShape) {
+  data::test_util::TempDir dir;
+  const std::string model = WriteModel(dir);
+  // Nothing but the file: the schema's defaults (GPT-2 124M, context 1024) would not load it.
+  const Config c = ResolveRunConfig(
+      {{"train_micro_batch_size_per_gpu", 2}, {"model", {{"init_from", model}}}}, 1, kAlone);
+  EXPECT_EQ(c.model.n_layer, 2);
+  EXPECT_EQ(c.model.n_head, 4);
+  EXPECT_EQ(c.model.n_embd, 64);
+  EXPECT_EQ(c.model.vocab_size, 300);
+  EXPECT_EQ(c.model.padded_vocab_size, 384);
+  EXPECT_EQ(c.model.max_seq_len, 48);
+  EXPECT_EQ(c.data.seq_len, 48);  // "auto" follows the file's context
+  const AutoChoice shape = Chosen(c).at("model");
+  EXPECT_EQ(shape.value["n_embd"], 64);
+  EXPECT_NE(shape.reason.find(model), std::string::npos) << shape.reason;
+  // Keys that agree with the file are fine; one that disagrees names both values, and every
+  // such key is named at once.
+  json agree = {{"train_micro_batch_size_per_gpu", 2},
+                {"model", {{"init_from", model}, {"n_embd", 64}, {"n_layer", 2}}}};
+  EXPECT_EQ(ResolveRunConfig(agree, 1, kAlone).model.max_seq_len, 48);
+  json disagree = agree;
+  disagree["model"]["max_seq_len"] = 1024;
+  disagree["model"]["n_head"] = 8;
+  ExpectErrorWith<ConfigError>(
+      [&] { ResolveRunConfig(disagree, 1, kAlone); },
+      {"invalid config (2 problems)", "model.n_head: the config says 8 but model.init_from",
+       "has 4", "model.max_seq_len: the config says 1024", "has 48",
+       "remove model.max_seq_len (the file sets the shape)"});
+  json missing = agree;
+  missing["model"]["init_from"] = dir.File("none.bin");
+  ExpectErrorWith<ConfigError>([&] { ResolveRunConfig(missing, 1, kAlone); },
+                               {"model.init_from:", "none.bin", "No such file"});
+}
+
+TEST(RunConfigTest, Bf16AutoFollowsTheHardware) {
+  json j = testing::TinyConfigJson();
+  j["device"] = "cpu";
+  j["bf16"] = {{"enabled", "auto"}};
+  const Config c = ResolveRunConfig(j, 1, kAlone);
+  std::string why;
+  EXPECT_EQ(c.precision.bf16, kernels::CpuHasBf16(&why));
+  const AutoChoice bf16 = Chosen(c).at("bf16.enabled");
+  EXPECT_EQ(bf16.value, c.precision.bf16);
+  EXPECT_NE(bf16.reason.find(why), std::string::npos) << bf16.reason;
+  j["fp16"] = {{"enabled", true}};  // fp16 chosen: bf16 "auto" stays off
+  const Config f = ResolveRunConfig(j, 1, kAlone);
+  EXPECT_FALSE(f.precision.bf16);
+  EXPECT_TRUE(f.precision.fp16);
+  EXPECT_EQ(Chosen(f).at("bf16.enabled").reason, "fp16.enabled is true");
+}
+
+// The micro-batch "auto" is the largest that fits 90 % of the rank's share of the node's memory
+// by the estimate (capped by what one batch of the data allows), and it is logged so.
+TEST(RunConfigTest, MicroBatchAutoIsTheLargestThatFits) {
+  // The schema's model (GPT-2 124M, T = 1024), whose activations bind well within 4096.
+  json j = {{"train_micro_batch_size_per_gpu", "auto"}, {"device", "cpu"}};
+  const int64_t physical = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
+  for (int local : {1, 4}) {
+    LaunchEnv env;
+    env.local_size = local;
+    const Config c = ResolveRunConfig(j, 1, env);
+    const int64_t b = c.train_micro_batch_size_per_gpu;
+    const double budget = 0.9 * static_cast<double>(physical / local);
+    ASSERT_GE(b, 1);
+    EXPECT_LE(EstimateMemory(WithMicroBatch(c, b)).device_total_peak, budget);
+    const AutoChoice chosen = Chosen(c).at("train_micro_batch_size_per_gpu");
+    EXPECT_EQ(chosen.value, b);
+    if (chosen.reason.find("one batch of the data allows") == std::string::npos && b < 4096) {
+      EXPECT_GT(EstimateMemory(WithMicroBatch(c, b + 1)).device_total_peak, budget);
+    }
+    EXPECT_NE(chosen.reason.find("as ztrain tune finds it"), std::string::npos) << chosen.reason;
+    EXPECT_EQ(c.train_batch_size, b);
+  }
+  // A train_batch_size given derives the micro-batch by DeepSpeed's rules instead.
+  j["train_batch_size"] = 12;
+  j["gradient_accumulation_steps"] = 3;
+  EXPECT_EQ(ResolveRunConfig(j, 2, kAlone).train_micro_batch_size_per_gpu, 2);
+}
+
+// A Hugging Face Trainer ZeRO-3 config, "auto" wherever the HF docs put it, is accepted.
+TEST(RunConfigTest, AHuggingFaceTrainerConfigResolvesEveryAuto) {
+  const json hf = json::parse(R"({
+    "fp16": {"enabled": "auto", "loss_scale": 0, "loss_scale_window": 1000,
+             "initial_scale_power": 16, "hysteresis": 2, "min_loss_scale": 1},
+    "bf16": {"enabled": "auto"},
+    "optimizer": {"type": "AdamW",
+                  "params": {"lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"}},
+    "scheduler": {"type": "WarmupLR",
+                  "params": {"warmup_min_lr": "auto", "warmup_max_lr": "auto",
+                             "warmup_num_steps": "auto"}},
+    "zero_optimization": {
+      "stage": 3, "offload_optimizer": {"device": "cpu", "pin_memory": true},
+      "offload_param": {"device": "cpu", "pin_memory": true}, "overlap_comm": true,
+      "contiguous_gradients": true, "sub_group_size": 1e9, "reduce_bucket_size": "auto",
+      "stage3_prefetch_bucket_size": "auto", "stage3_param_persistence_threshold": "auto",
+      "stage3_max_live_parameters": 1e9, "stage3_max_reuse_distance": 1e9,
+      "stage3_gather_16bit_weights_on_model_save": true},
+    "gradient_accumulation_steps": "auto", "gradient_clipping": "auto", "steps_per_print": 2000,
+    "train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto",
+    "wall_clock_breakdown": false,
+    "model": {"n_layer": 2, "n_head": 4, "n_embd": 64, "vocab_size": 512, "max_seq_len": 64},
+    "device": "cpu"
+  })");
+  const Config c = ResolveRunConfig(hf, 2, kAlone);
+  const std::map<std::string, AutoChoice> chosen = Chosen(c);
+  for (const char* key :
+       {"bf16.enabled", "train_micro_batch_size_per_gpu", "train_batch_size",
+        "gradient_accumulation_steps", "gradient_clipping", "optimizer.params.lr",
+        "optimizer.params.betas", "optimizer.params.eps", "optimizer.params.weight_decay",
+        "scheduler.params.warmup_min_lr", "scheduler.params.warmup_max_lr",
+        "scheduler.params.warmup_num_steps", "fp16.enabled", "zero_optimization.reduce_bucket_size",
+        "zero_optimization.stage3_prefetch_bucket_size",
+        "zero_optimization.stage3_param_persistence_threshold"}) {
+    EXPECT_EQ(chosen.count(key), 1u) << key;
+  }
+  EXPECT_EQ(chosen.size(), 16u);
+  EXPECT_EQ(c.zero.reduce_bucket_size, 64 * 64);
+  EXPECT_EQ(c.zero.stage3_prefetch_bucket_size, static_cast<int64_t>(0.9 * 64 * 64));
+  EXPECT_EQ(c.zero.stage3_param_persistence_threshold, 640);
+  EXPECT_EQ(c.train_batch_size, 2 * c.train_micro_batch_size_per_gpu);
+  EXPECT_DOUBLE_EQ(c.optimizer.lr, 5e-5);
+  EXPECT_DOUBLE_EQ(c.scheduler.warmup_max_lr, 5e-5);
+}
+
+}  // namespace
+}  // namespace ztrain

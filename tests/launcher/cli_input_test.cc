@@ -1,0 +1,161 @@
+// A new user's mistakes at the command line (issue "a new user's machine and a new user's
+// mistakes"): each is refused with a named error (exit 2, never a signal) before anything
+// trains, and check-config refuses what train refuses; a model file alone sets the shape; a
+// Hugging Face Trainer config with "auto"s trains.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "core/config.h"
+#include "tests/launcher/cli_test_util.h"
+#include "tests/read_only_dir.h"
+
+namespace ztrain {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// A small model that trains in milliseconds.
+json Small(const std::string& dir) {
+  return {
+      {"train_micro_batch_size_per_gpu", 4},
+      {"steps_per_print", 1},
+      {"model",
+       {{"n_layer", 1}, {"n_head", 2}, {"n_embd", 32}, {"vocab_size", 256}, {"max_seq_len", 16}}},
+      {"training", {{"steps", 3}, {"eval_interval", 0}, {"output_dir", dir + "/out"}}}};
+}
+
+// Runs check-config and train on `j`: both must exit 2 naming every string of `want`.
+void ExpectBothRefuse(const std::string& config, const std::vector<std::string>& want,
+                      const std::string& what) {
+  for (const std::string& command : {"check-config " + config, "--config " + config}) {
+    const Result r = RunZtrain(command, "2>&1", kNoGpus);
+    EXPECT_EQ(r.code, 2) << what << ": " << command << "\n" << r.out;
+    for (const std::string& w : want) {
+      EXPECT_NE(r.out.find(w), std::string::npos)
+          << what << ": " << command << " lacks '" << w << "'\n"
+          << r.out;
+    }
+    EXPECT_EQ(r.out.find("| loss"), std::string::npos) << what << ": it trained\n" << r.out;
+  }
+}
+
+class CliInputTest : public CliTest {};
+
+// It used to train to the end and then fail to write the weights, losing them.
+TEST_F(CliInputTest, AnUnwritableSaveFinalFailsBeforeStepOne) {
+  testing::ReadOnlyDir ro;
+  if (!ro.ok()) GTEST_SKIP() << "cannot make a read-only directory here";
+  json j = Small(dir_);
+  j["training"]["steps"] = 100000;  // would take minutes if it trained
+  j["training"]["save_final"] = ro.path() + "/model.bin";
+  const auto start = std::chrono::steady_clock::now();
+  ExpectBothRefuse(WriteConfig(j), {"training.save_final: cannot write in '" + ro.path() + "'"},
+                   "read-only");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
+  // A missing directory is made at start, and the weights land there.
+  j["training"]["steps"] = 3;
+  j["training"]["save_final"] = dir_ + "/new/dir/model.bin";
+  const Result r = RunZtrain("--config " + WriteConfig(j), "2>&1", kNoGpus);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(fs::exists(dir_ + "/new/dir/model.bin"));
+}
+
+TEST_F(CliInputTest, CheckConfigRefusesWhatTrainRefuses) {
+  std::ofstream(dir_ + "/a_file") << "x";
+  struct Case {
+    const char* what;
+    json patch;  // merged into Small()
+    std::vector<std::string> want;
+  };
+  const Case cases[] = {
+      {"aio size",
+       {{"aio", {{"block_size", 1000}}}},
+       {"aio.block_size: must be a multiple of 4096"}},
+      {"aio depth", {{"aio", {{"queue_depth", 4294967297}}}}, {"aio.queue_depth: must be at most"}},
+      {"checkpoint.dir a file",
+       {{"checkpoint", {{"dir", dir_ + "/a_file"}}}},
+       {"checkpoint.dir: '" + dir_ + "/a_file' is a regular file"}},
+      {"missing data",
+       {{"data", {{"train", dir_ + "/none_*.bin"}}}},
+       {"data.train:", "none_*.bin"}},
+      {"missing init_from",
+       {{"model", {{"init_from", dir_ + "/none.bin"}}}},
+       {"model.init_from:", "none.bin"}},
+      {"missing nvme_path",
+       {{"zero_optimization",
+         {{"stage", 3}, {"offload_param", {{"device", "nvme"}, {"nvme_path", dir_ + "/nvme"}}}}}},
+       {"zero_optimization.offload_param.nvme_path:", "is not a directory"}},
+      {"micro-batch of 2^62",
+       {{"train_micro_batch_size_per_gpu", int64_t{1} << 62}},
+       {"train_micro_batch_size_per_gpu 4611686018427387904", "Note [Size limits]"}},
+      {"width past int", {{"model", {{"n_embd", int64_t{1} << 32}}}}, {"model.n_embd: must be <="}},
+  };
+  for (const Case& c : cases) {
+    json j = Small(dir_);
+    j.merge_patch(c.patch);
+    ExpectBothRefuse(WriteConfig(j), c.want, c.what);
+  }
+}
+
+// `"model": {"init_from": FILE}` alone is a whole model: the shape comes from the file's
+// header; a shape key that disagrees names both values.
+TEST_F(CliInputTest, AModelFileAloneSetsTheShape) {
+  json j = Small(dir_);
+  j["model"]["max_seq_len"] = 24;
+  j["training"]["save_final"] = dir_ + "/start.bin";
+  ASSERT_EQ(RunZtrain("--config " + WriteConfig(j), "2>&1", kNoGpus).code, 0);
+  const json alone = {{"train_micro_batch_size_per_gpu", 2},
+                      {"model", {{"init_from", dir_ + "/start.bin"}}},
+                      {"training", {{"steps", 2}, {"eval_interval", 0}, {"output_dir", dir_}}}};
+  const Result r = RunZtrain("--config " + WriteConfig(alone, "alone.json"), "2>&1", kNoGpus);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("config: model = {"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\"max_seq_len\":24"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("loaded weights from"), std::string::npos) << r.out;
+  json wrong = alone;
+  wrong["model"]["max_seq_len"] = 1024;
+  ExpectBothRefuse(WriteConfig(wrong, "wrong.json"),
+                   {"model.max_seq_len: the config says 1024 but model.init_from", "has 24"},
+                   "a disagreeing shape");
+}
+
+// A config written for the HF Trainer ("auto" for the batch, optimizer, scheduler, precision
+// and buckets) trains, logging each value chosen with its reason.
+TEST_F(CliInputTest, AHuggingFaceTrainerConfigTrains) {
+  json j = Small(dir_);
+  j.erase("train_micro_batch_size_per_gpu");
+  j.merge_patch(json::parse(R"({
+    "train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto",
+    "gradient_accumulation_steps": "auto", "gradient_clipping": "auto",
+    "fp16": {"enabled": "auto"}, "bf16": {"enabled": "auto"},
+    "optimizer": {"type": "AdamW",
+                  "params": {"lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"}},
+    "scheduler": {"type": "WarmupLR",
+                  "params": {"warmup_min_lr": "auto", "warmup_max_lr": "auto",
+                             "warmup_num_steps": "auto"}},
+    "zero_optimization": {"stage": 2, "reduce_bucket_size": "auto"}})"));
+  const Result r = RunZtrain("--config " + WriteConfig(j), "2>&1", kNoGpus);
+  ASSERT_EQ(r.code, 0) << r.out;
+  for (const char* line :
+       {"config: train_micro_batch_size_per_gpu = ", "as ztrain tune finds it",
+        "config: optimizer.params.lr = 5e-05 (the HF Trainer's default learning_rate)",
+        "config: zero_optimization.reduce_bucket_size = 1024 (model.n_embd^2",
+        "config: bf16.enabled = "}) {
+    EXPECT_NE(r.out.find(line), std::string::npos) << line << "\n" << r.out;
+  }
+  const Result check = RunZtrain("check-config " + WriteConfig(j), "2>&1", kNoGpus);
+  EXPECT_EQ(check.code, 0) << check.out;
+  EXPECT_NE(
+      check.out.find("auto: gradient_clipping = 1.0 (the HF Trainer's default max_grad_norm)"),
+      std::string::npos)
+      << check.out;
+}
+
+}  // namespace
+}  // namespace ztrain
