@@ -282,7 +282,10 @@ int RunTrain(const std::string& config_path, const std::string& resume) {
   if (env.world_size == 1) return Train(std::move(config), nullptr, env, resume);
   const auto timeout =
       std::chrono::milliseconds(static_cast<int64_t>(config.training.comm_timeout_s * 1000.0));
-  std::unique_ptr<comm::Communicator> world = comm::MakeMpiWorld(timeout);
+  // Any failure ends the job, so the workers stop at the first one, before unwinding frees
+  // buffers that MPI may still touch (Note [Stopping the workers]).
+  std::unique_ptr<comm::Communicator> world =
+      comm::MakeMpiWorld(timeout, nullptr, comm::OnCommFailure::kStopProcess);
   SetLogRankPrefix("[rank " + std::to_string(world->rank()) + "] ");
   if (world->rank() != 0) SetLogLevel("warn");  // progress comes from rank 0, as DeepSpeed
   ShareCoresAmongLocalRanks(env);

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A rank that dies or stops answering ends the whole `mpirun -np 2 ztrain` job within a
-# bounded time, non-zero, with a message naming the failing rank and what it was doing.
+# bounded time, non-zero, with a message naming the failing rank and what it was doing (a
+# stopped one: the rank that waited names it as the one that does not answer).
 #   dp_failure_test.sh <ztrain binary> <mpiexec> <kill|stop>
 set -euo pipefail
 ztrain=$1 mpiexec=$2 mode=$3
@@ -26,6 +27,8 @@ done
 victim=$(pgrep -f "$work/c.json" | while read -r p; do
   [ "$(ps -o comm= -p "$p")" = ztrain ] && echo "$p"; done | tail -n 1)
 [ -n "$victim" ] || { echo "no rank process found"; cat "$work/log"; exit 1; }
+# Its world rank (OpenMPI's environment; empty under another MPI).
+victim_rank=$(tr '\0' '\n' < "/proc/$victim/environ" | sed -n 's/^OMPI_COMM_WORLD_RANK=//p')
 start=$(date +%s)
 if [ "$mode" = kill ]; then kill -KILL "$victim"; else kill -STOP "$victim"; fi
 status=0
@@ -40,6 +43,9 @@ if [ "$mode" = stop ]; then
   # The waiting rank reports the collective it was in and the timeout, then ends the job.
   grep -q "failed: .*AllReduce\|failed: .*ReduceScatter\|failed: .*AllGather" "$work/log" || {
     echo "FAIL: no message naming the rank and the collective"; cat "$work/log"; exit 1; }
+  # ...and names the stopped rank as the one that does not answer (Note [Liveness probe]).
+  grep -q "rank ${victim_rank:-[0-9]*} (host [^)]*) does not answer" "$work/log" || {
+    echo "FAIL: no message naming rank ${victim_rank:-?} as silent"; cat "$work/log"; exit 1; }
 fi
 echo "rank ${past}: job ended with status $status after ${elapsed}s"
 grep -m1 -E "failed|exited on signal|aborted" "$work/log" || true

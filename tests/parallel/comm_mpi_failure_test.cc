@@ -1,9 +1,13 @@
 // Timeouts, failed ops and compute overlap on real ranks (run under mpirun).
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -17,6 +21,7 @@ namespace {
 using std::chrono::milliseconds;
 using std::chrono::steady_clock;
 using test::F32;
+using test::I32;
 using test::World;
 
 double SecondsSince(steady_clock::time_point t) {
@@ -58,6 +63,9 @@ TEST(MpiFailureTest, WaitThrowsCommErrorWhenARankDoesNotJoin) {
                 std::string::npos)
           << what;
       EXPECT_NE(what.find(detail::StrCat("rank ", r, " waited 0.")), std::string::npos) << what;
+      // The late rank is alive (its worker answers while idle): nobody is blamed as silent.
+      EXPECT_NE(what.find("every other rank answered a liveness probe"), std::string::npos) << what;
+      EXPECT_EQ(what.find("does not answer"), std::string::npos) << what;
     }
     // The communicator is now failed: later ops are refused at once.
     std::vector<float> other(8);
@@ -76,6 +84,127 @@ TEST(MpiFailureTest, WaitThrowsCommErrorWhenARankDoesNotJoin) {
   }
   for (float x : v) ASSERT_EQ(x, n);
   group.reset();
+  w.Barrier()->Wait();
+}
+
+// Whether process `pid` is stopped (state T in /proc/<pid>/stat), waiting up to `limit`.
+bool StoppedWithin(int pid, std::chrono::seconds limit) {
+  const auto deadline = steady_clock::now() + limit;
+  while (steady_clock::now() < deadline) {
+    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+    std::string line;
+    std::getline(stat, line);
+    const size_t paren = line.rfind(')');  // the name may hold spaces and parentheses
+    if (paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] == 'T') {
+      return true;
+    }
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+  return false;
+}
+
+// "rank 1 answered", "ranks 0 and 2 answered": the ranks below `silent` other than `me`.
+std::string ExpectedAnswered(int me, int silent) {
+  std::vector<int> ranks;
+  for (int r = 0; r < silent; ++r) {
+    if (r != me) ranks.push_back(r);
+  }
+  std::string list;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (i > 0) list += i + 1 == ranks.size() ? " and " : ", ";
+    list += std::to_string(ranks[i]);
+  }
+  return detail::StrCat(ranks.size() == 1 ? "rank " : "ranks ", list, " answered");
+}
+
+// The last rank stops as a hung process would (SIGSTOP: none of its threads runs). A timeout
+// alone cannot tell it from the ranks that waited for it; the liveness probe can: every
+// other rank's Wait names it, with its host, as the rank that does not answer, and names the
+// ranks that did. Rank 0 then continues it, and it joins the collective; a timeout of its
+// own soon after names its stall.
+TEST(MpiFailureTest, TimeoutNamesTheRankThatStoppedAnswering) {
+  Communicator& w = World();
+  const int n = w.size(), r = w.rank(), last = n - 1;
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  std::vector<int32_t> mine = {static_cast<int32_t>(getpid()),
+                               static_cast<int32_t>(std::hash<std::string>()(host))};
+  std::vector<int32_t> all(2 * n);
+  w.AllGather(I32(mine), I32(all))->Wait();
+  for (int i = 0; i < n; ++i) {
+    if (all[2 * i + 1] != all[1]) GTEST_SKIP() << "the ranks run on several hosts";
+  }
+  const int stopped_pid = all[2 * last];
+  auto group = w.Split(0, r);
+  auto waiting = w.Split(r == last ? 1 : 0, r);  // the ranks that wait for the stopped one
+  group->set_timeout(r == last ? milliseconds(60000) : milliseconds(500));
+  std::vector<float> v(1024, 1.0f);
+  if (r == last) {
+    raise(SIGSTOP);  // returns once rank 0 sends SIGCONT
+    w.Barrier()->Wait();
+    group->AllReduce(F32(v))->Wait();
+  } else {
+    ASSERT_TRUE(StoppedWithin(stopped_pid, std::chrono::seconds(30)));
+    WorkPtr work = group->AllReduce(F32(v));
+    const auto start = steady_clock::now();
+    try {
+      work->Wait();
+      ADD_FAILURE() << "Wait returned although rank " << last << " is stopped";
+    } catch (const CommError& e) {
+      const double waited = SecondsSince(start);
+      EXPECT_GE(waited, 1.0);  // the timeout, then the probe's grace of min(5 s, timeout)
+      EXPECT_LT(waited, 5.0);
+      const std::string what = e.what();
+      if (r == 0) std::printf("rank 0's error: %s\n", e.what());
+      EXPECT_NE(what.find(detail::StrCat("rank ", r, " waited 0.")), std::string::npos) << what;
+      EXPECT_NE(what.find(detail::StrCat("rank ", last, " (host ", host,
+                                         ") does not answer: it is stopped, hung or too slow")),
+                std::string::npos)
+          << what;
+      if (n > 2) {
+        EXPECT_NE(what.find(ExpectedAnswered(r, last)), std::string::npos) << what;
+      }
+    }
+    // Waiting again reports the same timeout at once, not after a second one.
+    const auto again = steady_clock::now();
+    EXPECT_THROW(work->Wait(), CommError);
+    EXPECT_LT(SecondsSince(again), 0.2);
+    // Every probe has ended before the stopped rank runs again (it would answer them late);
+    // it stays stopped for 2 s or so, a stall its own workers notice.
+    waiting->Barrier()->Wait();
+    if (r == 0) {
+      std::this_thread::sleep_for(milliseconds(1000));
+      kill(stopped_pid, SIGCONT);
+    }
+    w.Barrier()->Wait();
+    ASSERT_TRUE(DoneWithin(*work, std::chrono::seconds(30)));
+  }
+  for (float x : v) ASSERT_EQ(x, n);
+  waiting.reset();
+  group.reset();
+
+  // Running again, the stopped rank times out in turn (the others join late): its error
+  // blames its own stall, not the ranks that waited for it.
+  auto after = w.Split(0, r);
+  after->set_timeout(r == last ? milliseconds(500) : milliseconds(60000));
+  if (r == last) {
+    WorkPtr barrier = after->Barrier();
+    try {
+      barrier->Wait();
+      ADD_FAILURE() << "a barrier the others had not joined returned";
+    } catch (const CommError& e) {
+      const std::string what = e.what();
+      std::printf("rank %d's error: %s\n", r, e.what());
+      EXPECT_NE(what.find("this rank itself did not run for "), std::string::npos) << what;
+      EXPECT_EQ(what.find("does not answer"), std::string::npos) << what;
+    }
+    w.Barrier()->Wait();
+    ASSERT_TRUE(DoneWithin(*barrier, std::chrono::seconds(30)));
+  } else {
+    w.Barrier()->Wait();
+    after->Barrier()->Wait();
+  }
+  after.reset();
   w.Barrier()->Wait();
 }
 

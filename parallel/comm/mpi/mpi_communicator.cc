@@ -201,8 +201,9 @@ class MpiCommunicator final : public Communicator {
 }  // namespace
 
 std::unique_ptr<Communicator> MakeMpiWorld(std::chrono::milliseconds timeout,
-                                           MemoryTracker* tracker) {
+                                           MemoryTracker* tracker, OnCommFailure on_failure) {
   auto runtime = detail::MpiRuntime::Acquire();
+  if (on_failure == OnCommFailure::kStopProcess) runtime->StopProcessOnFailure();
   MPI_Comm world = MPI_COMM_NULL;
   ZTRAIN_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &world));
   return std::make_unique<MpiCommunicator>(runtime, detail::DescribeComm(world), "world", timeout,

@@ -1,5 +1,6 @@
 #include "parallel/comm/mpi/mpi_runtime.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <mutex>
 
@@ -23,6 +24,35 @@ const char* ThreadLevelName(int level) {
   return "an unknown thread level";
 }
 
+// MPI itself is process-global state; this mirrors it so that every communicator shares
+// one runtime and the last one finalises (Note [MPI lifetime]), and so that AbortWorld can
+// stop the workers (Note [Stopping the workers]).
+struct CurrentRuntime {
+  std::mutex mu;
+  std::weak_ptr<MpiRuntime> runtime;
+};
+
+CurrentRuntime& Registry() {
+  static CurrentRuntime current;
+  return current;
+}
+
+// This host's name, cut to a fixed width so that every rank sends the same count.
+constexpr int kHostChars = 64;
+
+std::vector<std::string> GatherHosts(MPI_Comm comm, int size) {
+  char name[MPI_MAX_PROCESSOR_NAME] = {};
+  int len = 0;
+  ZTRAIN_MPI_CHECK(MPI_Get_processor_name(name, &len));
+  std::vector<char> mine(kHostChars, '\0'), all(static_cast<size_t>(kHostChars) * size);
+  std::copy(name, name + std::min(len, kHostChars - 1), mine.begin());
+  ZTRAIN_MPI_CHECK(
+      MPI_Allgather(mine.data(), kHostChars, MPI_CHAR, all.data(), kHostChars, MPI_CHAR, comm));
+  std::vector<std::string> hosts(size);
+  for (int i = 0; i < size; ++i) hosts[i] = std::string(all.data() + i * kHostChars);
+  return hosts;
+}
+
 }  // namespace
 
 std::string MpiErrorString(int code) {
@@ -33,12 +63,9 @@ std::string MpiErrorString(int code) {
 }
 
 std::shared_ptr<MpiRuntime> MpiRuntime::Acquire() {
-  // MPI itself is process-global state; this mirrors it so that every communicator shares
-  // one runtime and the last one finalises (Note [MPI lifetime]).
-  static std::mutex mu;
-  static std::weak_ptr<MpiRuntime> current;
-  std::lock_guard<std::mutex> lock(mu);
-  if (auto rt = current.lock()) {
+  CurrentRuntime& current = Registry();
+  std::lock_guard<std::mutex> lock(current.mu);
+  if (auto rt = current.runtime.lock()) {
     rt->RequireMultipleThreads("a second world communicator");
     return rt;
   }
@@ -61,8 +88,14 @@ std::shared_ptr<MpiRuntime> MpiRuntime::Acquire() {
                initialized ? "Initialise MPI with MPI_Init_thread(MPI_THREAD_MULTIPLE)"
                            : "Use an MPI built with thread support (OpenMPI: "
                              "--enable-mpi-thread-multiple)");
-  current = rt;
+  current.runtime = rt;
   return rt;
+}
+
+std::shared_ptr<MpiRuntime> MpiRuntime::Current() {
+  CurrentRuntime& current = Registry();
+  std::lock_guard<std::mutex> lock(current.mu);
+  return current.runtime.lock();
 }
 
 MpiRuntime::MpiRuntime(bool owns, int thread_level) : owns_(owns), thread_level_(thread_level) {
@@ -70,9 +103,51 @@ MpiRuntime::MpiRuntime(bool owns, int thread_level) : owns_(owns), thread_level_
 }
 
 MpiRuntime::~MpiRuntime() {
+  // Every worker thread holds the runtime, so none is left to call MPI (Note [Stopping the
+  // workers]); an abandoned op still pending inside MPI forbids finalising.
   int finalized = 1;
   MPI_Finalized(&finalized);
   if (owns_ && !finalized && abandoned_.load() == 0) MPI_Finalize();
+}
+
+void MpiRuntime::CheckIn() {
+  std::lock_guard<std::mutex> lock(workers_mu_);
+  ++workers_;
+}
+
+void MpiRuntime::CheckOut() {
+  {
+    std::lock_guard<std::mutex> lock(workers_mu_);
+    --workers_;
+  }
+  workers_cv_.notify_all();
+}
+
+void MpiRuntime::Park() {
+  std::unique_lock<std::mutex> lock(workers_mu_);
+  ++parked_;
+  workers_cv_.notify_all();
+  for (;;) workers_cv_.wait(lock);  // nothing wakes a parked worker: the process ends
+}
+
+bool MpiRuntime::StopWorkers(std::chrono::milliseconds limit) {
+  stopping_.store(true, std::memory_order_release);
+  std::unique_lock<std::mutex> lock(workers_mu_);
+  return workers_cv_.wait_for(lock, limit, [&] { return parked_ >= workers_; });
+}
+
+void MpiRuntime::NoteStall(Stall stall) {
+  std::lock_guard<std::mutex> lock(stall_mu_);
+  // Several workers see the same stall; keep its longest view.
+  if (stall_ && stall.end - stall_->end < std::chrono::seconds(1)) {
+    stall.length = std::max(stall.length, stall_->length);
+  }
+  stall_ = stall;
+}
+
+std::optional<MpiRuntime::Stall> MpiRuntime::LastStall() {
+  std::lock_guard<std::mutex> lock(stall_mu_);
+  return stall_;
 }
 
 void MpiRuntime::RequireMultipleThreads(const char* why) const {
@@ -103,8 +178,12 @@ CommInfo DescribeComm(MPI_Comm comm) {
   MPI_Comm ring = MPI_COMM_NULL;
   ZTRAIN_MPI_CHECK(MPI_Comm_dup(comm, &ring));  // inherits MPI_ERRORS_RETURN
   info.ring_comm = MpiComm(ring);
+  MPI_Comm probe = MPI_COMM_NULL;
+  ZTRAIN_MPI_CHECK(MPI_Comm_dup(comm, &probe));
+  info.probe_comm = MpiComm(probe);
   ZTRAIN_MPI_CHECK(MPI_Comm_rank(comm, &info.rank));
   ZTRAIN_MPI_CHECK(MPI_Comm_size(comm, &info.size));
+  info.hosts = GatherHosts(comm, info.size);
   MPI_Group group, world_group;
   ZTRAIN_MPI_CHECK(MPI_Comm_group(comm, &group));
   ZTRAIN_MPI_CHECK(MPI_Comm_group(MPI_COMM_WORLD, &world_group));
@@ -124,6 +203,8 @@ CommInfo DescribeComm(MPI_Comm comm) {
 bool HaveMpi() { return true; }
 
 void AbortWorld(int code) {
+  // Note [Stopping the workers]: no worker may be inside MPI while MPI_Abort tears it down.
+  if (auto runtime = detail::MpiRuntime::Current()) runtime->StopWorkers(detail::kParkLimit);
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);

@@ -6,7 +6,8 @@
 
 namespace ztrain::comm {
 
-std::unique_ptr<Communicator> MakeMpiWorld(std::chrono::milliseconds, MemoryTracker*) {
+std::unique_ptr<Communicator> MakeMpiWorld(std::chrono::milliseconds, MemoryTracker*,
+                                           OnCommFailure) {
   throw Error("this build has no MPI; reconfigure with -DZTRAIN_WITH_MPI=ON");
 }
 
