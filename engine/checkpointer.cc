@@ -47,17 +47,7 @@ bool Checkpointer::AllOk(bool ok) {
 }
 
 std::vector<std::string> Checkpointer::GatherMessages(const std::string& message) {
-  const int n = world_->size();
-  std::vector<char> mine(kMessageBytes, '\0'), all(static_cast<size_t>(n * kMessageBytes));
-  std::memcpy(mine.data(), message.data(), std::min<size_t>(message.size(), kMessageBytes - 1));
-  // Bytes travel as int32 words (the gather moves any dtype bit for bit).
-  const int64_t words = kMessageBytes / 4;
-  world_->AllGather(Tensor(reinterpret_cast<int32_t*>(mine.data()), DType::kI32, {words}),
-                    Tensor(reinterpret_cast<int32_t*>(all.data()), DType::kI32, {n * words}))
-      ->Wait();
-  std::vector<std::string> out;
-  for (int r = 0; r < n; ++r) out.emplace_back(all.data() + r * kMessageBytes);
-  return out;
+  return comm::AllGatherText(*world_, message, kMessageBytes);
 }
 
 void Checkpointer::Save(int64_t step, const data::LoaderState& data) {
@@ -94,8 +84,9 @@ void Checkpointer::Save(int64_t step, const data::LoaderState& data) {
   }
   std::vector<int64_t> mine = {error.empty() ? 0 : 1, bytes, static_cast<int64_t>(crc)};
   std::vector<int64_t> all(static_cast<size_t>(3 * n));
-  world_->AllGather(Tensor(reinterpret_cast<int32_t*>(mine.data()), DType::kI32, {6}),
-                    Tensor(reinterpret_cast<int32_t*>(all.data()), DType::kI32, {6 * n}))
+  world_
+      ->AllGather(Tensor(reinterpret_cast<int32_t*>(mine.data()), DType::kI32, {6}),
+                  Tensor(reinterpret_cast<int32_t*>(all.data()), DType::kI32, {6 * n}))
       ->Wait();
   const std::vector<std::string> errors = GatherMessages(error);
   for (int r = 0; r < n; ++r) {

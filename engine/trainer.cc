@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "core/logging.h"
+#include "engine/config_agreement.h"
 #include "engine/preflight.h"
 #include "nn/gpt2.h"
 #include "nn/llmc_model_file.h"
@@ -91,6 +92,7 @@ Trainer::Trainer(Config config, comm::Communicator* world)
 
 Trainer::Trainer(Config config, comm::Communicator* world, const LaunchEnv& launch)
     : config_(std::move(config)), world_(world), device_(SelectDevice(config_.device, launch)) {
+  if (world_) AgreeOnConfig(config_, *world_);  // Note [One config on every rank]
   // Note [Preflight]: every path the run will write, before anything trains.
   Preflight(config_, PreflightOptions{.create_outputs = true, .open_data = false});
   config_.device = device_.device.ToString();

@@ -1,5 +1,6 @@
 #include "parallel/comm/communicator.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "parallel/comm/comm_util.h"
@@ -33,7 +34,6 @@ int64_t CommStats::TotalBytes() const {
 }
 
 namespace {
-
 
 // A group of one: collectives finish when issued. Ops are still checked and counted
 // (with zero bytes), so code that runs at dp = 1 is checked the same way.
@@ -111,6 +111,31 @@ class SelfCommunicator final : public Communicator {
 
 std::unique_ptr<Communicator> MakeSelfCommunicator(CopyFn copy) {
   return std::make_unique<SelfCommunicator>(std::move(copy));
+}
+
+std::vector<int32_t> AllGatherInts(Communicator& comm, const std::vector<int32_t>& values) {
+  const int64_t n = static_cast<int64_t>(values.size());
+  std::vector<int32_t> mine = values, all(static_cast<size_t>(n * comm.size()));
+  if (n == 0) return all;
+  comm.AllGather(Tensor(mine.data(), DType::kI32, {n}),
+                 Tensor(all.data(), DType::kI32, {n * comm.size()}))
+      ->Wait();
+  return all;
+}
+
+std::vector<std::string> AllGatherText(Communicator& comm, const std::string& text,
+                                       int64_t max_bytes) {
+  const int64_t words = (max_bytes + 3) / 4;  // bytes travel as int32 words, bit for bit
+  std::vector<int32_t> mine(static_cast<size_t>(words), 0);
+  std::memcpy(mine.data(), text.data(),
+              std::min<size_t>(text.size(), static_cast<size_t>(words * 4 - 1)));
+  const std::vector<int32_t> all = AllGatherInts(comm, mine);
+  std::vector<std::string> out;
+  for (int r = 0; r < comm.size(); ++r) {
+    const char* p = reinterpret_cast<const char*>(all.data() + r * words);
+    out.emplace_back(p, strnlen(p, static_cast<size_t>(words * 4)));
+  }
+  return out;
 }
 
 }  // namespace ztrain::comm

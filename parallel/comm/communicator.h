@@ -20,6 +20,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -100,5 +101,12 @@ class Communicator {
 // default a host memmove; an engine on a GPU gives its ops' Copy.
 using CopyFn = std::function<void(const Tensor& src, const Tensor& dst)>;
 std::unique_ptr<Communicator> MakeSelfCommunicator(CopyFn copy = nullptr);
+
+// Every rank's `text`, cut to `max_bytes` - 1 bytes, on every rank, in rank order: for
+// messages and small values the ranks compare (host memory only). Collective.
+std::vector<std::string> AllGatherText(Communicator& comm, const std::string& text,
+                                       int64_t max_bytes = 256);
+// Every rank's `values`, the same count on every rank, concatenated in rank order. Collective.
+std::vector<int32_t> AllGatherInts(Communicator& comm, const std::vector<int32_t>& values);
 
 }  // namespace ztrain::comm
