@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "core/config_internal.h"
+#include "core/config_schema.h"
 #include "core/error.h"
 
 namespace ztrain {
@@ -287,6 +288,21 @@ ConfigError InvalidConfig(const std::vector<std::string>& problems) {
                                    problems.size() == 1 ? " problem):" : " problems):");
   for (const std::string& line : problems) msg += "\n  " + line;
   return ConfigError(msg);
+}
+
+const std::vector<std::string>& ConfigValuePaths() {
+  static const std::vector<std::string> paths = [] {
+    std::vector<std::string> p;
+    for (const ConfigKey& k : ConfigSchema::Get().keys()) {
+      if (k.type != ConfigType::kSection) p.push_back(k.path);
+    }
+    return p;
+  }();
+  return paths;
+}
+
+const nlohmann::json* ConfigValue(const nlohmann::json& tree, std::string_view path) {
+  return detail::Find(tree, path);
 }
 
 Config ParseConfig(const nlohmann::json& j, int world_size) {

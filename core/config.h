@@ -248,6 +248,11 @@ Config ParseConfig(const nlohmann::json& j, int world_size = 1);
 std::vector<std::string> ConfigProblems(const nlohmann::json& j, int world_size, Config* out);
 // The ConfigError ParseConfig throws for `problems`: a count, then one per line.
 ConfigError InvalidConfig(const std::vector<std::string>& problems);
+// The dotted paths of every key that holds a value (each schema key but the sections), in the
+// schema's order: what two resolved configs are compared by.
+const std::vector<std::string>& ConfigValuePaths();
+// The value at dotted `path` of a config tree, or null when it is not there.
+const nlohmann::json* ConfigValue(const nlohmann::json& tree, std::string_view path);
 // Reads a JSON file (syntax errors name the line and column) and parses it.
 Config LoadConfigFile(const std::string& path, int world_size = 1);
 // Reads a JSON file without parsing it as a config: a ConfigError naming the file when it

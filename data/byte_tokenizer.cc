@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 
 #include "core/error.h"
 #include "data/token_shard.h"
@@ -128,6 +129,17 @@ int64_t TextToShard(const std::string& text_path, const std::string& shard_path,
                " (", HexByte(text[bad < 0 ? 0 : bad]),
                ") cannot appear there; convert the file to UTF-8 (e.g. iconv -t UTF-8)");
   const int64_t total = static_cast<int64_t>(text.size());
+  // Never overwrite the input: a shard written over the text would replace it.
+  const int64_t shards = (total + max_shard_tokens - 1) / max_shard_tokens;
+  for (int64_t i = 0; i < shards; ++i) {
+    const std::string out = shards == 1 ? shard_path : SplitShardPath(shard_path, i);
+    std::error_code ec;
+    ZTRAIN_CHECK_T(ConfigError, !std::filesystem::equivalent(out, text_path, ec), "--out '",
+                   shard_path, "' would write ", out,
+                   ", which is the text file --text "
+                   "reads: the shard would replace it; give --out another name, e.g. '",
+                   text_path + ".bin", "'");
+  }
   if (total <= max_shard_tokens) {
     WriteTokenShard(shard_path, EncodeBytes(text));
     return total;

@@ -26,7 +26,8 @@ std::vector<uint16_t> EncodeBytes(std::string_view text);
 // Up to `max_shard_tokens` tokens go to `shard_path` itself. Longer text is split into shards
 // of `max_shard_tokens` tokens named after `shard_path` without its ".bin" extension plus
 // "_000000.bin", "_000001.bin", ... (out.bin -> out_000000.bin, out_000001.bin), which the
-// glob "out_*.bin" reads back in order. The file must be non-empty, valid UTF-8; nothing is
+// glob "out_*.bin" reads back in order. The file must be non-empty, valid UTF-8, and not one
+// of the files it would write (ConfigError: the input is never overwritten); nothing is
 // written when it is not.
 int64_t TextToShard(const std::string& text_path, const std::string& shard_path,
                     int64_t max_shard_tokens = kMaxTextShardTokens);

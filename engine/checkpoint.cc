@@ -67,8 +67,8 @@ void WriteFileAtomically(const std::string& dir, const std::string& name, const 
     throw;
   }
   ::close(fd);
-  ZTRAIN_CHECK_T(IoError, ::rename(tmp.c_str(), path.c_str()) == 0, "cannot rename ", tmp,
-                 " to ", path, ": ", Errno());
+  ZTRAIN_CHECK_T(IoError, ::rename(tmp.c_str(), path.c_str()) == 0, "cannot rename ", tmp, " to ",
+                 path, ": ", Errno());
   SyncDirectory(dir);
 }
 
@@ -82,7 +82,7 @@ std::string ReadText(const std::string& path) {
 
 // "step<N>" -> N, or -1.
 int64_t StepOf(const std::string& name) {
-  if (name.rfind("step", 0) != 0 || name.size() == 4) return -1;
+  if (name.rfind("step", 0) != 0 || name.size() == 4 || name.size() > 4 + 18) return -1;
   for (size_t i = 4; i < name.size(); ++i) {
     if (name[i] < '0' || name[i] > '9') return -1;
   }
@@ -112,6 +112,29 @@ const char* KindName(Kind kind) {
 
 std::string StepName(int64_t step) { return "step" + std::to_string(step); }
 std::string RankFileName(int rank) { return "rank" + std::to_string(rank) + ".bin"; }
+
+FileLock LockDirectory(const std::string& root, const std::string& job) {
+  std::error_code ec;
+  fs::create_directories(root, ec);
+  ZTRAIN_CHECK_T(IoError, fs::is_directory(root), "cannot create checkpoint.dir ", root, ": ",
+                 ec.message());
+  std::string holder;
+  std::optional<FileLock> lock =
+      FileLock::TryLock(root + "/" + kLockFile, DescribeThisProcess(job), &holder);
+  ZTRAIN_CHECK_T(ConfigError, lock.has_value(), "checkpoint.dir ", root,
+                 " is in use by a running job (", holder,
+                 "); wait for it to end, or give this "
+                 "run another checkpoint.dir");
+  return std::move(*lock);
+}
+
+std::string DirectoryHolder(const std::string& root) {
+  if (!fs::is_directory(root)) return "";
+  std::string holder;
+  const std::optional<FileLock> lock =
+      FileLock::TryLock(root + "/" + kLockFile, DescribeThisProcess("check-config"), &holder);
+  return lock ? "" : holder;
+}
 
 void SyncDirectory(const std::string& dir) {
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -167,8 +190,8 @@ ShardWriter::Result ShardWriter::Finish() {
   ZTRAIN_CHECK_T(IoError, ::fsync(fd_) == 0, "cannot fsync ", tmp_, ": ", Errno());
   ::close(fd_);
   fd_ = -1;
-  ZTRAIN_CHECK_T(IoError, ::rename(tmp_.c_str(), path_.c_str()) == 0, "cannot rename ", tmp_,
-                 ": ", Errno());
+  ZTRAIN_CHECK_T(IoError, ::rename(tmp_.c_str(), path_.c_str()) == 0, "cannot rename ", tmp_, ": ",
+                 Errno());
   return {offset_, crc_};
 }
 
@@ -190,7 +213,8 @@ ModelIndex::ModelIndex(const std::string& dir, const nlohmann::json& meta) : dir
     char trailer[kTrailer];
     ReadAt(fd, trailer, kTrailer, st.st_size - static_cast<off_t>(kTrailer), path);
     ZTRAIN_CHECK_T(IoError, std::memcmp(trailer + 8, kMagic, sizeof kMagic) == 0,
-                   "checkpoint file ", path, " does not end with ztrain's trailer (truncated "
+                   "checkpoint file ", path,
+                   " does not end with ztrain's trailer (truncated "
                    "or not a rank file)");
     uint64_t n = 0;
     std::memcpy(&n, trailer, sizeof n);
@@ -235,8 +259,8 @@ ModelIndex::~ModelIndex() {
 void ModelIndex::Read(const std::string& name, Kind kind, int64_t begin, int64_t count,
                       float* out) const {
   auto missing = [&](int64_t at) {
-    return IoError(StrCat("checkpoint ", dir_, " does not hold elements [", at, ", ",
-                          begin + count, ") of ", name, " (", KindName(kind),
+    return IoError(StrCat("checkpoint ", dir_, " does not hold elements [", at, ", ", begin + count,
+                          ") of ", name, " (", KindName(kind),
                           "): a rank file is missing or the model differs from the checkpoint's"));
   };
   auto it = segments_.find({name, kind});
@@ -263,22 +287,43 @@ nlohmann::json ReadMeta(const std::string& dir) {
   const std::string path = dir + "/" + kMetaFile;
   ZTRAIN_CHECK_T(IoError, fs::exists(path), "checkpoint ", dir, " has no ", kMetaFile,
                  " (it is incomplete: the save did not finish)");
+  nlohmann::json meta;
   try {
-    nlohmann::json meta = nlohmann::json::parse(ReadText(path));
-    ZTRAIN_CHECK_T(IoError, meta.value("format", "") == "ztrain-checkpoint", path,
-                   " is not a ztrain checkpoint's metadata");
-    return meta;
+    meta = nlohmann::json::parse(ReadText(path));
   } catch (const nlohmann::json::exception& e) {
-    throw IoError(StrCat("checkpoint metadata ", path, " is not valid JSON: ", e.what()));
+    throw IoError(StrCat(kMetaFile, ": not valid JSON (the file is corrupt): ", e.what()));
   }
+  ZTRAIN_CHECK_T(IoError, meta.is_object() && meta.value("format", "") == "ztrain-checkpoint",
+                 kMetaFile, ": not a ztrain checkpoint's metadata");
+  const nlohmann::json recorded = meta.value("meta_crc32c", nlohmann::json());
+  if (recorded.is_null()) {
+    ZTRAIN_CHECK_T(IoError, meta.value("version", 0) < 2, kMetaFile,
+                   ": version 2 metadata without its meta_crc32c (the file was edited)");
+    Log().warn(
+        "checkpoint {} was written before meta.json had a checksum (version 1): its "
+        "metadata is not checked",
+        dir);
+    return meta;
+  }
+  meta.erase("meta_crc32c");
+  const std::string text = meta.dump();
+  const uint32_t crc = Crc32c(text.data(), text.size());
+  ZTRAIN_CHECK_T(
+      IoError, recorded.is_number_unsigned() && recorded.get<uint32_t>() == crc,
+      fmt::format("{}: checksum {:#010x}, the file says {} (it was edited or is corrupt)",
+                  kMetaFile, crc, recorded.dump()));
+  return meta;
 }
 
 void WriteMeta(const std::string& dir, const nlohmann::json& meta) {
-  WriteFileAtomically(dir, kMetaFile, meta.dump(2) + "\n");
+  nlohmann::json checked = meta;
+  checked.erase("meta_crc32c");
+  const std::string text = checked.dump();
+  checked["meta_crc32c"] = Crc32c(text.data(), text.size());
+  WriteFileAtomically(dir, kMetaFile, checked.dump(2) + "\n");
 }
 
-std::string VerifyFiles(const std::string& dir, const nlohmann::json& meta, int first,
-                        int stride) {
+std::string VerifyFiles(const std::string& dir, const nlohmann::json& meta, int first, int stride) {
   const nlohmann::json& files = meta.at("files");
   std::vector<char> buffer(size_t{8} << 20);
   for (size_t f = static_cast<size_t>(first); f < files.size(); f += static_cast<size_t>(stride)) {
@@ -325,14 +370,36 @@ std::vector<int64_t> ListSteps(const std::string& root) {
   return steps;
 }
 
-int64_t ReadLatest(const std::string& root) {
+int64_t ReadLatest(const std::string& root, std::string* problem) {
   const std::string path = root + "/" + kLatestFile;
   if (!fs::exists(path)) return -1;
   std::string text = ReadText(path);
   while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
   const int64_t step = StepOf(text);
-  ZTRAIN_CHECK_T(IoError, step >= 0, path, " holds '", text, "', not step<N>");
+  if (step < 0 && problem) {
+    *problem = StrCat(path, " holds '", text.substr(0, 40), text.size() > 40 ? "...'" : "'",
+                      ", not step<N>");
+  }
   return step;
+}
+
+std::vector<int64_t> ResumeCandidates(const std::string& root, std::string* latest_problem) {
+  const int64_t latest = ReadLatest(root, latest_problem);
+  const std::vector<int64_t> steps = ListSteps(root);
+  std::vector<int64_t> candidates;
+  if (latest >= 0) {
+    if (std::find(steps.begin(), steps.end(), latest) != steps.end() ||
+        fs::exists(fs::path(root) / StepName(latest))) {
+      candidates.push_back(latest);
+    } else if (latest_problem) {
+      *latest_problem =
+          StrCat(root, "/", kLatestFile, " names ", StepName(latest), ", which is not there");
+    }
+  }
+  for (int64_t s : steps) {
+    if (s != latest) candidates.push_back(s);
+  }
+  return candidates;
 }
 
 void WriteLatest(const std::string& root, int64_t step) {

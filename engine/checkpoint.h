@@ -11,6 +11,10 @@
 // holds (ModelIndex::Read): shards are re-cut on load. meta.json names the files with their
 // sizes and CRC-32C and carries the step, the data position, the config and the layout.
 //
+// Everything a resume reads is checksummed: each rank file by the CRC-32C meta.json records,
+// meta.json by its own "meta_crc32c" (the CRC-32C of its JSON without that key, version 2;
+// version 1 checkpoints have none and load with a warning). `latest` is only a pointer: when
+// it holds anything but step<N>, the newest intact checkpoint is used instead.
 // Crash safety: files are written under temporary names, fsync'ed and renamed; the step
 // directory is written as step<N>.partial and renamed once complete; `latest` (a file holding
 // "step<N>") is replaced by rename after that. A crash at any point leaves `latest` naming a
@@ -24,6 +28,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/file_lock.h"
 #include "core/tensor.h"
 
 namespace ztrain::checkpoint {
@@ -39,7 +44,9 @@ struct Run {
 
 std::string StepName(int64_t step);  // "step<N>"
 inline constexpr char kMetaFile[] = "meta.json";
+inline constexpr int kCheckpointVersion = 2;  // 2: meta.json carries meta_crc32c
 inline constexpr char kLatestFile[] = "latest";
+inline constexpr char kLockFile[] = ".lock";
 std::string RankFileName(int rank);  // "rank<R>.bin"
 
 // Writes one rank file: entries are appended as they come (their data streamed to the file),
@@ -99,27 +106,39 @@ class ModelIndex {
   std::vector<std::pair<std::string, Shape>> parameters_;
 };
 
-// meta.json of the checkpoint in `dir`; IoError when it is missing or not valid.
+// meta.json of the checkpoint in `dir`; IoError when it is missing, not valid or its checksum
+// does not match (an edited or corrupt file).
 nlohmann::json ReadMeta(const std::string& dir);
-// Writes `meta` as dir/meta.json (temporary name, fsync, rename).
+// Writes `meta` with its meta_crc32c as dir/meta.json (temporary name, fsync, rename).
 void WriteMeta(const std::string& dir, const nlohmann::json& meta);
 
 // Checks rank files `first`, `first + stride`, ... of the checkpoint in `dir` against meta:
 // present, of the recorded size, with the recorded CRC-32C. Returns "" or what is wrong,
 // naming the file ("rank1.bin: checksum 0x1234abcd, meta.json says 0x9f00aa12 (the file is
 // corrupt)").
-std::string VerifyFiles(const std::string& dir, const nlohmann::json& meta, int first,
-                        int stride);
+std::string VerifyFiles(const std::string& dir, const nlohmann::json& meta, int first, int stride);
 
 // The step directories under `root` that have a meta.json, newest (highest step) first.
 std::vector<int64_t> ListSteps(const std::string& root);
-// The step `latest` names, or -1 when there is no latest file.
-int64_t ReadLatest(const std::string& root);
+// The step `latest` names, or -1 when there is no latest file, or when it holds anything but
+// step<N> (then `problem`, when given, says what it holds).
+int64_t ReadLatest(const std::string& root, std::string* problem = nullptr);
+// Note [Choosing a checkpoint]: the steps a resume from latest (or an export of checkpoint.dir)
+// tries, in order: the one `latest` names, then every other step directory with a meta.json,
+// newest first. A `latest` that is garbage or names a step that is gone is described in
+// *latest_problem and skipped, as a corrupt checkpoint is.
+std::vector<int64_t> ResumeCandidates(const std::string& root, std::string* latest_problem);
 // Points `latest` at step<N> (temporary file, fsync, rename, fsync of the directory).
 void WriteLatest(const std::string& root, int64_t step);
 // Removes all but the `keep` newest step directories, and leftover partial ones; never the
 // one `latest` names.
 void Prune(const std::string& root, int keep);
+
+// Makes `root` (a checkpoint.dir) and takes its lock, <root>/.lock, for `job`: ConfigError
+// naming the run that holds it when another live process does.
+FileLock LockDirectory(const std::string& root, const std::string& job);
+// The run holding `root`'s lock, or "" when none does (takes and drops the lock to find out).
+std::string DirectoryHolder(const std::string& root);
 
 // fsync of a directory, so renames inside it survive a crash.
 void SyncDirectory(const std::string& dir);

@@ -7,6 +7,7 @@
 
 #include "core/config.h"
 #include "core/error.h"
+#include "core/logging.h"
 #include "engine/checkpoint.h"
 #include "nn/llmc_model_file.h"
 #include "nn/model_export.h"
@@ -17,13 +18,82 @@ namespace {
 namespace fs = std::filesystem;
 using ::ztrain::detail::StrCat;
 
-// The step directory `path` names: itself, or what its `latest` names.
-std::string StepDirectory(const std::string& path) {
-  if (fs::exists(fs::path(path) / checkpoint::kMetaFile)) return path;
-  const int64_t latest = checkpoint::ReadLatest(path);
-  ZTRAIN_CHECK_T(IoError, latest >= 0, path, " is neither a checkpoint (no ", checkpoint::kMetaFile,
-                 ") nor a checkpoint.dir with a `latest`");
-  return path + "/" + checkpoint::StepName(latest);
+// A checkpoint read whole: its step directory and metadata.
+struct Chosen {
+  std::string dir;
+  nlohmann::json meta;
+};
+
+// `dir`'s metadata when every file is intact, else IoError naming what is not.
+nlohmann::json IntactMeta(const std::string& dir) {
+  const nlohmann::json meta = checkpoint::ReadMeta(dir);
+  const std::string broken = checkpoint::VerifyFiles(dir, meta, 0, 1);
+  ZTRAIN_CHECK_T(IoError, broken.empty(), "checkpoint ", dir, " is not intact: ", broken);
+  return meta;
+}
+
+// The checkpoint to export: `path` itself when it is a step directory (which must be intact),
+// else the newest intact checkpoint of the checkpoint.dir `path`, chosen as a resume chooses
+// it (Note [Choosing a checkpoint]), saying so when it falls back.
+Chosen ChooseCheckpoint(const std::string& path) {
+  const std::string name = fs::path(path).filename().string();
+  if (fs::exists(fs::path(path) / checkpoint::kMetaFile) || name.rfind("step", 0) == 0) {
+    return {path, IntactMeta(path)};
+  }
+  ZTRAIN_CHECK_T(IoError, fs::is_directory(path), path,
+                 " is neither a checkpoint (<checkpoint.dir>/step<N>) nor a checkpoint.dir");
+  std::string latest_problem;
+  const std::vector<int64_t> candidates = checkpoint::ResumeCandidates(path, &latest_problem);
+  if (!latest_problem.empty()) Log().warn("{}; using the newest intact checkpoint", latest_problem);
+  ZTRAIN_CHECK_T(IoError, !candidates.empty(), path, " holds no checkpoint (no step<N> with a ",
+                 checkpoint::kMetaFile, ")");
+  for (size_t c = 0; c < candidates.size(); ++c) {
+    const std::string dir = path + "/" + checkpoint::StepName(candidates[c]);
+    try {
+      return {dir, IntactMeta(dir)};
+    } catch (const IoError& e) {
+      ZTRAIN_CHECK_T(IoError, c + 1 < candidates.size(), e.what(),
+                     "; no intact checkpoint is left in ", path);
+      Log().warn("{}; falling back to {}", e.what(), checkpoint::StepName(candidates[c + 1]));
+    }
+  }
+  throw IoError("unreachable");
+}
+
+// Whether `file` is `dir` or lies below it (both resolved: links, "..", relative paths).
+bool Inside(const std::string& file, const std::string& dir) {
+  std::error_code ec;
+  const fs::path f = fs::weakly_canonical(file, ec), d = fs::weakly_canonical(dir, ec);
+  auto fi = f.begin();
+  for (auto di = d.begin(); di != d.end(); ++di, ++fi) {
+    if (di->empty()) continue;  // a trailing separator
+    if (fi == f.end() || *fi != *di) return false;
+  }
+  return true;
+}
+
+// Never overwrite an input: the export may not land in the checkpoint directory it reads (it
+// could replace a rank file, and pruning would delete it later) nor on the weights the
+// checkpoint's run started from.
+void CheckOutputIsNoInput(const std::string& out, const std::string& checkpoint_path,
+                          const Chosen& chosen, const Config& config) {
+  const std::string root = fs::exists(fs::path(checkpoint_path) / checkpoint::kMetaFile)
+                               ? fs::path(chosen.dir).parent_path().string()
+                               : checkpoint_path;
+  ZTRAIN_CHECK_T(ConfigError, !Inside(out, root), "--out '", out,
+                 "' is inside the checkpoint "
+                 "directory '",
+                 root,
+                 "' that the export reads: it could replace the "
+                 "checkpoint's files, and pruning old checkpoints would delete it; write it "
+                 "elsewhere");
+  std::error_code ec;
+  ZTRAIN_CHECK_T(ConfigError,
+                 config.model.init_from.empty() || !fs::exists(out, ec) ||
+                     !fs::equivalent(out, config.model.init_from, ec),
+                 "--out '", out,
+                 "' is model.init_from of the run that saved the checkpoint, the "
+                 "weights it started from; write the export to another file");
 }
 
 // config.json for transformers' GPT2LMHeadModel.
@@ -55,13 +125,12 @@ ExportResult ExportCheckpoint(const std::string& checkpoint, const std::string& 
   ZTRAIN_CHECK_T(ConfigError, dtype == DType::kF32 || dtype == DType::kBF16,
                  "--dtype must be fp32 or bf16");
   ExportResult result;
-  result.checkpoint = StepDirectory(checkpoint);
-  const nlohmann::json meta = checkpoint::ReadMeta(result.checkpoint);
-  const std::string broken = checkpoint::VerifyFiles(result.checkpoint, meta, 0, 1);
-  ZTRAIN_CHECK_T(IoError, broken.empty(), "checkpoint ", result.checkpoint, " is not intact: ",
-                 broken);
+  const Chosen chosen = ChooseCheckpoint(checkpoint);
+  const nlohmann::json& meta = chosen.meta;
+  result.checkpoint = chosen.dir;
   result.step = meta.at("step");
   const Config config = ParseConfig(meta.at("config"), meta.at("layout").at("world"));
+  CheckOutputIsNoInput(out, checkpoint, chosen, config);
   const checkpoint::ModelIndex index(result.checkpoint, meta);
   std::map<std::string, std::pair<Shape, std::vector<float>>> values;
   for (const auto& [name, shape] : index.parameters()) {

@@ -7,8 +7,11 @@
 // transformer.* names, Conv1D weights transposed, vocabulary rows unpadded), for which it
 // also writes config.json beside the file so that transformers.GPT2LMHeadModel
 // .from_pretrained(<that directory>) loads it. `checkpoint` is a step directory
-// (<checkpoint.dir>/step<N>) or checkpoint.dir itself (its `latest`). Not collective: one
-// process, any machine that can read the files.
+// (<checkpoint.dir>/step<N>), which must be intact, or checkpoint.dir itself: its `latest`,
+// falling back to the newest intact checkpoint as a resume does (saying so). `out` may not be
+// inside the checkpoint directory nor the checkpoint's model.init_from (ConfigError): an
+// export never overwrites what it reads. Not collective: one process, any machine that can
+// read the files.
 #include <cstdint>
 #include <string>
 

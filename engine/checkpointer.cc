@@ -1,8 +1,10 @@
 #include "engine/checkpointer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <iterator>
 
 #include "core/error.h"
 #include "core/logging.h"
@@ -36,6 +38,16 @@ Checkpointer::Checkpointer(const Config& config, Engine& engine, comm::Communica
       root_(config.checkpoint.dir) {
   ZTRAIN_CHECK_T(ConfigError, !root_.empty(),
                  "checkpoints need checkpoint.dir: set it to a directory every rank can reach");
+  std::string error;
+  if (world_->rank() == 0) {
+    try {
+      lock_ = checkpoint::LockDirectory(root_, config.training.job_name);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  const std::string first = GatherMessages(error)[0];
+  if (!first.empty()) throw ConfigError(first);
 }
 
 Checkpointer::~Checkpointer() = default;
@@ -111,7 +123,7 @@ void Checkpointer::Save(int64_t step, const data::LoaderState& data) {
       }
       const nlohmann::json meta = {
           {"format", "ztrain-checkpoint"},
-          {"version", 1},
+          {"version", checkpoint::kCheckpointVersion},
           {"step", step},
           {"files", files},
           {"data", {{"epoch", data.epoch}, {"shard", data.shard}, {"position", data.position}}},
@@ -157,12 +169,20 @@ ResumePoint Checkpointer::Resume(const std::string& tag) {
   const int64_t wanted = ParseTag(tag);
   std::vector<int64_t> candidates;
   if (wanted >= 0) {
+    ZTRAIN_CHECK_T(IoError, fs::exists(root_ + "/" + checkpoint::StepName(wanted)),
+                   "there is no checkpoint ", checkpoint::StepName(wanted), " in ", root_,
+                   ": that step was never saved (", SavedSteps(),
+                   "); resume from one of "
+                   "those, or from latest");
     candidates.push_back(wanted);
   } else {
-    const int64_t latest = checkpoint::ReadLatest(root_);
-    if (latest >= 0) candidates.push_back(latest);
-    for (int64_t s : checkpoint::ListSteps(root_)) {
-      if (s != latest) candidates.push_back(s);
+    std::string latest_problem;
+    candidates = checkpoint::ResumeCandidates(root_, &latest_problem);
+    if (!latest_problem.empty()) {
+      Log().warn("{}; {}", latest_problem,
+                 candidates.empty() ? "and there is no checkpoint to fall back to"
+                                    : "falling back to the newest intact checkpoint, " +
+                                          checkpoint::StepName(candidates[0]));
     }
     if (candidates.empty()) {  // a first launch of a job that always resumes: start afresh
       Log().warn("no checkpoint in {} yet: starting from step 0", root_);
@@ -193,6 +213,7 @@ ResumePoint Checkpointer::Resume(const std::string& tag) {
       }
       throw IoError(what + "; no intact checkpoint is left in " + root_);
     }
+    CheckConfigAgainst(meta, dir);
     checkpoint::ModelIndex index(dir, meta);
     const int64_t step = meta.at("step");
     engine_.LoadState(index, step);
@@ -210,6 +231,57 @@ ResumePoint Checkpointer::Resume(const std::string& tag) {
     return point;
   }
   throw IoError("unreachable");
+}
+
+std::string Checkpointer::SavedSteps() const {
+  const std::vector<int64_t> steps = checkpoint::ListSteps(root_);
+  if (steps.empty()) return "none is saved yet";
+  std::string list;
+  for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
+    list += (list.empty() ? "" : ", ") + checkpoint::StepName(*it);
+  }
+  const int64_t latest = checkpoint::ReadLatest(root_);
+  return StrCat("saved: ", list, latest >= 0 ? "; latest: " + checkpoint::StepName(latest) : "");
+}
+
+// Note [Config changes on resume]: the resolved config the checkpoint was saved with against
+// this run's. A change of the model's shape cannot load (refused, naming both values); any
+// other change (data, seq_len, seed, batch, lr, layout...) is legitimate but changes what the
+// run trains, so each is named in one warning. training.steps (extending a run), the
+// checkpoint section and model.init_from (the resumed state replaces it) are not changes.
+void Checkpointer::CheckConfigAgainst(const nlohmann::json& meta, const std::string& dir) const {
+  const nlohmann::json saved = meta.value("config", nlohmann::json::object());
+  static const char* const kShape[] = {
+      "model.type",       "model.n_layer",           "model.n_head",     "model.n_embd",
+      "model.vocab_size", "model.padded_vocab_size", "model.max_seq_len"};
+  std::vector<std::string> refused, changed;
+  for (const std::string& path : ConfigValuePaths()) {
+    if (path == "training.steps" || path == "model.init_from" ||
+        path.rfind("checkpoint.", 0) == 0) {
+      continue;
+    }
+    const nlohmann::json* before = ConfigValue(saved, path);
+    const nlohmann::json* now = ConfigValue(config_.resolved, path);
+    if (!before || !now || *before == *now) continue;
+    const std::string what = StrCat(path, " ", before->dump(), " -> ", now->dump());
+    const bool shape = std::find(std::begin(kShape), std::end(kShape), path) != std::end(kShape);
+    (shape ? refused : changed).push_back(what);
+  }
+  if (!refused.empty()) {
+    std::string list;
+    for (const std::string& r : refused) list += "\n  " + r;
+    throw ConfigError(StrCat("cannot resume from ", dir,
+                             ": the model's shape differs from the "
+                             "one it was saved with (saved -> this config):",
+                             list,
+                             "\na checkpoint loads only into the model it was saved from; set "
+                             "these keys back, or start a new checkpoint.dir"));
+  }
+  if (changed.empty() || world_->rank() != 0) return;
+  std::string list;
+  for (const std::string& c : changed) list += (list.empty() ? "" : "; ") + c;
+  Log().warn("resuming from {} with {} config change{} since it was saved (saved -> now): {}", dir,
+             changed.size(), changed.size() == 1 ? "" : "s", list);
 }
 
 }  // namespace ztrain

@@ -8,6 +8,10 @@
 // at it and removes old checkpoints beyond checkpoint.keep_last. If any rank fails, every
 // rank throws and `latest` still names the previous checkpoint.
 //
+// The directory is locked for the Checkpointer's lifetime (rank 0 holds checkpoint::
+// LockDirectory's lock), so a second live run with the same checkpoint.dir is refused at once,
+// naming the run that holds it; a killed run leaves no stale lock.
+//
 // Resume(tag) is collective too: "latest" (or "") resumes from what `latest` names, checking
 // every rank file's size and checksum first (the ranks share the files between them); a
 // corrupt or incomplete checkpoint is reported by name and the newest intact one is used
@@ -17,9 +21,11 @@
 // state is then read from the files in its own layout, whatever layout wrote them.
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "core/config.h"
+#include "core/file_lock.h"
 #include "data/data_loader.h"
 #include "engine/engine.h"
 #include "parallel/comm/communicator.h"
@@ -27,9 +33,9 @@
 namespace ztrain {
 
 struct ResumePoint {
-  int64_t step = 0;           // the last step the checkpoint's run took
-  data::LoaderState data;     // where its next batch starts
-  std::string directory;      // the checkpoint used; empty when there was none to resume
+  int64_t step = 0;        // the last step the checkpoint's run took
+  data::LoaderState data;  // where its next batch starts
+  std::string directory;   // the checkpoint used; empty when there was none to resume
 };
 
 class Checkpointer {
@@ -47,12 +53,18 @@ class Checkpointer {
   bool AllOk(bool ok);
   // Every rank's `message` (up to 255 bytes), on every rank.
   std::vector<std::string> GatherMessages(const std::string& message);
+  // "saved: step10, step20; latest: step20", for messages.
+  std::string SavedSteps() const;
+  // Note [Config changes on resume]: ConfigError for a changed model shape, a warning naming
+  // every other change.
+  void CheckConfigAgainst(const nlohmann::json& meta, const std::string& dir) const;
 
   const Config& config_;
   Engine& engine_;
   std::unique_ptr<comm::Communicator> self_;
   comm::Communicator* world_;
   std::string root_;
+  std::optional<FileLock> lock_;  // rank 0: checkpoint.dir is this run's
 };
 
 }  // namespace ztrain

@@ -5,7 +5,6 @@
 #include <string>
 #include <vector>
 
-#include "core/config_schema.h"
 #include "core/crc32c.h"
 #include "core/error.h"
 
@@ -22,16 +21,8 @@ uint32_t Digest(const std::string& text) { return Crc32c(text.data(), text.size(
 
 // The value at dotted `path` of `tree` as text ("absent" when it is not there).
 std::string ValueAt(const json& tree, const std::string& path) {
-  const json* node = &tree;
-  size_t begin = 0;
-  while (begin <= path.size()) {
-    const size_t dot = std::min(path.find('.', begin), path.size());
-    const std::string name = path.substr(begin, dot - begin);
-    if (!node->is_object() || !node->contains(name)) return "absent";
-    node = &(*node)[name];
-    begin = dot + 1;
-  }
-  return node->dump();
+  const json* v = ConfigValue(tree, path);
+  return v ? v->dump() : "absent";
 }
 
 AutoChoice* FindChoice(Config& c, const std::string& path) {
@@ -93,10 +84,7 @@ void AgreeOnConfig(Config& config, comm::Communicator& world) {
     return;
   }
   // Which keys: one digest per leaf of the schema, the same list on every rank.
-  std::vector<std::string> paths;
-  for (const ConfigKey& k : ConfigSchema::Get().keys()) {
-    if (k.type != ConfigType::kSection) paths.push_back(k.path);
-  }
+  const std::vector<std::string>& paths = ConfigValuePaths();
   std::vector<int32_t> mine;
   for (const std::string& p : paths) {
     mine.push_back(static_cast<int32_t>(Digest(ValueAt(config.resolved, p))));

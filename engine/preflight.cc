@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "data/token_source.h"
+#include "engine/checkpoint.h"
 
 namespace ztrain {
 namespace {
@@ -100,7 +101,8 @@ bool SameFile(const std::string& a, const std::string& b) {
   return fs::weakly_canonical(a, ec) == fs::weakly_canonical(b, ec);
 }
 
-void Outputs(const Config& c, bool create, Problems& problems) {
+void Outputs(const Config& c, const PreflightOptions& o, Problems& problems) {
+  const bool create = o.create_outputs;
   const std::string& final_model = c.training.save_final;
   if (!final_model.empty()) {
     OutputFile("training.save_final", final_model, create, problems);
@@ -110,7 +112,15 @@ void Outputs(const Config& c, bool create, Problems& problems) {
                                 "to another file so that they are not overwritten"));
     }
   }
-  if (!c.checkpoint.dir.empty()) OutputDir("checkpoint.dir", c.checkpoint.dir, create, problems);
+  if (!c.checkpoint.dir.empty()) {
+    OutputDir("checkpoint.dir", c.checkpoint.dir, create, problems);
+    const std::string holder = o.check_locks ? checkpoint::DirectoryHolder(c.checkpoint.dir) : "";
+    if (!holder.empty()) {
+      problems.push_back(StrCat("checkpoint.dir: '", c.checkpoint.dir,
+                                "' is in use by a running job (", holder,
+                                "); wait for it to end, or give this run another checkpoint.dir"));
+    }
+  }
   OutputDir("training.output_dir", c.training.output_dir, create, problems);
   if (c.csv_monitor.enabled) {
     const fs::path dir =
@@ -156,7 +166,7 @@ void Inputs(const Config& c, Problems& problems) {
 
 std::vector<std::string> PreflightProblems(const Config& config, const PreflightOptions& options) {
   Problems problems;
-  Outputs(config, options.create_outputs, problems);
+  Outputs(config, options, problems);
   if (options.open_data) Inputs(config, problems);
   return problems;
 }

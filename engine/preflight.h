@@ -4,9 +4,10 @@
 // its end and then loses the weights to a missing directory, and `ztrain check-config` refuses
 // what `ztrain train` would:
 //   outputs   training.save_final (its directory creatable and writable, the path not a
-//             directory, not model.init_from), checkpoint.dir, training.output_dir and the
-//             csv_monitor's directory (directories, not regular files, creatable and
-//             writable), each offload nvme_path (an existing, writable directory);
+//             directory, not model.init_from), checkpoint.dir (also: not locked by a live
+//             run), training.output_dir and the csv_monitor's directory (directories, not
+//             regular files, creatable and writable), each offload nvme_path (an existing,
+//             writable directory);
 //   inputs    model.init_from (an llm.c model file, read by Note [A run's config]),
 //             data.train and data.val (shards that match, are valid and hold only tokens
 //             below model.vocab_size).
@@ -25,6 +26,9 @@ namespace ztrain {
 struct PreflightOptions {
   bool create_outputs = false;  // make the output directories (a run) or leave them (check)
   bool open_data = true;        // open data.train / data.val and check their tokens
+  // Whether a live run holds checkpoint.dir's lock (check-config). A run leaves that to its
+  // Checkpointer, whose rank 0 takes the lock while the other ranks' preflights run.
+  bool check_locks = true;
 };
 
 // Every problem found, one per line ("checkpoint.dir: ..."); empty when all is well.

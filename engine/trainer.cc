@@ -94,7 +94,8 @@ Trainer::Trainer(Config config, comm::Communicator* world, const LaunchEnv& laun
     : config_(std::move(config)), world_(world), device_(SelectDevice(config_.device, launch)) {
   if (world_) AgreeOnConfig(config_, *world_);  // Note [One config on every rank]
   // Note [Preflight]: every path the run will write, before anything trains.
-  Preflight(config_, PreflightOptions{.create_outputs = true, .open_data = false});
+  Preflight(config_,
+            PreflightOptions{.create_outputs = true, .open_data = false, .check_locks = false});
   config_.device = device_.device.ToString();
   Log().info("device: {} ({})", config_.device, device_.reason);
   const int world_size = world ? world->size() : 1;

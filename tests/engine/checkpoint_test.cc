@@ -3,21 +3,23 @@
 // meta.json are named, `latest` falls back to the newest intact checkpoint, old ones are
 // pruned, and a save that fails leaves `latest` as it was. (Resuming across dp, pp and tp
 // sizes runs under mpirun: tests/launcher/checkpoint_cli_test.sh.)
+#include "engine/checkpoint.h"
+
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include <csignal>
 #include <cmath>
-#include <filesystem>
+#include <csignal>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "checkpoint_test_util.h"
 #include "core/error.h"
-#include "engine/checkpoint.h"
 #include "engine/checkpoint_export.h"
 #include "engine/checkpointer.h"
 #include "engine/engine.h"
@@ -25,59 +27,14 @@
 #include "nn/llmc_model_file.h"
 #include "nn/safetensors.h"
 #include "side_by_side.h"
-#include "tests/expect_error.h"
 #include "test_model.h"
+#include "tests/expect_error.h"
 
 namespace ztrain {
 namespace {
 
 namespace fs = std::filesystem;
-
-// A fresh directory, removed with its contents.
-struct TempDir {
-  std::string path;
-  TempDir() {
-    std::string t = "/tmp/ztrain_ckpt_test_XXXXXX";
-    path = ::mkdtemp(t.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
-
-struct Layout {
-  int stage = 0;
-  std::string offload = "none";  // none | cpu | nvme (optimizer; and parameters at stage 3)
-};
-
-Config MakeConfig(const Layout& l, const std::string& dir, const std::string& nvme = "") {
-  nlohmann::json j = testing::TinyConfigJson(2, 16, 2, 11, 8);
-  j["gradient_clipping"] = 0.5;
-  j["optimizer"]["params"]["weight_decay"] = 0.1;
-  j["scheduler"] = {{"type", "WarmupCosineLR"},
-                    {"params", {{"warmup_num_steps", 3}, {"total_num_steps", 20}}}};
-  j["zero_optimization"] = {{"stage", l.stage}};
-  if (l.offload != "none") {
-    nlohmann::json o = {{"device", l.offload}};
-    if (l.offload == "nvme") o["nvme_path"] = nvme;
-    j["zero_optimization"]["offload_optimizer"] = o;
-    j["zero_optimization"]["sub_group_size"] = 700;  // tiles cross layers
-    if (l.stage == 3) j["zero_optimization"]["offload_param"] = o;
-  }
-  j["checkpoint"] = {{"dir", dir}, {"keep_last", 2}};
-  j["training"]["job_name"] = "checkpoint_test";
-  return ParseConfig(j);
-}
-
-std::vector<StepStats> Train(Engine& e, int from, int to) {
-  std::vector<StepStats> steps;
-  for (int step = from; step < to; ++step) {
-    testing::OwnedBatch batch(4, 8, 11, 500 + step);
-    steps.push_back(e.TrainStep({&batch.mb, 1}));
-  }
-  return steps;
-}
+using namespace checkpoint_test;
 
 struct Case {
   const char* name;
@@ -111,7 +68,8 @@ TEST_P(ResumeTest, ContinuesAsIfNeverStopped) {
   EXPECT_EQ(point.data.position, 1234);
   EXPECT_EQ(second.step(), 10);
   for (const StepStats& s : Train(second, 10, 20)) resumed.push_back(s);
-  testing::RoundingModel model = testing::ModelFor(straight_cfg, straight.NumParameters(), 4 * 8, 20);
+  testing::RoundingModel model =
+      testing::ModelFor(straight_cfg, straight.NumParameters(), 4 * 8, 20);
   model.exact = c.save.stage == 0 && c.load.stage == 0 && c.save.offload == "none" &&
                 c.load.offload == "none";
   testing::EquivalenceCheck check(model, straight_cfg.model.n_embd);
@@ -128,46 +86,17 @@ TEST_P(ResumeTest, ContinuesAsIfNeverStopped) {
   testing::ExpectWithinRounding(check, c.name);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Layouts, ResumeTest,
-    ::testing::Values(Case{"Stage0", {0}, {0}}, Case{"Stage1", {1}, {1}}, Case{"Stage2", {2}, {2}},
-                      Case{"Stage3", {3}, {3}}, Case{"Stage3To1", {3}, {1}},
-                      Case{"Stage0To3", {0}, {3}}, Case{"Stage2OptimizerCpu", {2, "cpu"}, {2, "cpu"}},
-                      Case{"Stage1OptimizerNvmeToNone", {1, "nvme"}, {1}},
-                      Case{"Stage3NvmeBoth", {3, "nvme"}, {3, "nvme"}},
-                      Case{"Stage3NoneToNvme", {3}, {3, "nvme"}}),
-    [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
-
-// Saves steps 5 and 10 of one run.
-struct TwoCheckpoints {
-  TempDir dir;
-  Config cfg = MakeConfig(Layout{}, dir.path);
-  TwoCheckpoints() {
-    Engine e(cfg, nn::BuildGpt2(cfg.model));
-    Checkpointer ck(cfg, e, nullptr);
-    Train(e, 0, 5);
-    ck.Save(5, {});
-    Train(e, 5, 10);
-    ck.Save(10, {});
-  }
-  std::string File(int step, const std::string& name) const {
-    return dir.path + "/" + checkpoint::StepName(step) + "/" + name;
-  }
-  int64_t Resume(const std::string& tag) {
-    Engine e(cfg, nn::BuildGpt2(cfg.model));
-    return Checkpointer(cfg, e, nullptr).Resume(tag).step;
-  }
-};
-
-void FlipByte(const std::string& path, int64_t at) {
-  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-  f.seekg(at);
-  char c = 0;
-  f.read(&c, 1);
-  c = static_cast<char>(c ^ 0x10);
-  f.seekp(at);
-  f.write(&c, 1);
-}
+INSTANTIATE_TEST_SUITE_P(Layouts, ResumeTest,
+                         ::testing::Values(Case{"Stage0", {0}, {0}}, Case{"Stage1", {1}, {1}},
+                                           Case{"Stage2", {2}, {2}}, Case{"Stage3", {3}, {3}},
+                                           Case{"Stage3To1", {3}, {1}}, Case{"Stage0To3", {0}, {3}},
+                                           Case{"Stage2OptimizerCpu", {2, "cpu"}, {2, "cpu"}},
+                                           Case{"Stage1OptimizerNvmeToNone", {1, "nvme"}, {1}},
+                                           Case{"Stage3NvmeBoth", {3, "nvme"}, {3, "nvme"}},
+                                           Case{"Stage3NoneToNvme", {3}, {3, "nvme"}}),
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           return info.param.name;
+                         });
 
 TEST(CheckpointFaultTest, AFlippedByteIsNamedAndLatestFallsBack) {
   TwoCheckpoints t;
@@ -208,7 +137,8 @@ TEST(CheckpointFaultTest, NothingToResumeStartsAfreshButANamedStepMustExist) {
   EXPECT_EQ(p.step, 0);
   EXPECT_TRUE(p.directory.empty());
   EXPECT_EQ(e.step(), 0);
-  ztrain::testing::ExpectErrorWith<IoError>([&] { ck.Resume("7"); }, {"step7", "incomplete"});
+  ztrain::testing::ExpectErrorWith<IoError>(
+      [&] { ck.Resume("7"); }, {"no checkpoint step7", "never saved", "none is saved"});
 }
 
 TEST(CheckpointFaultTest, OldCheckpointsArePrunedAndPartialOnesIgnored) {
@@ -265,13 +195,15 @@ TEST(CheckpointExportTest, RoundTripsThroughLlmcAndSafetensors) {
   testing::OwnedBatch eval(4, 8, 11, 77);
   const double loss = trained.EvalLoss(eval.mb);
 
-  const std::string llmc = dir.path + "/export/model.bin";
+  TempDir out;  // an export never goes inside the checkpoint directory it reads
+  const std::string llmc = out.path + "/export/model.bin";
   const ExportResult r = ExportCheckpoint(dir.path, "llmc", llmc, DType::kF32);
   EXPECT_EQ(r.step, 6);
   const Config plain = MakeConfig(Layout{}, dir.path);
   Engine loaded(plain, nn::BuildGpt2(plain.model));
   std::map<std::string, std::vector<float>> staged;
-  for (const auto& [name, shape] : loaded.ModelParameters()) staged[name].resize(NumElements(shape));
+  for (const auto& [name, shape] : loaded.ModelParameters())
+    staged[name].resize(NumElements(shape));
   nn::LoadLlmcModel(llmc, plain.model, [&](const std::string& name) {
     return Tensor(staged.at(name).data(), DType::kF32, loaded.ParameterShape(name));
   });
@@ -279,12 +211,12 @@ TEST(CheckpointExportTest, RoundTripsThroughLlmcAndSafetensors) {
     std::memcpy(out.data(), staged.at(name).data(), out.nbytes());
   });
   EXPECT_EQ(loaded.EvalLoss(eval.mb), loss);
-  ExportCheckpoint(dir.path, "llmc", dir.path + "/export/model_bf16.bin", DType::kBF16);
-  EXPECT_EQ(nn::ReadLlmcModelDType(dir.path + "/export/model_bf16.bin"), DType::kBF16);
+  ExportCheckpoint(dir.path, "llmc", out.path + "/export/model_bf16.bin", DType::kBF16);
+  EXPECT_EQ(nn::ReadLlmcModelDType(out.path + "/export/model_bf16.bin"), DType::kBF16);
 
-  const std::string st = dir.path + "/hf/model.safetensors";
+  const std::string st = out.path + "/hf/model.safetensors";
   ExportCheckpoint(dir.path + "/step6", "safetensors", st, DType::kF32);
-  EXPECT_TRUE(fs::exists(dir.path + "/hf/config.json"));
+  EXPECT_TRUE(fs::exists(out.path + "/hf/config.json"));
   const nn::SafetensorsHeader header = nn::ReadSafetensorsHeader(st);
   EXPECT_EQ(header.metadata.at("format"), "pt");
   EXPECT_EQ(header.tensors.size(), 2 + 12 * 2 + 2u);  // wte, wpe, 12 per block, ln_f

@@ -157,5 +157,34 @@ TEST_F(CliInputTest, AHuggingFaceTrainerConfigTrains) {
       << check.out;
 }
 
+// Never overwrite an input: `ztrain data --out` onto its --text, and `ztrain export --out`
+// into the checkpoint it reads, are refused, and the input is left byte for byte.
+TEST_F(CliInputTest, DataAndExportNeverOverwriteTheirInput) {
+  const std::string text = dir_ + "/book.txt";
+  std::ofstream(text) << "Call me Ishmael. Some years ago...\n";
+  const Result data = RunZtrain("data --text " + text + " --out " + text);
+  EXPECT_EQ(data.code, 2) << data.out;
+  EXPECT_NE(data.out.find("which is the text file --text reads"), std::string::npos) << data.out;
+  std::ifstream in(text);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}),
+            "Call me Ishmael. Some years ago...\n");
+
+  json j = Small(dir_);
+  j["checkpoint"] = {{"dir", dir_ + "/ckpt"}};
+  ASSERT_EQ(RunZtrain("--config " + WriteConfig(j), "2>&1", kNoGpus).code, 0);
+  for (const std::string& out : {dir_ + "/ckpt/step3/rank0.bin", dir_ + "/ckpt/model.bin"}) {
+    const Result r = RunZtrain("export --checkpoint " + dir_ + "/ckpt --format llmc --out " + out);
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_NE(r.out.find("is inside the checkpoint directory"), std::string::npos) << r.out;
+  }
+  const Result resumed = RunZtrain("--config " + WriteConfig(j) + " --resume", "2>&1", kNoGpus);
+  EXPECT_EQ(resumed.code, 0) << resumed.out;  // the checkpoint is intact
+  EXPECT_NE(resumed.out.find("resumed from"), std::string::npos) << resumed.out;
+  EXPECT_EQ(
+      RunZtrain("export --checkpoint " + dir_ + "/ckpt --format llmc --out " + dir_ + "/m.bin")
+          .code,
+      0);
+}
+
 }  // namespace
 }  // namespace ztrain
