@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <system_error>
 
 #include "core/logging.h"
 #include "engine/engine_state.h"
@@ -26,6 +28,14 @@ double MeanOf(const std::vector<float>& values) {
   double sum = 0.0;
   for (const float v : values) sum += v;
   return sum / static_cast<double>(values.size());
+}
+
+// Whether two spellings of a directory name the same one (compared as written when either
+// does not exist; the SwapDir then says so).
+bool SameDirectory(const std::string& a, const std::string& b) {
+  std::error_code ec;
+  const bool same = std::filesystem::equivalent(a, b, ec);
+  return ec ? a == b : same;
 }
 }  // namespace
 
@@ -258,14 +268,19 @@ void Engine::SetUpOffload() {
   const int64_t opt_bytes =
       opt_nvme ? offload::OptimizerSwapper::FileBytes(opt_elements, config_.zero.sub_group_size)
                : 0;
-  // One swap directory per distinct nvme_path, checked for the bytes all its files need.
-  const bool shared = param_nvme && opt_nvme && op.nvme_path == oo.nvme_path;
+  // One swap directory per distinct nvme_path ("/nvme" and "/nvme/" are one: a second
+  // SwapDir of the same directory would find it locked), checked for the bytes all its files
+  // need.
+  const bool shared = param_nvme && opt_nvme && SameDirectory(op.nvme_path, oo.nvme_path);
   // The rank's place in the dp x pp x tp grid (its world rank, ProcessGrid's order) names its
-  // swap directory, so no two ranks of a job share one.
+  // swap directory, so no two ranks of a job share one; the grid's size tells directories of
+  // this run's ranks from those an earlier run with more ranks left (Note [Stale swap
+  // directories]).
   const int grid_rank = (pp_->rank() * dp_->size() + dp_->rank()) * tp_->size() + tp_->rank();
+  const int grid_size = pp_->size() * dp_->size() * tp_->size();
   auto make_dir = [&](const std::string& path, int64_t bytes, const std::string& what) {
     swap_dirs_.push_back(std::make_unique<offload::SwapDir>(path, config_.training.job_name,
-                                                            grid_rank, bytes, what));
+                                                            grid_rank, grid_size, bytes, what));
     return swap_dirs_.back().get();
   };
   offload::SwapDir* param_dir = nullptr;

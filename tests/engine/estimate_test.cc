@@ -84,10 +84,13 @@ class EstimateHonestTest : public ::testing::TestWithParam<Mode> {
   std::string dir_;
 };
 
+// The bytes of the swap files under `dir` (not the swap directories' lock files).
 int64_t SwapFileBytes(const std::string& dir) {
   int64_t bytes = 0;
   for (const auto& e : fs::recursive_directory_iterator(dir)) {
-    if (e.is_regular_file()) bytes += static_cast<int64_t>(e.file_size());
+    if (e.is_regular_file() && e.path().extension() == ".swp") {
+      bytes += static_cast<int64_t>(e.file_size());
+    }
   }
   return bytes;
 }

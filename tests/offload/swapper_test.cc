@@ -1,11 +1,9 @@
 // The parameter and optimizer swappers against in-memory references: every value written
-// comes back, in every pipelining and buffering variant, across many steps; and the swap
-// directory's up-front space check and clean-up.
+// comes back, in every pipelining and buffering variant, across many steps (the swap
+// directory: swap_dir_test.cc).
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <filesystem>
-#include <fstream>
 #include <random>
 #include <vector>
 
@@ -16,7 +14,6 @@
 #include "offload/io/io_engine.h"
 #include "offload/optimizer_swapper.h"
 #include "offload/param_swapper.h"
-#include "offload/swap_dir.h"
 
 namespace ztrain::offload {
 namespace {
@@ -44,10 +41,10 @@ TEST_P(OptimizerSwapperTest, TilesRoundTripAcrossSteps) {
   Env env(fallback);
   TempDir dir;
   const int64_t elements = 10007;  // 4 tiles, the last one short
-  OptimizerSwapper swap(*env.io, dir.File("opt.swp"), elements,
-                        {.tile_elements = 3000, .pipeline_read = read_ahead,
-                         .pipeline_write = write_behind},
-                        env.host);
+  OptimizerSwapper swap(
+      *env.io, dir.File("opt.swp"), elements,
+      {.tile_elements = 3000, .pipeline_read = read_ahead, .pipeline_write = write_behind},
+      env.host);
   EXPECT_EQ(swap.buffers(), 1 + read_ahead + write_behind);
   std::vector<float> m(elements, 0.0f), v(elements, 0.0f);
   for (int step = 1; step <= 4; ++step) {
@@ -79,14 +76,12 @@ TEST(OptimizerSwapperTest, AnErrorInTheStepLeavesTheFileConsistent) {
   OptimizerSwapper swap(*env.io, dir.File("opt.swp"), 9000,
                         {.tile_elements = 3000, .pipeline_read = true, .pipeline_write = true},
                         env.host);
-  swap.ForEachTile([](int64_t, int64_t count, float* m, float*) {
-    std::fill(m, m + count, 1.0f);
-  });
+  swap.ForEachTile([](int64_t, int64_t count, float* m, float*) { std::fill(m, m + count, 1.0f); });
   // The second tile's step throws: tiles before it were written, the rest untouched.
   EXPECT_THROW(swap.ForEachTile([](int64_t begin, int64_t count, float* m, float*) {
-                 if (begin == 3000) throw Error("step failed");
-                 std::fill(m, m + count, 2.0f);
-               }),
+    if (begin == 3000) throw Error("step failed");
+    std::fill(m, m + count, 2.0f);
+  }),
                Error);
   std::vector<float> firsts;
   swap.ForEachTile([&](int64_t, int64_t, float* m, float*) { firsts.push_back(m[0]); });
@@ -102,10 +97,9 @@ TEST_P(ParamSwapperTest, ReadsReturnTheLatestStore) {
   Env env(fallback);
   TempDir dir;
   const std::vector<int64_t> shards = {1000, 3000, 17, 2500, 4096, 1};
-  ParamSwapper swap(*env.io, dir.File("params.swp"), shards,
-                    {.buffer_count = buffer_count, .buffer_elements = 5000,
-                     .max_in_cpu = max_in_cpu},
-                    env.host);
+  ParamSwapper swap(
+      *env.io, dir.File("params.swp"), shards,
+      {.buffer_count = buffer_count, .buffer_elements = 5000, .max_in_cpu = max_in_cpu}, env.host);
   std::vector<std::vector<float>> ref(shards.size());
   std::mt19937 rng(11);
   for (size_t l = 0; l < shards.size(); ++l) {
@@ -167,32 +161,6 @@ TEST(ParamSwapperTest, AShardLargerThanTheBufferSizeNamesTheSizeNeeded) {
     EXPECT_NE(std::string(e.what()).find("set buffer_size to at least 7000"), std::string::npos)
         << e.what();
   }
-}
-
-TEST(SwapDirTest, ChecksTheSpaceUpFrontAndCleansUp) {
-  TempDir dir;
-  std::string path;
-  {
-    SwapDir swap(dir.path(), "job", 3, 4096, "offload_param");
-    path = swap.path();
-    EXPECT_EQ(path, dir.path() + "/ztrain-job/rank3");
-    EXPECT_TRUE(std::filesystem::is_directory(path));
-    std::ofstream(swap.File("x.swp")) << "data";
-  }
-  EXPECT_FALSE(std::filesystem::exists(path));
-  EXPECT_FALSE(std::filesystem::exists(dir.path() + "/ztrain-job"));
-  // More than any disk has: refused before anything is made, with the bytes needed.
-  try {
-    SwapDir swap(dir.path(), "job", 0, int64_t{1} << 62, "offload_optimizer");
-    FAIL() << "expected an IoError";
-  } catch (const IoError& e) {
-    const std::string msg = e.what();
-    EXPECT_NE(msg.find("offload_optimizer needs"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("4611686018427387904 bytes"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("are free"), std::string::npos) << msg;
-  }
-  EXPECT_FALSE(std::filesystem::exists(dir.path() + "/ztrain-job"));
-  EXPECT_THROW(SwapDir(dir.File("missing"), "job", 0, 1, "offload_param"), IoError);
 }
 
 }  // namespace
