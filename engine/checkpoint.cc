@@ -113,27 +113,26 @@ const char* KindName(Kind kind) {
 std::string StepName(int64_t step) { return "step" + std::to_string(step); }
 std::string RankFileName(int rank) { return "rank" + std::to_string(rank) + ".bin"; }
 
-FileLock LockDirectory(const std::string& root, const std::string& job) {
+std::unique_ptr<DirLock> LockDirectory(const std::string& root, const std::string& job) {
   std::error_code ec;
   fs::create_directories(root, ec);
   ZTRAIN_CHECK_T(IoError, fs::is_directory(root), "cannot create checkpoint.dir ", root, ": ",
                  ec.message());
-  std::string holder;
-  std::optional<FileLock> lock =
-      FileLock::TryLock(root + "/" + kLockFile, DescribeThisProcess(job), &holder);
-  ZTRAIN_CHECK_T(ConfigError, lock.has_value(), "checkpoint.dir ", root,
-                 " is in use by a running job (", holder,
-                 "); wait for it to end, or give this "
-                 "run another checkpoint.dir");
-  return std::move(*lock);
+  LockHolder holder;
+  std::unique_ptr<DirLock> lock = DirLock::TryLock(root, job, &holder);
+  ZTRAIN_CHECK_T(ConfigError, lock != nullptr, "checkpoint.dir ", root,
+                 " is in use by a running job (",
+                 holder.job.empty() ? "" : "job " + holder.job + ", ", holder.Describe(),
+                 "); wait for it to end, or give this run another "
+                 "checkpoint.dir");
+  return lock;
 }
 
 std::string DirectoryHolder(const std::string& root) {
   if (!fs::is_directory(root)) return "";
-  std::string holder;
-  const std::optional<FileLock> lock =
-      FileLock::TryLock(root + "/" + kLockFile, DescribeThisProcess("check-config"), &holder);
-  return lock ? "" : holder;
+  const std::optional<LockHolder> holder = DirLock::Holder(root);
+  if (!holder) return "";
+  return (holder->job.empty() ? "" : "job " + holder->job + ", ") + holder->Describe();
 }
 
 void SyncDirectory(const std::string& dir) {

@@ -28,7 +28,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/file_lock.h"
+#include "core/dir_lock.h"
 #include "core/tensor.h"
 
 namespace ztrain::checkpoint {
@@ -46,7 +46,6 @@ std::string StepName(int64_t step);  // "step<N>"
 inline constexpr char kMetaFile[] = "meta.json";
 inline constexpr int kCheckpointVersion = 2;  // 2: meta.json carries meta_crc32c
 inline constexpr char kLatestFile[] = "latest";
-inline constexpr char kLockFile[] = ".lock";
 std::string RankFileName(int rank);  // "rank<R>.bin"
 
 // Writes one rank file: entries are appended as they come (their data streamed to the file),
@@ -134,10 +133,11 @@ void WriteLatest(const std::string& root, int64_t step);
 // one `latest` names.
 void Prune(const std::string& root, int keep);
 
-// Makes `root` (a checkpoint.dir) and takes its lock, <root>/.lock, for `job`: ConfigError
-// naming the run that holds it when another live process does.
-FileLock LockDirectory(const std::string& root, const std::string& job);
-// The run holding `root`'s lock, or "" when none does (takes and drops the lock to find out).
+// Makes `root` (a checkpoint.dir) and takes its lock (DirLock, core/dir_lock.h) for `job`:
+// ConfigError naming the run that holds it when another live process does.
+std::unique_ptr<DirLock> LockDirectory(const std::string& root, const std::string& job);
+// The live run holding `root`'s lock ("pid 42 on host h since ..."), or "" when none does;
+// asked without taking the lock.
 std::string DirectoryHolder(const std::string& root);
 
 // fsync of a directory, so renames inside it survive a crash.

@@ -9,7 +9,7 @@
 // rank throws and `latest` still names the previous checkpoint.
 //
 // The directory is locked for the Checkpointer's lifetime (rank 0 holds checkpoint::
-// LockDirectory's lock), so a second live run with the same checkpoint.dir is refused at once,
+// LockDirectory's DirLock), so a second live run with the same checkpoint.dir is refused at once,
 // naming the run that holds it; a killed run leaves no stale lock.
 //
 // Resume(tag) is collective too: "latest" (or "") resumes from what `latest` names, checking
@@ -25,7 +25,7 @@
 #include <string>
 
 #include "core/config.h"
-#include "core/file_lock.h"
+#include "core/dir_lock.h"
 #include "data/data_loader.h"
 #include "engine/engine.h"
 #include "parallel/comm/communicator.h"
@@ -64,7 +64,7 @@ class Checkpointer {
   std::unique_ptr<comm::Communicator> self_;
   comm::Communicator* world_;
   std::string root_;
-  std::optional<FileLock> lock_;  // rank 0: checkpoint.dir is this run's
+  std::unique_ptr<DirLock> lock_;  // rank 0: checkpoint.dir is this run's
 };
 
 }  // namespace ztrain

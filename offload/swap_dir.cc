@@ -12,7 +12,7 @@
 #include "core/logging.h"
 #include "core/memory_tracker.h"
 #include "offload/io/swap_file.h"
-#include "offload/swap_dir_lock.h"
+#include "core/dir_lock.h"
 
 namespace ztrain::offload {
 
@@ -41,7 +41,7 @@ std::vector<fs::path> Entries(const fs::path& dir) {
   std::vector<fs::path> entries;
   std::error_code ec;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    if (it->path().filename() != SwapDirLock::kFileName) entries.push_back(it->path());
+    if (it->path().filename() != DirLock::kFileName) entries.push_back(it->path());
   }
   return entries;
 }
@@ -101,9 +101,9 @@ std::vector<StaleDir> StaleDirsOfOtherRuns(const std::string& job_dir, int ranks
     if (rank < ranks || !it->is_directory(ec)) continue;
     const std::string path = it->path().string();
     // Empty: being made or removed right now, and nothing to gain.
-    if (Entries(path).empty() && !fs::exists(path + "/" + SwapDirLock::kFileName)) continue;
+    if (Entries(path).empty() && !fs::exists(path + "/" + DirLock::kFileName)) continue;
     try {
-      if (SwapDirLock::IsHeld(path)) continue;
+      if (DirLock::IsHeld(path)) continue;
     } catch (const IoError&) {
       continue;  // cannot tell (e.g. another user's directory): not ours to name
     }
@@ -171,7 +171,7 @@ LockHolder SwapDir::Lock(const std::string& job, const std::string& what) {
   ZTRAIN_CHECK_T(IoError, fs::is_directory(path_), "cannot create the swap directory ", path_, ": ",
                  ec.message());
   LockHolder holder;
-  lock_ = SwapDirLock::TryLock(path_, job, &holder);
+  lock_ = DirLock::TryLock(path_, job, &holder);
   ZTRAIN_CHECK_T(
       IoError, lock_ != nullptr, what, ": swap directory ", path_, " is in use by a running job: ",
       holder.IsThisProcess() ? "this process (" + holder.Describe() + ")" : holder.Describe(),
@@ -219,7 +219,7 @@ void SwapDir::Remove() noexcept {
   std::error_code ec;
   RemoveEntries(path_, ec);
   if (ec) Log().warn("could not remove the swap files in {}: {}", path_, ec.message());
-  // The lock file goes while still locked (see SwapDirLock::RemoveFile), then the directory
+  // The lock file goes while still locked (see DirLock::RemoveFile), then the directory
   // and, with its last rank directory, the job directory (other ranks may still use it).
   if (lock_) lock_->RemoveFile();
   lock_.reset();

@@ -1,7 +1,7 @@
 #pragma once
 // SwapDir: the directory of one rank's swap files, <nvme_path>/ztrain-<job>/rank<R>/.
 //
-// Made on construction, locked for the SwapDir's lifetime (SwapDirLock), after checking that
+// Made on construction, locked for the SwapDir's lifetime (DirLock), after checking that
 // the file system has room for `needed_bytes` (the sum of the rank's swap files): a run that
 // cannot fit fails before training with the bytes it needs, the bytes free and what it could
 // reclaim, not halfway through. Files that a run killed earlier left in the rank directory
@@ -17,15 +17,17 @@
 #include <memory>
 #include <string>
 
-namespace ztrain::offload {
-
-class SwapDirLock;
+namespace ztrain {
+class DirLock;
 struct LockHolder;
+}  // namespace ztrain
+
+namespace ztrain::offload {
 
 // Note [Stale swap directories]
 // A run that is killed (SIGKILL, OOM killer, node crash) leaves its swap files behind, and
 // the next run of the same job would count them as used space. Each live SwapDir therefore
-// holds a lock on <rank dir>/ztrain.lock (SwapDirLock: an fcntl open-file-description lock
+// holds a lock on <rank dir>/ztrain.lock (DirLock: an fcntl open-file-description lock
 // in a file naming job, host, pid and start time) that the kernel drops when its process
 // dies, however it dies. A directory whose lock nobody holds belongs to no live process;
 // pids alone could not say so (they are reused, and mean nothing on another host). A file
@@ -85,7 +87,7 @@ class SwapDir {
 
   std::string job_dir_;
   std::string path_;
-  std::unique_ptr<SwapDirLock> lock_;
+  std::unique_ptr<DirLock> lock_;
 };
 
 }  // namespace ztrain::offload

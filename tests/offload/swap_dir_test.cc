@@ -23,7 +23,7 @@
 #include "core/error.h"
 #include "core/logging.h"
 #include "io_test_util.h"
-#include "offload/swap_dir_lock.h"
+#include "core/dir_lock.h"
 
 namespace ztrain::offload {
 namespace {
@@ -57,7 +57,7 @@ void WriteFile(const std::string& path, int64_t bytes) {
 
 // A lock file naming a process that no longer runs, as a SIGKILLed run leaves it.
 void WriteDeadLock(const std::string& dir) {
-  std::ofstream(dir + "/" + SwapDirLock::kFileName)
+  std::ofstream(dir + "/" + DirLock::kFileName)
       << "job=job\nhost=gone\npid=4000000\nsince=2025-01-01 00:00:00 UTC\n";
 }
 
@@ -104,7 +104,7 @@ TEST(SwapDirTest, ChecksTheSpaceUpFrontAndCleansUp) {
     path = swap.path();
     EXPECT_EQ(path, dir.path() + "/ztrain-job/rank3");
     EXPECT_TRUE(fs::is_directory(path));
-    EXPECT_TRUE(SwapDirLock::IsHeld(path));
+    EXPECT_TRUE(DirLock::IsHeld(path));
     std::ofstream(swap.File("x.swp")) << "data";
   }
   EXPECT_FALSE(fs::exists(path));
@@ -134,7 +134,7 @@ TEST(SwapDirTest, ReclaimsTheFilesOfAKilledRun) {
     SwapDir swap(dir.path(), "job", 0, 1, 9 * kMiB, "offload", FakeFree(8 * kMiB));
     EXPECT_FALSE(fs::exists(rank0 + "/params.swp"));
     EXPECT_FALSE(fs::exists(rank0 + "/optimizer.swp"));
-    EXPECT_TRUE(SwapDirLock::IsHeld(rank0));
+    EXPECT_TRUE(DirLock::IsHeld(rank0));
   }
   for (const std::string& part : std::vector<std::string>{
            "removed 2 swap files (2.", "left in " + rank0,
@@ -169,7 +169,7 @@ TEST(SwapDirTest, RefusesASecondSwapDirOfTheSameRankInOneProcess) {
   ExpectIoErrorWith([&] { SwapDir(dir.path(), "job", 0, 1, 1, "offload_optimizer"); },
                     {"is in use by a running job: this process (pid " + std::to_string(getpid())});
   EXPECT_TRUE(fs::is_directory(first.path()));
-  EXPECT_TRUE(SwapDirLock::IsHeld(first.path()));
+  EXPECT_TRUE(DirLock::IsHeld(first.path()));
 }
 
 // The kernel drops a SIGKILLed holder's lock: the next run takes the directory over.
@@ -178,7 +178,7 @@ TEST(SwapDirTest, ASigkilledHolderLeavesNoLockBehind) {
   const pid_t child = StartHolder(dir.path(), 0, "optimizer.swp");
   const std::string rank0 = dir.path() + "/ztrain-job/rank0";
   Kill(child);
-  EXPECT_FALSE(SwapDirLock::IsHeld(rank0));
+  EXPECT_FALSE(DirLock::IsHeld(rank0));
   auto log = CaptureLog();
   {
     SwapDir swap(dir.path(), "job", 0, 1, 1, "offload_param");

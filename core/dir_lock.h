@@ -1,6 +1,7 @@
 #pragma once
-// SwapDirLock: the lock that marks a swap directory as in use by a live process
-// (Note [Stale swap directories], offload/swap_dir.h).
+// DirLock: the lock that marks a directory as in use by a live process, so that two live runs
+// never share a swap directory (Note [Stale swap directories], offload/swap_dir.h) or a
+// checkpoint.dir (engine/checkpoint.h), while a run that was killed leaves nothing stuck.
 //
 // The lock is an open-file-description lock (fcntl F_OFD_SETLK) on <dir>/ztrain.lock, a file
 // that also names the holder. It is not flock(2), because whether an OFD lock is held can be
@@ -14,10 +15,11 @@
 // the lock file.
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 
-namespace ztrain::offload {
+namespace ztrain {
 
 // What a lock file says of the process that holds (or last held) it.
 struct LockHolder {
@@ -33,32 +35,34 @@ struct LockHolder {
   std::string Describe() const;
 };
 
-class SwapDirLock {
+class DirLock {
  public:
   static constexpr const char* kFileName = "ztrain.lock";
 
   // Takes the lock of `dir` (an existing directory), creating its lock file, and writes this
   // process and `job` into it. Returns null when a live process holds it; `*holder` is then
   // that process, and otherwise the one that held it last (unknown when none did).
-  static std::unique_ptr<SwapDirLock> TryLock(const std::string& dir, const std::string& job,
-                                              LockHolder* holder);
+  static std::unique_ptr<DirLock> TryLock(const std::string& dir, const std::string& job,
+                                          LockHolder* holder);
   // Whether a live process holds `dir`'s lock, asked without taking it; false when `dir` has
   // no lock file.
   static bool IsHeld(const std::string& dir);
+  // The live process holding `dir`'s lock, asked without taking it; nullopt when none does.
+  static std::optional<LockHolder> Holder(const std::string& dir);
 
-  ~SwapDirLock();  // releases the lock
-  SwapDirLock(const SwapDirLock&) = delete;
-  SwapDirLock& operator=(const SwapDirLock&) = delete;
+  ~DirLock();  // releases the lock
+  DirLock(const DirLock&) = delete;
+  DirLock& operator=(const DirLock&) = delete;
 
   // Removes the lock file while still holding the lock: a process that opened it before
   // finds, once it gets the lock, that the file is gone and starts again.
   void RemoveFile() noexcept;
 
  private:
-  SwapDirLock(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  DirLock(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
 
   int fd_;
   std::string path_;
 };
 
-}  // namespace ztrain::offload
+}  // namespace ztrain

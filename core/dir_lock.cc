@@ -1,4 +1,4 @@
-#include "offload/swap_dir_lock.h"
+#include "core/dir_lock.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -6,20 +6,20 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <sstream>
 #include <string>
 #include <utility>
 
 #include "core/error.h"
-#include "offload/io/io_request.h"
 
-namespace ztrain::offload {
+namespace ztrain {
 namespace {
 
 using ::ztrain::detail::StrCat;
 
-using detail::ErrnoText;
+std::string ErrnoText(int err) { return std::strerror(err); }
 
 // A descriptor closed on every way out of a function that may throw.
 class Fd {
@@ -37,7 +37,7 @@ class Fd {
   int fd_;
 };
 
-std::string LockPath(const std::string& dir) { return dir + "/" + SwapDirLock::kFileName; }
+std::string LockPath(const std::string& dir) { return dir + "/" + DirLock::kFileName; }
 
 struct flock WholeFile(short type) {
   struct flock fl = {};  // l_pid must be 0 for OFD locks
@@ -91,8 +91,7 @@ std::string ReadAll(int fd) {
 void Write(int fd, const std::string& path, const std::string& text) {
   const bool ok = ftruncate(fd, 0) == 0 &&
                   pwrite(fd, text.data(), text.size(), 0) == static_cast<ssize_t>(text.size());
-  ZTRAIN_CHECK_T(IoError, ok, "cannot write the swap directory lock ", path, ": ",
-                 ErrnoText(errno));
+  ZTRAIN_CHECK_T(IoError, ok, "cannot write the directory lock ", path, ": ", ErrnoText(errno));
 }
 
 // Whether `fd` is still the file at `path`: a holder removes its lock file before it lets go.
@@ -111,34 +110,36 @@ std::string LockHolder::Describe() const {
   return StrCat("pid ", pid, " on host ", host, " since ", since);
 }
 
-std::unique_ptr<SwapDirLock> SwapDirLock::TryLock(const std::string& dir, const std::string& job,
-                                                  LockHolder* holder) {
+std::unique_ptr<DirLock> DirLock::TryLock(const std::string& dir, const std::string& job,
+                                          LockHolder* holder) {
   const std::string path = LockPath(dir);
   for (int attempt = 0; attempt < 100; ++attempt) {
     Fd fd(open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
-    ZTRAIN_CHECK_T(IoError, fd.get() >= 0, "cannot open the swap directory lock ", path, ": ",
+    ZTRAIN_CHECK_T(IoError, fd.get() >= 0, "cannot open the directory lock ", path, ": ",
                    ErrnoText(errno));
     struct flock fl = WholeFile(F_WRLCK);
     if (fcntl(fd.get(), F_OFD_SETLK, &fl) != 0) {
       const int err = errno;
       ZTRAIN_CHECK_T(IoError, err == EAGAIN || err == EACCES, "cannot lock ", path, ": ",
-                     ErrnoText(err), "; point nvme_path at a local file system");
+                     ErrnoText(err),
+                     "; the file system must support fcntl locks: use a "
+                     "local file system, or NFS with locking");
       *holder = Parse(ReadAll(fd.get()));
       return nullptr;
     }
     if (!StillAtPath(fd.get(), path)) continue;  // its holder removed it as we opened it
     *holder = Parse(ReadAll(fd.get()));
     Write(fd.get(), path, Format({job, HostName(), Now(), getpid()}));
-    return std::unique_ptr<SwapDirLock>(new SwapDirLock(fd.release(), path));
+    return std::unique_ptr<DirLock>(new DirLock(fd.release(), path));
   }
   throw IoError(StrCat("cannot lock ", path, ": it was removed and made again 100 times"));
 }
 
-bool SwapDirLock::IsHeld(const std::string& dir) {
+bool DirLock::IsHeld(const std::string& dir) {
   const std::string path = LockPath(dir);
   Fd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0 && errno == ENOENT) return false;
-  ZTRAIN_CHECK_T(IoError, fd.get() >= 0, "cannot open the swap directory lock ", path, ": ",
+  ZTRAIN_CHECK_T(IoError, fd.get() >= 0, "cannot open the directory lock ", path, ": ",
                  ErrnoText(errno));
   struct flock fl = WholeFile(F_WRLCK);
   ZTRAIN_CHECK_T(IoError, fcntl(fd.get(), F_OFD_GETLK, &fl) == 0, "cannot query the lock ", path,
@@ -146,8 +147,14 @@ bool SwapDirLock::IsHeld(const std::string& dir) {
   return fl.l_type != F_UNLCK;
 }
 
-SwapDirLock::~SwapDirLock() { close(fd_); }
+std::optional<LockHolder> DirLock::Holder(const std::string& dir) {
+  if (!IsHeld(dir)) return std::nullopt;
+  Fd fd(open(LockPath(dir).c_str(), O_RDONLY | O_CLOEXEC));
+  return fd.get() >= 0 ? Parse(ReadAll(fd.get())) : LockHolder{};
+}
 
-void SwapDirLock::RemoveFile() noexcept { unlink(path_.c_str()); }
+DirLock::~DirLock() { close(fd_); }
 
-}  // namespace ztrain::offload
+void DirLock::RemoveFile() noexcept { unlink(path_.c_str()); }
+
+}  // namespace ztrain
