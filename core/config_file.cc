@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -81,6 +82,11 @@ class DuplicateKeyFinder {
 }  // namespace
 
 nlohmann::json ReadConfigJson(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    throw ConfigError(detail::StrCat("config file ", path, ": is a directory; give the JSON "
+                                     "config file, e.g. ", path, "/ds_config.json"));
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     throw ConfigError(

@@ -129,6 +129,9 @@ int64_t TextToShard(const std::string& text_path, const std::string& shard_path,
                " (", HexByte(text[bad < 0 ? 0 : bad]),
                ") cannot appear there; convert the file to UTF-8 (e.g. iconv -t UTF-8)");
   const int64_t total = static_cast<int64_t>(text.size());
+  ZTRAIN_CHECK_T(ConfigError, !std::filesystem::is_directory(shard_path), "--out '", shard_path,
+                 "' is a directory; give the shard a file name, e.g. '",
+                 (std::filesystem::path(shard_path) / "data.bin").string(), "'");
   // Never overwrite the input: a shard written over the text would replace it.
   const int64_t shards = (total + max_shard_tokens - 1) / max_shard_tokens;
   for (int64_t i = 0; i < shards; ++i) {

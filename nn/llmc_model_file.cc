@@ -2,6 +2,8 @@
 
 #include <vector>
 
+#include "core/sizes.h"
+#include "nn/gpt2.h"
 #include "nn/model_file_util.h"
 
 namespace ztrain::nn {
@@ -18,6 +20,35 @@ struct LlmcHeader {
   ModelConfig model;
   DType dtype = DType::kF32;
 };
+
+// The header's sizes must describe a model (Note [Size limits]) whose parameters fill the rest
+// of the file exactly: a truncated or padded file is named before anything is read into a
+// model (and before a run trains).
+void CheckFileSize(const LlmcHeader& h, const detail::InputFile& f) {
+  const ModelConfig& m = h.model;
+  const bool plausible = m.n_layer >= 1 && m.n_layer <= 65536 && m.n_head >= 1 &&
+                         m.n_embd >= 1 && m.n_embd % m.n_head == 0 && m.vocab_size >= 1 &&
+                         m.padded_vocab_size >= m.vocab_size && m.max_seq_len >= 1 &&
+                         SizeProduct({12, m.n_layer, m.n_embd, m.n_embd}).has_value() &&
+                         SizeProduct({m.padded_vocab_size, m.n_embd}).has_value() &&
+                         SizeProduct({m.max_seq_len, m.n_embd}).has_value();
+  ZTRAIN_CHECK_T(IoError, plausible, "model file '", f.path(), "' has a header of no GPT-2 (",
+                 m.n_layer, " layers, ", m.n_head, " heads, width ", m.n_embd, ", vocabulary ",
+                 m.vocab_size, " padded to ", m.padded_vocab_size, ", context ", m.max_seq_len,
+                 "): it is corrupt or not an llm.c model file");
+  int64_t elements = 0;
+  for (const auto& layer : BuildGpt2(m)) {
+    for (const ParamSpec& p : layer->Params()) {
+      if (p.tied_to.empty()) elements += NumElements(p.shape);
+    }
+  }
+  const int64_t expected = kHeaderBytes + elements * static_cast<int64_t>(DTypeSize(h.dtype));
+  ZTRAIN_CHECK_T(IoError, f.size() == expected, "model file '", f.path(), "' is ", f.size(),
+                 " bytes but its header describes ", expected, " (", elements, " ",
+                 DTypeName(h.dtype), " parameters): ",
+                 f.size() < expected ? "it is truncated" : "it is longer than its model",
+                 "; copy it again or re-export it");
+}
 
 LlmcHeader ReadHeader(const detail::InputFile& f) {
   int32_t header[256];
@@ -37,6 +68,7 @@ LlmcHeader ReadHeader(const detail::InputFile& f) {
   h.model.n_head = header[5];
   h.model.n_embd = header[6];
   h.model.padded_vocab_size = header[7];
+  CheckFileSize(h, f);
   return h;
 }
 
@@ -126,9 +158,6 @@ void LoadLlmcModel(const std::string& path, const ModelConfig& m, const ParamLoo
     if (h.dtype == DType::kBF16) ConvertToFloat(narrow.data(), DType::kBF16, t.data<float>(), n);
     offset += static_cast<int64_t>(n * elem);
   }
-  ZTRAIN_CHECK_T(IoError, f.size() == offset, "model file '", path,
-                 "' is longer than its header describes (", f.size(), " bytes, expected ", offset,
-                 "; wrong file or corrupted)");
 }
 
 }  // namespace ztrain::nn

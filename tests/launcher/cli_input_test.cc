@@ -68,6 +68,12 @@ TEST_F(CliInputTest, AnUnwritableSaveFinalFailsBeforeStepOne) {
 
 TEST_F(CliInputTest, CheckConfigRefusesWhatTrainRefuses) {
   std::ofstream(dir_ + "/a_file") << "x";
+  // A model file cut short (a copy that did not finish), named before anything trains.
+  json save = Small(dir_);
+  save["training"]["save_final"] = dir_ + "/whole.bin";
+  ASSERT_EQ(RunZtrain("--config " + WriteConfig(save, "save.json"), "2>&1", kNoGpus).code, 0);
+  fs::copy_file(dir_ + "/whole.bin", dir_ + "/cut.bin");
+  fs::resize_file(dir_ + "/cut.bin", 3000);
   struct Case {
     const char* what;
     json patch;  // merged into Small()
@@ -95,12 +101,17 @@ TEST_F(CliInputTest, CheckConfigRefusesWhatTrainRefuses) {
        {{"train_micro_batch_size_per_gpu", int64_t{1} << 62}},
        {"train_micro_batch_size_per_gpu 4611686018427387904", "Note [Size limits]"}},
       {"width past int", {{"model", {{"n_embd", int64_t{1} << 32}}}}, {"model.n_embd: must be <="}},
+      {"truncated init_from",
+       {{"model", {{"init_from", dir_ + "/cut.bin"}}}},
+       {"model.init_from:", "cut.bin' is 3000 bytes but its header describes", "truncated"}},
   };
   for (const Case& c : cases) {
     json j = Small(dir_);
     j.merge_patch(c.patch);
     ExpectBothRefuse(WriteConfig(j), c.want, c.what);
   }
+  // A directory given as the config file is named as one.
+  ExpectBothRefuse(dir_, {"is a directory; give the JSON config file"}, "a directory");
 }
 
 // `"model": {"init_from": FILE}` alone is a whole model: the shape comes from the file's
@@ -168,6 +179,10 @@ TEST_F(CliInputTest, DataAndExportNeverOverwriteTheirInput) {
   std::ifstream in(text);
   EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}),
             "Call me Ishmael. Some years ago...\n");
+  const Result to_dir = RunZtrain("data --text " + text + " --out " + dir_);
+  EXPECT_EQ(to_dir.code, 2) << to_dir.out;
+  EXPECT_NE(to_dir.out.find("is a directory; give the shard a file name"), std::string::npos)
+      << to_dir.out;
 
   json j = Small(dir_);
   j["checkpoint"] = {{"dir", dir_ + "/ckpt"}};

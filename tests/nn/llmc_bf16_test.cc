@@ -86,10 +86,10 @@ TEST_F(LlmcBf16Test, OtherVersionsAndSizesAreNamed) {
                            {path_, "version 4", "3 (fp32)", "5 (bf16)"});
   WriteAll(path_, std::string(good.begin(), good.end() - 2));
   ExpectErrorWith<IoError>([&] { LoadLlmcModel(path_, b_.model, b_.Lookup()); },
-                           {path_, "ln_f.bias", "truncated"});
+                           {path_, "4926 bytes but its header describes 4928", "truncated"});
   WriteAll(path_, std::string(good.begin(), good.end()) + "xx");
   ExpectErrorWith<IoError>([&] { LoadLlmcModel(path_, b_.model, b_.Lookup()); },
-                           {path_, "longer than its header describes"});
+                           {path_, "4930 bytes", "longer than its model"});
   ExpectErrorWith<Error>(
       [&] { SaveLlmcModel(dir_.File("f16.bin"), a_.model, a_.Lookup(), DType::kF16); },
       {"fp32 or bf16", "fp16"});
