@@ -1,6 +1,8 @@
 #include "engine/csv_monitor.h"
 
+#include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -29,30 +31,34 @@ CsvMonitor::CsvMonitor(const CsvMonitorConfig& config, int64_t resume_step) {
     std::string line;
     std::getline(old, line);  // its header
     while (std::getline(old, line)) {
+      // Rows whose step does not parse (an edited or cut file) are dropped, not fatal.
+      int64_t step = -1;
       const size_t comma = line.find(',');
-      if (comma == std::string::npos || comma == 0) continue;
-      if (std::stoll(line.substr(0, comma)) <= resume_step) text += line + "\n";
+      const auto [end, ec] =
+          std::from_chars(line.data(), line.data() + std::min(comma, line.size()), step);
+      if (ec != std::errc() || end != line.data() + comma) continue;
+      if (step <= resume_step) text += line + "\n";
     }
   }
   const std::string tmp = path_ + ".tmp";
   {
     std::ofstream out(tmp, std::ios::trunc);
     out << text;
-    ZTRAIN_CHECK_T(IoError, out.good(), "csv_monitor: cannot write '", tmp, "': ",
-                   std::strerror(errno));
+    ZTRAIN_CHECK_T(IoError, out.good(), "csv_monitor: cannot write '", tmp,
+                   "': ", std::strerror(errno));
   }
   std::filesystem::rename(tmp, path_, ec);
   ZTRAIN_CHECK_T(IoError, !ec, "csv_monitor: cannot write '", path_, "': ", ec.message());
   file_.reset(std::fopen(path_.c_str(), "a"));
-  ZTRAIN_CHECK_T(IoError, file_ != nullptr, "csv_monitor: cannot write '", path_, "': ",
-                 std::strerror(errno));
+  ZTRAIN_CHECK_T(IoError, file_ != nullptr, "csv_monitor: cannot write '", path_,
+                 "': ", std::strerror(errno));
 }
 
 void CsvMonitor::Write(const StepStats& s) {
-  std::fprintf(file_.get(), "%lld,%.9g,%.9g,%.9g,%.3f,%.3f,%.9g\n",
-               static_cast<long long>(s.step), s.loss, s.lr, s.grad_norm,
-               s.seconds > 0 ? static_cast<double>(s.tokens) / s.seconds : 0.0,
-               s.seconds * 1e3, s.clip_coef);
+  std::fprintf(file_.get(), "%lld,%.9g,%.9g,%.9g,%.3f,%.3f,%.9g\n", static_cast<long long>(s.step),
+               s.loss, s.lr, s.grad_norm,
+               s.seconds > 0 ? static_cast<double>(s.tokens) / s.seconds : 0.0, s.seconds * 1e3,
+               s.clip_coef);
   std::fflush(file_.get());
 }
 
