@@ -50,8 +50,11 @@ last=$(tail -n 1 "$work/signalled/train.csv" | cut -d, -f1)
 [ "$(cat "$work/ckpt_usr1/latest")" = "step$last" ] ||
   { cat "$work/signalled.log"; echo "SIGUSR1: latest is not step$last"; exit 1; }
 echo "SIGUSR1 at step $last: saved step$last and exited 130"
-inside=0
-for k in $(seq 1 "$kills"); do
+inside=0 k=0
+# At least `kills` kills, and more (up to three times as many) until two landed inside a save:
+# on a loaded machine compute takes a larger share of each step.
+while [ "$k" -lt "$kills" ] || { [ "$inside" -lt 2 ] && [ "$k" -lt $((3 * kills)) ]; }; do
+  k=$((k + 1))
   resume=()
   [ -f "$work/ckpt/latest" ] && resume=(--resume)
   "$ztrain" --config "$work/crashed.json" "${resume[@]}" > "$work/run$k.log" 2>&1 &
@@ -76,7 +79,7 @@ done
 resume=()
 [ -f "$work/ckpt/latest" ] && resume=(--resume)
 "$ztrain" --config "$work/crashed.json" "${resume[@]}" > "$work/final.log" 2>&1 || { cat "$work/final.log"; exit 1; }
-echo "$inside of $kills kills landed inside a save"
+echo "$inside of $k kills landed inside a save"
 [ "$inside" -ge 2 ] || { echo "too few kills landed inside a save to test anything"; exit 1; }
 # The same arithmetic in the same order: bit for bit.
 compare_runs "$work/straight.json" "$work/straight/train.csv" "$work/crashed/train.csv" 30 \
