@@ -310,7 +310,9 @@ nlohmann::json ReadMeta(const std::string& dir) {
   ZTRAIN_CHECK_T(
       IoError, recorded.is_number_unsigned() && recorded.get<uint32_t>() == crc,
       fmt::format("{}: checksum {:#010x}, the file says {} (it was edited or is corrupt)",
-                  kMetaFile, crc, recorded.dump()));
+                  kMetaFile, crc,
+                  recorded.is_number_unsigned() ? fmt::format("{:#010x}", recorded.get<uint32_t>())
+                                                : recorded.dump()));
   return meta;
 }
 
