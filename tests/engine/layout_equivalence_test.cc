@@ -26,7 +26,7 @@
 #include "nn/gpt2.h"
 #include "parallel/comm/mpi/mpi_communicator.h"
 #include "parallel/process_grid.h"
-#include "parallel/tensor/tp_layers.h"
+#include "parallel/tensor/megatron_linears.h"
 #include "side_by_side.h"
 #include "test_model.h"
 
@@ -89,7 +89,7 @@ struct Layout {
   int dp() const { return grid.dp_size(); }
   // The model's layers for this layout: tensor-parallel ones under tp.
   std::vector<std::unique_ptr<nn::Layer>> Layers(const Config& c) {
-    return g_tp > 1 ? tensor::BuildParallelGpt2(c.model, *comms.tp) : nn::BuildGpt2(c.model);
+    return g_tp > 1 ? tensor::BuildParallelModel(c.model, *comms.tp) : nn::BuildGpt2(c.model);
   }
 };
 
