@@ -10,6 +10,7 @@
 #include "kernels/cpu/attention_tile.h"
 #include "kernels/cpu/check.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/pending_llama_ops.h"
 #include "kernels/cpu/vec_math.h"
 #include "kernels/cpu/widen.h"
 
@@ -93,8 +94,10 @@ void HeadBackward(const cpu::AttentionDims& d, const HeadView& h, BackwardScratc
 // Parallel over (batch, head): one thread owns all of a head's dq/dk/dv, so accumulation is
 // race-free and its order fixed.
 void CpuOps::AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                               const Tensor& lse, int num_heads, const Tensor& dqkv) {
+                               const Tensor& lse, const AttentionHeads& heads,
+                               const Tensor& dqkv) {
   constexpr const char* kOp = "AttentionBackward";
+  const int num_heads = MultiHeadOnly(qkv, heads, kOp);
   if (cpu::AnyHalf(dout, qkv, out, dqkv)) {  // Note [Widening adapter]; lse stays fp32
     cpu::Widened w(scratch_);
     AttentionBackward(w.In(dout), w.In(qkv), w.In(out), lse, num_heads, w.Out(dqkv));

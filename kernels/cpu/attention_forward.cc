@@ -9,6 +9,7 @@
 
 #include "kernels/cpu/attention_tile.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/pending_llama_ops.h"
 #include "kernels/cpu/vec_math.h"
 #include "kernels/cpu/widen.h"
 
@@ -87,8 +88,9 @@ void ForwardQueryBlock(const cpu::AttentionDims& d, const float* q, const float*
 
 // Parallel over (batch, head, query block); the blocks late in the sequence see the most keys
 // and are handed out first.
-void CpuOps::AttentionForward(const Tensor& qkv, int num_heads, const Tensor& out,
-                              const Tensor& lse) {
+void CpuOps::AttentionForward(const Tensor& qkv, const AttentionHeads& heads,
+                              const Tensor& out, const Tensor& lse) {
+  const int num_heads = MultiHeadOnly(qkv, heads, "AttentionForward");
   if (cpu::AnyHalf(qkv, out)) {  // Note [Widening adapter]; lse stays fp32
     cpu::Widened w(scratch_);
     AttentionForward(w.In(qkv), num_heads, w.Out(out), lse);

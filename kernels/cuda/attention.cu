@@ -24,6 +24,7 @@
 #include "kernels/cuda/arg_check.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/pending_llama_ops.h"
 #include "kernels/cuda/kernel_utils.cuh"
 
 namespace ztrain::kernels::cuda {
@@ -478,9 +479,10 @@ AttentionShape CheckAttention(const Tensor& qkv, int num_heads, const Tensor& ou
 
 }  // namespace
 
-void CudaOps::AttentionForward(const Tensor& qkv, int num_heads, const Tensor& out,
-                               const Tensor& lse) {
+void CudaOps::AttentionForward(const Tensor& qkv, const AttentionHeads& heads,
+                               const Tensor& out, const Tensor& lse) {
   constexpr const char* kOp = "AttentionForward";
+  const int num_heads = MultiHeadOnly(qkv, heads, kOp);
   const AttentionShape s = CheckAttention(qkv, num_heads, out, lse, device(), kOp);
   if (s.batch * s.seq * s.channels == 0) return;
   DispatchAttention(qkv.dtype(), s.head_size, [&]<int kMaxHS, typename T>() {
@@ -489,8 +491,10 @@ void CudaOps::AttentionForward(const Tensor& qkv, int num_heads, const Tensor& o
 }
 
 void CudaOps::AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                                const Tensor& lse, int num_heads, const Tensor& dqkv) {
+                                const Tensor& lse, const AttentionHeads& heads,
+                                const Tensor& dqkv) {
   constexpr const char* kOp = "AttentionBackward";
+  const int num_heads = MultiHeadOnly(qkv, heads, kOp);
   const AttentionShape s = CheckAttention(qkv, num_heads, out, lse, device(), kOp);
   CheckLike(dout, out, kOp, "dout");
   CheckLike(dqkv, qkv, kOp, "dqkv");
