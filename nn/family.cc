@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "nn/gpt2.h"
+#include "nn/llama.h"
 
 namespace ztrain::nn {
 namespace {
@@ -19,14 +20,8 @@ std::string Divisors(int64_t n) {
   return out;
 }
 
-std::string DivisibilityProblem(const char* key, int64_t value, int tp, const std::string& fix) {
-  if (tp > 0 && value % tp == 0) return "";
-  return detail::StrCat(key, " ", value, " does not divide by tensor_parallel.size ", tp, "; ",
-                        fix);
-}
-
 // The one place families are registered.
-std::vector<ModelFamily> RegisterFamilies() { return {Gpt2Family()}; }
+std::vector<ModelFamily> RegisterFamilies() { return {Gpt2Family(), LlamaFamily()}; }
 
 }  // namespace
 
@@ -45,10 +40,25 @@ const ModelFamily& FindModelFamily(const std::string& type) {
   throw InternalError("unreachable");
 }
 
+void CheckModel(const ModelConfig& model) {
+  std::string message;
+  for (const std::string& p : FindModelFamily(model.type).config_problems(model)) {
+    message += (message.empty() ? "" : "\n") + p;
+  }
+  ZTRAIN_CHECK_T(ConfigError, message.empty(), message);
+}
+
 LayerList BuildModel(const ModelConfig& model, std::shared_ptr<const LinearProvider> provider) {
   const ModelFamily& family = FindModelFamily(model.type);
+  CheckModel(model);
   if (provider->size() > 1) CheckTensorParallelModel(model, provider->size());
   return family.build(model, std::move(provider));
+}
+
+std::string DivisibilityProblem(const char* key, int64_t value, int tp, const std::string& fix) {
+  if (tp > 0 && value % tp == 0) return "";
+  return detail::StrCat(key, " ", value, " does not divide by tensor_parallel.size ", tp, "; ",
+                        fix);
 }
 
 std::string HeadSplitProblem(const char* key, int64_t heads, int tp) {
@@ -62,9 +72,6 @@ void CheckTensorParallelModel(const ModelConfig& m, int tp_size) {
   ZTRAIN_CHECK_T(ConfigError, tp_size >= 1, "tensor_parallel.size ", tp_size,
                  " must be at least 1");
   std::vector<std::string> problems = FindModelFamily(m.type).tp_problems(m, tp_size);
-  // The MLP and the residual projections split channels too.
-  problems.push_back(DivisibilityProblem("model.n_embd", m.n_embd, tp_size,
-                                         "use a tensor_parallel.size that divides it"));
   // The smallest padded size >= vocab_size that the group splits into whole 128-row slices
   // (the GPU-friendly padding "auto" uses), as a suggestion.
   const int64_t step = std::lcm<int64_t>(128, tp_size);

@@ -21,6 +21,9 @@ struct ModelFamily {
   std::string type;         // model.type
   std::string description;  // for docs and errors
   std::function<LayerList(const ModelConfig&, std::shared_ptr<const LinearProvider>)> build;
+  // What the family cannot build of `model` (a key it does not take, an impossible shape),
+  // each with the fix.
+  std::function<std::vector<std::string>(const ModelConfig&)> config_problems;
   // The family's own reasons `model` cannot split over `tp` pieces, each with its fix ("" for
   // none); CheckTensorParallelModel adds the ones every family shares.
   std::function<std::vector<std::string>(const ModelConfig&, int tp)> tp_problems;
@@ -31,7 +34,11 @@ const std::vector<ModelFamily>& ModelFamilies();
 // The family of model.type `type`; ConfigError naming the known ones otherwise.
 const ModelFamily& FindModelFamily(const std::string& type);
 
-// The model of config `model`, its linears from `provider` (whole by default).
+// Throws ConfigError listing everything `model`'s family refuses in it (CheckModel), so
+// check-config and train refuse the same.
+void CheckModel(const ModelConfig& model);
+
+// The model of config `model` (checked), its linears from `provider` (whole by default).
 LayerList BuildModel(const ModelConfig& model,
                      std::shared_ptr<const LinearProvider> provider = MakeWholeLinears());
 
@@ -42,5 +49,7 @@ void CheckTensorParallelModel(const ModelConfig& model, int tp_size);
 // "<key> <value> does not divide by tensor_parallel.size <tp>; use a size that divides it
 // (1, 2, ...): each rank runs <key> / size whole attention heads", or "" when it divides.
 std::string HeadSplitProblem(const char* key, int64_t heads, int tp);
+// "<key> <value> does not divide by tensor_parallel.size <tp>; <fix>", or "".
+std::string DivisibilityProblem(const char* key, int64_t value, int tp, const std::string& fix);
 
 }  // namespace ztrain::nn

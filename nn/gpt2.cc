@@ -52,15 +52,39 @@ LayerList Build(const ModelConfig& m, std::shared_ptr<const LinearProvider> prov
   return layers;
 }
 
-// Heads split whole over the tp pieces (the MLP's 4C and the channels then split too).
+// Heads split whole over the tp pieces; the MLP's 4C and the residual projections split
+// channels too.
 std::vector<std::string> TensorParallelProblems(const ModelConfig& m, int tp) {
-  return {HeadSplitProblem("model.n_head", m.n_head, tp)};
+  return {HeadSplitProblem("model.n_head", m.n_head, tp),
+          DivisibilityProblem("model.n_embd", m.n_embd, tp,
+                              "use a tensor_parallel.size that divides it")};
+}
+
+// GPT-2's shape is fixed by n_layer, n_head and n_embd: the Llama knobs must keep their
+// GPT-2 values.
+std::vector<std::string> ConfigProblems(const ModelConfig& m) {
+  std::vector<std::string> p;
+  const auto refuse = [&](bool bad, const std::string& what) {
+    if (bad) p.push_back(what + " is not GPT-2's; leave it out or use model.type \"llama\"");
+  };
+  refuse(m.kv_heads() != m.n_head,
+         detail::StrCat("model.n_kv_head ", m.kv_heads(), " (GPT-2: n_head)"));
+  refuse(m.n_head > 0 && m.head_size() != m.n_embd / m.n_head,
+         detail::StrCat("model.head_dim ", m.head_size(), " (GPT-2: n_embd / n_head)"));
+  refuse(m.mlp_hidden() != 4 * int64_t{m.n_embd},
+         detail::StrCat("model.intermediate_size ", m.mlp_hidden(), " (GPT-2: 4 n_embd)"));
+  refuse(m.norm_eps != 1e-5, detail::StrCat("model.norm_eps ", m.norm_eps, " (GPT-2: 1e-5)"));
+  refuse(m.rope_scaling.type != "none", "model.rope_scaling (GPT-2 has learned positions)");
+  refuse(m.attention_bias || m.qkv_bias || m.mlp_bias,
+         "a model.*_bias flag (GPT-2 has every bias)");
+  refuse(!m.tie_word_embeddings, "model.tie_word_embeddings false (GPT-2 ties them)");
+  return p;
 }
 
 }  // namespace
 
 ModelFamily Gpt2Family() {
-  return {"gpt2", "GPT-2 (llm.c's files, Hugging Face GPT2LMHeadModel)", &Build,
+  return {"gpt2", "GPT-2 (llm.c's files, Hugging Face GPT2LMHeadModel)", &Build, &ConfigProblems,
           &TensorParallelProblems};
 }
 
