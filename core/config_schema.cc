@@ -169,7 +169,8 @@ std::vector<ConfigKey> ZtrainKeys() {
 
       Key("data", T::kSection, nullptr, "ztrain: where the tokens come from."),
       Key("data.train", T::kString, "",
-          "Glob of llm.c token shards (`.bin`); empty = the built-in synthetic corpus."),
+          "Glob of llm.c token shards (`.bin`: uint16 tokens, magic 20240520, or uint32 tokens, "
+          "magic 20240801; one glob may mix them); empty = the built-in synthetic corpus."),
       Key("data.val", T::kString, "",
           "Glob of validation shards; empty = a held-out part of the synthetic corpus when "
           "`data.train` is empty, else no evaluation."),
