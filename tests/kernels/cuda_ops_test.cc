@@ -5,10 +5,16 @@
 // rounded to bf16 and the CPU computes in fp32 on those rounded values; the GPU computes in
 // fp32 from the same values and rounds its outputs to bf16. Tolerances (ExpectClose: relative
 // to |want| + rms(want)): fp32 1e-4 (summation order and exp implementations differ), bf16
-// 1e-2 (one rounding of each output to 8 mantissa bits, 2^-9 relative, plus the rounding of
-// the pre-filled values of accumulated outputs). Accumulating outputs start from the same
+// 1e-2 (one rounding of each output to bf16's 8 significant bits, at most 2^-8 relative,
+// plus fp32 differences small beside it). Accumulating outputs start from the same
 // non-zero values on both sides, so += is checked, and overwritten outputs start as NaN on
 // the GPU, so a skipped element shows. Without a GPU every test skips.
+//
+// The Llama ops follow the same model, with these refinements:
+// - Grouped-query attention sums dK and dV over the NH / NKV query heads of a group: more
+//   terms in fp32, no extra rounding in bf16, so the attention tolerances stay.
+// - Outputs that are copies (embedding rows without a position table) must match bit for
+//   bit.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -157,6 +163,30 @@ TEST_P(CudaOpsTest, EmbeddingForwardAndBackwardMatchCpu) {
   Expect(gdwpe, dwpe, "dwpe (accumulated)");
 }
 
+// Llama's embedding: no position table (wpe and dwpe undefined).
+TEST_P(CudaOpsTest, EmbeddingWithoutPositionTableMatchesCpu) {
+  const EmbeddingData e(8);
+  const int64_t bt = e.batch * e.seq;
+  auto tokens = e.tokens;
+  auto wte = Rand(e.vocab * e.ch, 1), dout = Rand(bt * e.ch, 3), dwte = Rand(wte.size(), 4);
+  std::vector<float> out(bt * e.ch);
+  const Shape act{e.batch, e.seq, e.ch}, te{e.vocab, e.ch};
+  DeviceTensor gtok(tokens, {e.batch, e.seq}), gwte = Dev(wte, te), gout = Out(act);
+  DeviceTensor gdout = Dev(dout, act), gdwte = Dev(dwte, te);
+  const Tensor none;
+  gpu_->EmbeddingForward(gtok, gwte, none, gout);
+  std::vector<float> rows;  // out is the token rows themselves, bit for bit
+  for (int32_t t : tokens) {
+    rows.insert(rows.end(), wte.begin() + t * e.ch, wte.begin() + (t + 1) * e.ch);
+  }
+  EXPECT_EQ(gout.ToHost(), rows) << "out = wte[tokens]";
+  cpu_->EmbeddingForward(View(tokens, {e.batch, e.seq}), View(wte, te), none, View(out, act));
+  EXPECT_EQ(gout.ToHost(), out) << "out against the CPU";
+  cpu_->EmbeddingBackward(View(dout, act), View(tokens, {e.batch, e.seq}), View(dwte, te), none);
+  gpu_->EmbeddingBackward(gdout, gtok, gdwte, none);
+  Expect(gdwte, dwte, "dwte (accumulated)");
+}
+
 TEST_P(CudaOpsTest, LayerNormForwardAndBackwardMatchCpu) {
   const int64_t rows = 11, ch = 40;
   auto x = Rand(rows * ch, 1, -2.0f, 3.0f), w = Rand(ch, 2), b = Rand(ch, 3);
@@ -183,32 +213,48 @@ TEST_P(CudaOpsTest, LayerNormForwardAndBackwardMatchCpu) {
   Expect(gdb, db, "dbias (accumulated)");
 }
 
+std::string HeadsName(int64_t batch, int64_t seq, const AttentionHeads& h) {
+  return "B=" + std::to_string(batch) + " T=" + std::to_string(seq) +
+         " NH=" + std::to_string(h.num_heads) + " NKV=" + std::to_string(h.num_kv_heads) +
+         " HS=" + std::to_string(h.head_dim);
+}
+
 struct AttnCase {
-  int64_t batch, seq, ch;
-  int heads;
-  std::string Name() const {
-    return "B=" + std::to_string(batch) + " T=" + std::to_string(seq) +
-           " C=" + std::to_string(ch) + " NH=" + std::to_string(heads) +
-           " HS=" + std::to_string(ch / heads);
-  }
+  int64_t batch, seq;
+  AttentionHeads heads;
+  Shape qkv() const { return {batch, seq, heads.qkv_width()}; }
+  Shape out() const { return {batch, seq, heads.q_width()}; }
+  Shape lse() const { return {batch, heads.num_heads, seq}; }
+  std::string Name() const { return HeadsName(batch, seq, heads); }
 };
 
-// T never a multiple of the 32- or 64-row tiles; HS 64 (GPT-2), 32, 48 and 128.
-const AttnCase kAttnCases[] = {{2, 45, 128, 2}, {1, 70, 96, 3}, {1, 37, 96, 2}, {2, 33, 256, 2}};
+// T never a multiple of the 32- or 64-row tiles. Multi-head with HS 64 (GPT-2), 32, 48 and
+// 128; grouped-query with groups of 2, 3 and 4 (Llama 3's 32/8 in small); multi-query; and
+// head sizes off the kernels' 32/64/128 tile widths (80, 16, 24), as models whose hidden
+// size is not NH * head_dim have.
+const AttnCase kAttnCases[] = {
+    {2, 45, {2, 2, 64}},  {1, 70, {3, 3, 32}},  {1, 37, {2, 2, 48}}, {2, 33, {2, 2, 128}},
+    {2, 45, {4, 2, 64}},  {1, 70, {6, 2, 32}},  {1, 100, {8, 2, 128}},
+    {2, 37, {4, 1, 48}},  {1, 65, {3, 1, 80}},  {2, 40, {4, 4, 16}}, {1, 50, {6, 3, 24}}};
 
 TEST_P(CudaOpsTest, AttentionForwardAndBackwardMatchCpu) {
   for (const AttnCase& tc : kAttnCases) {
     SCOPED_TRACE(tc.Name());
-    const Shape qkv_shape{tc.batch, tc.seq, 3 * tc.ch}, out_shape{tc.batch, tc.seq, tc.ch};
-    const Shape lse_shape{tc.batch, tc.heads, tc.seq};
+    const Shape qkv_shape = tc.qkv(), out_shape = tc.out(), lse_shape = tc.lse();
     auto qkv = Rand(NumElements(qkv_shape), 1, -2.0f, 2.0f);
     auto dout = Rand(NumElements(out_shape), 2);
     std::vector<float> out(NumElements(out_shape)), lse(NumElements(lse_shape));
     std::vector<float> dqkv(qkv.size(), 123.0f);  // overwritten, not accumulated
     DeviceTensor gqkv = Dev(qkv, qkv_shape), gout = Out(out_shape), glse = OutF32(lse_shape);
+    // Multi-head cases go through GPT-2's form (int num_heads) on the GPU.
+    const bool mha = tc.heads.num_kv_heads == tc.heads.num_heads;
     cpu_->AttentionForward(View(qkv, qkv_shape), tc.heads, View(out, out_shape),
                            View(lse, lse_shape));
-    gpu_->AttentionForward(gqkv, tc.heads, gout, glse);
+    if (mha) {
+      gpu_->AttentionForward(gqkv, tc.heads.num_heads, gout, glse);
+    } else {
+      gpu_->AttentionForward(gqkv, tc.heads, gout, glse);
+    }
     Expect(gout, out, "out");
     Expect(glse, lse, "lse", 1e-4);  // fp32 on both sides from the same inputs
     // Both backwards take the CPU's out (rounded to the dtype) and lse.
@@ -217,7 +263,11 @@ TEST_P(CudaOpsTest, AttentionForwardAndBackwardMatchCpu) {
     DeviceTensor gdout = Dev(dout, out_shape), gdqkv = Dev(dqkv, qkv_shape);
     cpu_->AttentionBackward(View(dout, out_shape), View(qkv, qkv_shape), View(out, out_shape),
                             View(lse, lse_shape), tc.heads, View(dqkv, qkv_shape));
-    gpu_->AttentionBackward(gdout, gqkv, cout, clse, tc.heads, gdqkv);
+    if (mha) {
+      gpu_->AttentionBackward(gdout, gqkv, cout, clse, tc.heads.num_heads, gdqkv);
+    } else {
+      gpu_->AttentionBackward(gdout, gqkv, cout, clse, tc.heads, gdqkv);
+    }
     Expect(gdqkv, dqkv, "dqkv");
   }
 }
@@ -339,17 +389,15 @@ TEST_P(CudaOpsTest, BackwardsAreBitwiseDeterministic) {
       return Blobs{gdx.Bytes(), gdw.Bytes(), gdb.Bytes()};
     });
   }
-  {
-    SCOPED_TRACE("AttentionBackward");
-    const AttnCase tc{2, 150, 128, 2};
-    const Shape qkv_shape{tc.batch, tc.seq, 3 * tc.ch}, out_shape{tc.batch, tc.seq, tc.ch};
-    const Shape lse_shape{tc.batch, tc.heads, tc.seq};
-    DeviceTensor gqkv = Dev(Rand(NumElements(qkv_shape), 1), qkv_shape);
-    DeviceTensor gout = Out(out_shape), glse = OutF32(lse_shape);
-    DeviceTensor gdout = Dev(Rand(NumElements(out_shape), 2), out_shape);
+  // Multi-head, and grouped-query (dK and dV summed over a group of query heads).
+  for (const AttnCase& tc : {AttnCase{2, 150, {2, 2, 64}}, AttnCase{2, 150, {4, 1, 64}}}) {
+    SCOPED_TRACE("AttentionBackward " + tc.Name());
+    DeviceTensor gqkv = Dev(Rand(NumElements(tc.qkv()), 1), tc.qkv());
+    DeviceTensor gout = Out(tc.out()), glse = OutF32(tc.lse());
+    DeviceTensor gdout = Dev(Rand(NumElements(tc.out()), 2), tc.out());
     gpu_->AttentionForward(gqkv, tc.heads, gout, glse);
     twice([&] {
-      DeviceTensor gdqkv = Out(qkv_shape);
+      DeviceTensor gdqkv = Out(tc.qkv());
       gpu_->AttentionBackward(gdout, gqkv, gout, glse, tc.heads, gdqkv);
       return Blobs{gdqkv.Bytes()};
     });
@@ -385,6 +433,15 @@ TEST_P(CudaOpsTest, BadInputThrowsNamingIt) {
   DeviceTensor qkv = Out({1, 5, 12}), out = Out({1, 5, 3}), lse = OutF32({1, 2, 5});
   ExpectErrorMentions([&] { gpu_->AttentionForward(qkv, 2, out, lse); },
                       {"AttentionForward", "out"});
+  ExpectErrorMentions(
+      [&] { gpu_->AttentionForward(qkv, AttentionHeads{4, 3, 1}, out, lse); },
+      {"AttentionForward", "num_kv_heads = 3", "divide"});
+  DeviceTensor wide = Out({1, 5, 3 * 256}), wide_out = Out({1, 5, 256});
+  DeviceTensor wide_lse = OutF32({1, 1, 5});
+  ExpectErrorMentions(
+      [&] { gpu_->AttentionForward(wide, AttentionHeads{1, 1, 256}, wide_out, wide_lse); },
+      {"AttentionForward", "head_dim = 256", "128"});
+
   DeviceTensor ga = Out({3, 4}), gb = Out({5, 2}), gc = Out({3, 2});
   ExpectErrorMentions([&] { gpu_->Gemm(false, false, 1.0f, ga, gb, 0.0f, gc); }, {"Gemm"});
 }
