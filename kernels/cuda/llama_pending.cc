@@ -5,13 +5,6 @@
 namespace ztrain::kernels::cuda {
 using kernels::AttentionHeads;
 #define ZTRAIN_PENDING(name) ZTRAIN_CHECK(false, #name " is not implemented yet")
-void CudaOps::RmsNormForward(const Tensor&, const Tensor&, float, const Tensor&, const Tensor&) {
-  ZTRAIN_PENDING(RmsNormForward);
-}
-void CudaOps::RmsNormBackward(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                             const Tensor&, const Tensor&) {
-  ZTRAIN_PENDING(RmsNormBackward);
-}
 void CudaOps::RopeForward(const Tensor&, const AttentionHeads&, const Tensor&) {
   ZTRAIN_PENDING(RopeForward);
 }

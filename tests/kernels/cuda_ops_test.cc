@@ -22,6 +22,7 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda_test_util.h"
@@ -272,6 +273,33 @@ TEST_P(CudaOpsTest, AttentionForwardAndBackwardMatchCpu) {
   }
 }
 
+TEST_P(CudaOpsTest, RmsNormForwardAndBackwardMatchCpu) {
+  // 130 rows: three row chunks of the parameter-gradient pass; 264 channels: several per lane.
+  const std::pair<int64_t, int64_t> kCases[] = {{11, 40}, {130, 264}};
+  for (const auto& [rows, ch] : kCases) {
+    SCOPED_TRACE("rows=" + std::to_string(rows) + " C=" + std::to_string(ch));
+    const float eps = 1e-6f;
+    auto x = Rand(rows * ch, 1, -2.0f, 3.0f), w = Rand(ch, 2, 0.5f, 1.5f);
+    auto dy = Rand(rows * ch, 4), dw = Rand(ch, 5);
+    std::vector<float> y(rows * ch), rstd(rows), dx(rows * ch);
+    DeviceTensor gx = Dev(x, {rows, ch}), gw = Dev(w, {ch}), gy = Out({rows, ch});
+    DeviceTensor grstd = OutF32({rows}), gdy = Dev(dy, {rows, ch}), gdx = Out({rows, ch});
+    DeviceTensor gdw = Dev(dw, {ch});
+    cpu_->RmsNormForward(View(x, {rows, ch}), View(w, {ch}), eps, View(y, {rows, ch}),
+                         View(rstd, {rows}));
+    gpu_->RmsNormForward(gx, gw, eps, gy, grstd);
+    Expect(gy, y, "y");
+    Expect(grstd, rstd, "rstd", 1e-4);  // fp32 statistics of the same (rounded) inputs
+    // Both backwards take the CPU's rstd, so only the backward itself is compared.
+    DeviceTensor crstd = DevF32(rstd, {rows});
+    cpu_->RmsNormBackward(View(dy, {rows, ch}), View(x, {rows, ch}), View(w, {ch}),
+                          View(rstd, {rows}), View(dx, {rows, ch}), View(dw, {ch}));
+    gpu_->RmsNormBackward(gdy, gx, gw, crstd, gdx, gdw);
+    Expect(gdx, dx, "dx");
+    Expect(gdw, dw, "dweight (accumulated)");
+  }
+}
+
 TEST_P(CudaOpsTest, GeluForwardAndBackwardMatchCpu) {
   const int64_t n = 1000;
   auto x = Rand(n, 1, -5.0f, 5.0f), dy = Rand(n, 2);
@@ -389,6 +417,18 @@ TEST_P(CudaOpsTest, BackwardsAreBitwiseDeterministic) {
       return Blobs{gdx.Bytes(), gdw.Bytes(), gdb.Bytes()};
     });
   }
+  {
+    SCOPED_TRACE("RmsNormBackward");
+    const int64_t rows = 300, ch = 96;
+    auto x = Rand(rows * ch, 1), w = Rand(ch, 2), dy = Rand(rows * ch, 3), dw = Rand(ch, 4);
+    DeviceTensor gx = Dev(x, {rows, ch}), gw = Dev(w, {ch}), gdy = Dev(dy, {rows, ch});
+    DeviceTensor grstd = DevF32(Random(rows, 6, 0.5f, 2.0f), {rows});
+    twice([&] {
+      DeviceTensor gdx = Out({rows, ch}), gdw = Dev(dw, {ch});
+      gpu_->RmsNormBackward(gdy, gx, gw, grstd, gdx, gdw);
+      return Blobs{gdx.Bytes(), gdw.Bytes()};
+    });
+  }
   // Multi-head, and grouped-query (dK and dV summed over a group of query heads).
   for (const AttnCase& tc : {AttnCase{2, 150, {2, 2, 64}}, AttnCase{2, 150, {4, 1, 64}}}) {
     SCOPED_TRACE("AttentionBackward " + tc.Name());
@@ -441,6 +481,12 @@ TEST_P(CudaOpsTest, BadInputThrowsNamingIt) {
   ExpectErrorMentions(
       [&] { gpu_->AttentionForward(wide, AttentionHeads{1, 1, 256}, wide_out, wide_lse); },
       {"AttentionForward", "head_dim = 256", "128"});
+
+  ExpectErrorMentions([&] { gpu_->RmsNormForward(x, w, 1e-5f, y, rstd); },
+                      {"RmsNormForward", "weight"});
+  DeviceTensor w8 = Out({8}), rstd3 = OutF32({3});
+  ExpectErrorMentions([&] { gpu_->RmsNormForward(x, w8, 1e-5f, y, rstd3); },
+                      {"RmsNormForward", "rstd"});
 
   DeviceTensor ga = Out({3, 4}), gb = Out({5, 2}), gc = Out({3, 2});
   ExpectErrorMentions([&] { gpu_->Gemm(false, false, 1.0f, ga, gb, 0.0f, gc); }, {"Gemm"});
