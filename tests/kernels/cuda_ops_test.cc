@@ -11,10 +11,16 @@
 // the GPU, so a skipped element shows. Without a GPU every test skips.
 //
 // The Llama ops follow the same model, with these refinements:
+// - RoPE: both sides take the same fp32 angle (the product t * inv_freq[i]) and the accurate
+//   cosf/sinf (CUDA: within 2 ulp; glibc: within 1), so in fp32 an output differs by a few
+//   2^-24 of |x0| + |x1|, some 5e-7 of the values' scale: 1e-5 holds it with a margin of 20
+//   and is ten times tighter than the generic fp32 tolerance, against the __sinf/__cosf
+//   intrinsics, whose error grows with the angle (positions here reach 2099 radians).
+//   bf16 keeps 1e-2 (one rounding of each output).
 // - Grouped-query attention sums dK and dV over the NH / NKV query heads of a group: more
 //   terms in fp32, no extra rounding in bf16, so the attention tolerances stay.
-// - Outputs that are copies (embedding rows without a position table) must match bit for
-//   bit.
+// - Outputs that are copies (embedding rows without a position table, the v columns RoPE
+//   leaves alone) must match bit for bit.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -273,6 +279,67 @@ TEST_P(CudaOpsTest, AttentionForwardAndBackwardMatchCpu) {
   }
 }
 
+struct RopeCase {
+  int64_t batch, seq;
+  AttentionHeads heads;
+  double theta;  // inv_freq[i] = theta^(-2i / HS)
+};
+
+// Positions up to 2099 (angles up to 2099 radians at i = 0); grouped and multi-query heads;
+// HS / 2 odd (3); Llama 3's theta.
+const RopeCase kRopeCases[] = {{2, 300, {4, 2, 64}, 10000.0},
+                               {1, 2100, {1, 1, 8}, 10000.0},
+                               {3, 17, {3, 1, 6}, 10000.0},
+                               {1, 129, {2, 2, 128}, 500000.0}};
+
+std::vector<float> InvFreq(int head_dim, double theta) {
+  std::vector<float> f(head_dim / 2);
+  for (int i = 0; i < head_dim / 2; ++i) {
+    f[i] = static_cast<float>(std::pow(theta, -2.0 * i / head_dim));
+  }
+  return f;
+}
+
+// The v columns of `got` (qkv or dqkv) hold exactly the values of `in`.
+void ExpectVUntouched(const std::vector<float>& got, const std::vector<float>& in,
+                      const AttentionHeads& heads, const std::string& what) {
+  const int64_t width = heads.qkv_width(), v0 = heads.q_width() + heads.kv_width();
+  int64_t changed = 0;
+  for (size_t i = 0; i < in.size(); ++i) {
+    changed += static_cast<int64_t>(i) % width >= v0 && !(got[i] == in[i]);
+  }
+  EXPECT_EQ(changed, 0) << what << ": v elements changed (RoPE turns q and k only)";
+}
+
+TEST_P(CudaOpsTest, RopeForwardAndBackwardMatchCpu) {
+  const double rope_tol = bf16() ? 1e-2 : 1e-5;  // the error model at the top
+  // Turning back the GPU's rounded result: in bf16 two roundings, each at most 2^-8 of
+  // max(|x0|, |x1|) once turned, which 1e-2 of |x| + rms would only just hold.
+  const double round_trip_tol = bf16() ? 2e-2 : 1e-5;
+  for (const RopeCase& tc : kRopeCases) {
+    const AttentionHeads& h = tc.heads;
+    SCOPED_TRACE(HeadsName(tc.batch, tc.seq, h));
+    const Shape shape{tc.batch, tc.seq, h.qkv_width()}, freq_shape{h.head_dim / 2};
+    auto inv_freq = InvFreq(h.head_dim, tc.theta);
+    const auto qkv_in = Rand(NumElements(shape), 1), dqkv_in = Rand(NumElements(shape), 2);
+    auto qkv = qkv_in, dqkv = dqkv_in;
+    DeviceTensor gqkv = Dev(qkv, shape), gdqkv = Dev(dqkv, shape);
+    DeviceTensor gfreq = DevF32(inv_freq, freq_shape);
+    cpu_->RopeForward(View(qkv, shape), h, View(inv_freq, freq_shape));
+    gpu_->RopeForward(gqkv, h, gfreq);
+    Expect(gqkv, qkv, "qkv (turned in place)", rope_tol);
+    ExpectVUntouched(gqkv.ToHost(), qkv_in, h, "RopeForward");
+    cpu_->RopeBackward(View(dqkv, shape), h, View(inv_freq, freq_shape));
+    gpu_->RopeBackward(gdqkv, h, gfreq);
+    Expect(gdqkv, dqkv, "dqkv (turned back in place)", rope_tol);
+    ExpectVUntouched(gdqkv.ToHost(), dqkv_in, h, "RopeBackward");
+    // The backward is the transpose of an orthogonal map, hence its inverse: turning the
+    // GPU's rotated qkv back restores the input (two more roundings in bf16).
+    gpu_->RopeBackward(gqkv, h, gfreq);
+    Expect(gqkv, qkv_in, "RopeBackward(RopeForward(qkv))", round_trip_tol);
+  }
+}
+
 TEST_P(CudaOpsTest, RmsNormForwardAndBackwardMatchCpu) {
   // 130 rows: three row chunks of the parameter-gradient pass; 264 channels: several per lane.
   const std::pair<int64_t, int64_t> kCases[] = {{11, 40}, {130, 264}};
@@ -298,6 +365,26 @@ TEST_P(CudaOpsTest, RmsNormForwardAndBackwardMatchCpu) {
     Expect(gdx, dx, "dx");
     Expect(gdw, dw, "dweight (accumulated)");
   }
+}
+
+TEST_P(CudaOpsTest, SwiGluForwardAndBackwardMatchCpu) {
+  const Shape shape{10, 100};
+  const int64_t n = NumElements(shape);
+  auto gate = Rand(n, 1, -8.0f, 8.0f), up = Rand(n, 2, -2.0f, 2.0f), dh = Rand(n, 3);
+  gate[0] = -100.0f;  // e^-g overflows: silu and its slope must come out 0, not NaN
+  gate[1] = 100.0f;   // sigmoid saturates at 1
+  gate[2] = 0.0f;
+  std::vector<float> h(n), dgate(n), dup(n);
+  DeviceTensor ggate = Dev(gate, shape), gup = Dev(up, shape), gh = Out(shape);
+  DeviceTensor gdh = Dev(dh, shape), gdgate = Out(shape), gdup = Out(shape);
+  cpu_->SwiGluForward(View(gate, shape), View(up, shape), View(h, shape));
+  gpu_->SwiGluForward(ggate, gup, gh);
+  Expect(gh, h, "h");
+  cpu_->SwiGluBackward(View(dh, shape), View(gate, shape), View(up, shape), View(dgate, shape),
+                       View(dup, shape));
+  gpu_->SwiGluBackward(gdh, ggate, gup, gdgate, gdup);
+  Expect(gdgate, dgate, "dgate");
+  Expect(gdup, dup, "dup");
 }
 
 TEST_P(CudaOpsTest, GeluForwardAndBackwardMatchCpu) {
@@ -487,6 +574,20 @@ TEST_P(CudaOpsTest, BadInputThrowsNamingIt) {
   DeviceTensor w8 = Out({8}), rstd3 = OutF32({3});
   ExpectErrorMentions([&] { gpu_->RmsNormForward(x, w8, 1e-5f, y, rstd3); },
                       {"RmsNormForward", "rstd"});
+
+  const AttentionHeads gqa{2, 1, 4};  // qkv rows of (2 + 2) * 4 = 16
+  DeviceTensor rq = Out({1, 5, 16}), freq = OutF32({2}), freq3 = OutF32({3});
+  ExpectErrorMentions([&] { gpu_->RopeForward(rq, gqa, freq3); }, {"RopeForward", "inv_freq"});
+  ExpectErrorMentions([&] { gpu_->RopeBackward(rq, AttentionHeads{2, 2, 4}, freq); },
+                      {"RopeBackward", "dqkv", "[B, T, 24]"});
+  DeviceTensor odd = Out({1, 5, 12}), freq1 = OutF32({1});
+  ExpectErrorMentions([&] { gpu_->RopeForward(odd, AttentionHeads{2, 1, 3}, freq1); },
+                      {"RopeForward", "head_dim = 3", "even"});
+
+  DeviceTensor g = Out({4, 8}), u = Out({4, 8}), u_bad = Out({8, 4});
+  ExpectErrorMentions([&] { gpu_->SwiGluForward(g, u_bad, y); }, {"SwiGluForward", "up"});
+  ExpectErrorMentions([&] { gpu_->SwiGluBackward(y, g, u, g, u_bad); },
+                      {"SwiGluBackward", "dup"});
 
   DeviceTensor ga = Out({3, 4}), gb = Out({5, 2}), gc = Out({3, 2});
   ExpectErrorMentions([&] { gpu_->Gemm(false, false, 1.0f, ga, gb, 0.0f, gc); }, {"Gemm"});
