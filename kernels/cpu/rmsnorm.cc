@@ -1,16 +1,14 @@
 // RMSNorm over the last dimension (Llama): y = x * rstd * weight, rstd = 1 / sqrt(mean(x^2) +
 // eps), in fp32 with rstd saved (fp32) for the backward.
-#include <algorithm>
 #include <cmath>
 
 #include "kernels/cpu/check.h"
+#include "kernels/cpu/column_sums.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/widen.h"
 
 namespace ztrain::kernels {
 namespace {
-
-constexpr int64_t kColumnBlock = 64;  // channels one task of the dweight sum owns
 
 void NormalizeRow(const float* x, const float* w, int64_t ch, float eps, float* y,
                   float* rstd_out) {
@@ -68,8 +66,7 @@ void CpuOps::RmsNormForward(const Tensor& x, const Tensor& weight, float eps, co
   for (int64_t r = 0; r < rows; ++r) NormalizeRow(xp + r * ch, w, ch, eps, yp + r * ch, rp + r);
 }
 
-// Channel blocks in parallel for dweight, each summing its channels over all rows in order
-// (deterministic for any thread count); then rows in parallel for dx.
+// dweight by column blocks (Note [Deterministic column sums]), then rows in parallel for dx.
 void CpuOps::RmsNormBackward(const Tensor& dy, const Tensor& x, const Tensor& weight,
                              const Tensor& rstd, const Tensor& dx, const Tensor& dweight) {
   constexpr const char* kOp = "RmsNormBackward";
@@ -90,23 +87,15 @@ void CpuOps::RmsNormBackward(const Tensor& dy, const Tensor& x, const Tensor& we
   const float* rp = rstd.data<float>();
   float* dxp = dx.data<float>();
   float* dw = dweight.data<float>();
-  const int64_t blocks = (ch + kColumnBlock - 1) / kColumnBlock;
 #pragma omp parallel if (rows * ch >= cpu::kParallelGrain)
   {
-#pragma omp for schedule(static)
-    for (int64_t blk = 0; blk < blocks; ++blk) {
-      const int64_t c0 = blk * kColumnBlock;
-      const int64_t width = std::min(kColumnBlock, ch - c0);
-      float acc[kColumnBlock] = {};
-      for (int64_t r = 0; r < rows; ++r) {
-        const float* gr = g + r * ch + c0;
-        const float* xr = xp + r * ch + c0;
-        const float s = rp[r];
+    cpu::SumColumnBlocks<1>(rows, ch, {dw}, [&](int64_t r, int64_t c0, int64_t width, auto& acc) {
+      const float* gr = g + r * ch + c0;
+      const float* xr = xp + r * ch + c0;
+      const float s = rp[r];
 #pragma omp simd
-        for (int64_t c = 0; c < width; ++c) acc[c] += gr[c] * xr[c] * s;
-      }
-      for (int64_t c = 0; c < width; ++c) dw[c0 + c] += acc[c];
-    }  // implicit barrier: dy and x are read before dx (which may alias either) is written
+      for (int64_t c = 0; c < width; ++c) acc[0][c] += gr[c] * xr[c] * s;
+    });  // its barrier: dy and x are read before dx (which may alias either) is written
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
       RowInputGrad(g + r * ch, xp + r * ch, w, rp[r], ch, dxp + r * ch);

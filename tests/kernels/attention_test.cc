@@ -134,19 +134,16 @@ AttnRun RunAttention(Ops& ops, const AttnCase& tc, std::vector<float>& qkv,
   const Tensor qkv_t = View(qkv, {tc.batch, tc.seq, tc.width()});
   const Tensor out_t = View(r.out, {tc.batch, tc.seq, tc.out_width()});
   const Tensor lse_t = View(r.lse, {tc.batch, tc.heads, tc.seq});
-  if (int_form) {
-    ops.AttentionForward(qkv_t, tc.heads, out_t, lse_t);
-  } else {
-    ops.AttentionForward(qkv_t, tc.Heads(), out_t, lse_t);
-  }
+  // heads: an int (GPT-2's form) or AttentionHeads.
+  auto forward = [&](auto heads) { ops.AttentionForward(qkv_t, heads, out_t, lse_t); };
+  int_form ? forward(tc.heads) : forward(tc.Heads());
   if (dout == nullptr) return r;
   const Tensor dout_t = View(*dout, {tc.batch, tc.seq, tc.out_width()});
   const Tensor dqkv_t = View(r.dqkv, {tc.batch, tc.seq, tc.width()});
-  if (int_form) {
-    ops.AttentionBackward(dout_t, qkv_t, out_t, lse_t, tc.heads, dqkv_t);
-  } else {
-    ops.AttentionBackward(dout_t, qkv_t, out_t, lse_t, tc.Heads(), dqkv_t);
-  }
+  auto backward = [&](auto heads) {
+    ops.AttentionBackward(dout_t, qkv_t, out_t, lse_t, heads, dqkv_t);
+  };
+  int_form ? backward(tc.heads) : backward(tc.Heads());
   return r;
 }
 
