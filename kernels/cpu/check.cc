@@ -67,10 +67,12 @@ void CheckHeads(const AttentionHeads& h, const char* op) {
 }
 
 void CheckQkvShape(const Tensor& t, const AttentionHeads& h, const char* op, const char* what) {
+  ZTRAIN_CHECK(t.dim() == 3, op, ": ", what, " has shape ", ShapeToString(t.shape()),
+               ", expected [B, T, (num_heads + 2 * num_kv_heads) * head_dim]");
   CheckHeads(h, op);
-  if (t.dim() == 3 && t.size(2) == h.qkv_width()) return;
+  if (t.size(2) == h.qkv_width()) return;
   // GPT-2's form derives head_dim from C (AttentionHeads::MultiHead): say what does not divide.
-  const int64_t width = t.dim() == 3 ? t.size(2) : 0;
+  const int64_t width = t.size(2);
   const bool multi_head_misfit =
       h.num_kv_heads == h.num_heads && width % 3 == 0 && (width / 3) % h.num_heads != 0;
   ZTRAIN_CHECK(false, op, ": ", what, " has shape ", ShapeToString(t.shape()),

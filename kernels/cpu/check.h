@@ -34,7 +34,7 @@ void CheckCount(const Tensor& t, int64_t count, const char* op, const char* what
 // num_kv_heads dividing num_heads, a positive head_dim.
 void CheckHeads(const AttentionHeads& heads, const char* op);
 // t (its device and dtype checked already) is [B, T, (NH + 2 * NKV) * HS], the qkv layout of
-// ops.h; heads are checked first.
+// ops.h; the heads are checked once t is known to be 3-D.
 void CheckQkvShape(const Tensor& t, const AttentionHeads& heads, const char* op, const char* what);
 
 }  // namespace ztrain::kernels::cpu

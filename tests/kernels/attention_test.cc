@@ -341,6 +341,12 @@ TEST(AttentionTest, RejectsBadGroupedHeadsAndShapes) {
         ops->AttentionBackward(out_t, qkv_t, out_t, lse_t, {4, 2, 3}, View(dqkv, {2, 24}));
       },
       {"AttentionBackward", "dqkv"});
+  // GPT-2's form on a 2-D qkv: the shape is what is wrong, not the head_dim it implies.
+  ExpectErrorMentions(
+      [&] {
+        ops->AttentionForward(View(qkv, {2, 24}), 4, out_t, lse_t);
+      },
+      {"AttentionForward", "qkv", "[2, 24]", "[B, T,"});
 }
 
 }  // namespace
