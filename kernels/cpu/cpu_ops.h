@@ -13,7 +13,7 @@
 // Shapes are checked before any work starts, so a throwing op has written nothing.
 // Thread safety: one thread at a time per object (ops.h); each op runs OpenMP-parallel inside
 // and never calls OpenBLAS or oneDNN from within a parallel region (Note [BLAS and OpenMP]).
-// Every reduction these kernels do themselves (bias and LayerNorm parameter gradients,
+// Every reduction these kernels do themselves (bias, LayerNorm and RMSNorm parameter gradients,
 // embedding gradients, SumSquares, attention) is deterministic: its summation order depends
 // on the shapes only, never on the number of threads. GEMMs are OpenBLAS's or oneDNN's.
 //
