@@ -192,8 +192,10 @@ void Trainer::LogStart() const {
   const ModelConfig& m = config_.model;
   int64_t params = 0;
   for (const auto& [name, shape] : engine_->ModelParameters()) params += NumElements(shape);
-  Log().info("ztrain: {} layers, {} heads, {} wide, vocab {} (padded {}), {} parameters", m.n_layer,
-             m.n_head, m.n_embd, m.vocab_size, m.padded_vocab_size, params);
+  Log().info("ztrain: {} model, {} layers, {} heads ({} key/value), {} wide, vocab {} (padded "
+             "{}), {} parameters",
+             m.type, m.n_layer, m.n_head, m.kv_heads(), m.n_embd, m.vocab_size,
+             m.padded_vocab_size, params);
   Log().info(
       "batch: {} x {} tokens per micro-batch, {} micro-batches per step, {} data-parallel "
       "ranks (ZeRO stage {}), {} steps",

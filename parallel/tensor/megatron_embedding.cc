@@ -60,10 +60,14 @@ void MegatronLinears::EmbeddingForward(nn::LayerContext& ctx, const nn::MicroBat
   // The position embedding is whole on every rank: added after the sum, so once.
 #pragma omp parallel if (rows * c >= detail::kParallelGrain)
   {
-    std::vector<float> row(static_cast<size_t>(c), 0.0f);
+    std::vector<float> row(static_cast<size_t>(c));
 #pragma omp for schedule(static)
     for (int64_t i = 0; i < rows; ++i) {
-      if (wpe.defined()) detail::LoadElements(wpe, (i % seq) * c, c, row.data());
+      if (wpe.defined()) {
+        detail::LoadElements(wpe, (i % seq) * c, c, row.data());
+      } else {
+        std::fill(row.begin(), row.end(), 0.0f);  // no position table: the rows alone
+      }
       for (int64_t j = 0; j < c; ++j) row[j] = s[i * c + j] + row[j];
       detail::StoreElements(row.data(), output, i * c, c);
     }

@@ -23,6 +23,8 @@ struct Variant {
   nlohmann::json model;  // merged into TinyLlamaConfigJson's model section
 };
 
+void PrintTo(const Variant& v, std::ostream* os) { *os << v.name; }
+
 class LlamaGradientTest : public ::testing::TestWithParam<Variant> {};
 
 TEST_P(LlamaGradientTest, MatchesFiniteDifferences) {
@@ -100,7 +102,7 @@ TEST_P(LlamaGradientTest, DeclaresHuggingFaceShapedParameters) {
 INSTANTIATE_TEST_SUITE_P(
     Variants, LlamaGradientTest,
     ::testing::Values(
-        Variant{"gqa_untied", {}},
+        Variant{"gqa_untied", nlohmann::json::object()},
         Variant{"mqa_tied_qkv_bias", {{"n_kv_head", 1}, {"tie_word_embeddings", true},
                                       {"qkv_bias", true}}},
         Variant{"mha_all_biases_llama3",

@@ -271,3 +271,50 @@ TEST(TensorParallelTest, GroupOfOneIsTheSingleProcessModel) {
 
 }  // namespace
 }  // namespace ztrain::tensor::test
+
+namespace ztrain::tensor::test {
+namespace {
+
+// The Llama family's layers (no position table, grouped-query attention with q/k/v packed,
+// RoPE, SwiGLU, an untied head) on MegatronLinears against the single-process ones.
+ModelConfig TinyLlama() {
+  ModelConfig m = TinyModel();
+  m.type = "llama";
+  m.n_kv_head = 2;
+  m.head_dim = 6;
+  m.intermediate_size = 20;
+  m.rope_theta = 100.0;
+  m.tie_word_embeddings = false;
+  m.qkv_bias = true;
+  return m;
+}
+
+TEST(TensorParallelTest, LlamaLayersMatchSingleProcess) {
+  const ModelConfig m = TinyLlama();
+  for (int tp_size : TpSizes()) {
+    if (m.n_kv_head % tp_size != 0) continue;
+    SCOPED_TRACE("tp size " + std::to_string(tp_size));
+    const auto tp = TpGroup(tp_size);
+    const auto single = nn::BuildModel(m);
+    const auto par = BuildParallelModel(m, *tp);
+    const Batch batch(kB, kT, m.vocab_size);
+    for (size_t l = 0; l < single.size(); ++l) {
+      SCOPED_TRACE(single[l]->Name());
+      const ParamStore ref_params({single[l].get()}), tp_params({par[l].get()});
+      const bool first = l == 0, last = l + 1 == single.size();
+      const std::vector<float> x = first ? std::vector<float>() : Normal("x", kB * kT * m.n_embd);
+      const std::vector<float> dy =
+          last ? std::vector<float>(kB * kT, 1.0f / (kB * kT)) : Normal("dy", kB * kT * m.n_embd);
+      const Pass ref = RunPass({single[l].get()}, batch.mb, x, dy, nullptr);
+      const Pass got = RunPass({par[l].get()}, batch.mb, x, dy, tp.get());
+      EXPECT_TRUE(Close(got.output, ref.output, kTol));
+      if (!first) EXPECT_TRUE(Close(got.dinput, ref.dinput, kTol));
+      for (const auto& [name, e] : tp_params.entries()) {
+        EXPECT_TRUE(Close(e.grad, LocalSlice(e.spec, ref_params.at(name).grad), kTol)) << name;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ztrain::tensor::test
