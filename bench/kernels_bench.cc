@@ -1,5 +1,7 @@
 // Per-op timings of the CPU op set at the GPT-2 124M step shape (B=4, T=64, C=768, NH=12,
-// Vp=50304), with Google Benchmark. GEMM-bound ops report FLOP/s, memory-bound ones bytes/s;
+// Vp=50304), and of the Llama ops at a Llama-3.2-1B-like shape (B=2, T=256, C=2048, NH=32,
+// NKV=8, HS=64, FF=8192; attention also with NKV=32, multi-head, for comparison), with
+// Google Benchmark. GEMM-bound ops report FLOP/s, memory-bound ones bytes/s;
 // the same binary measures the references (a 2048^3 SGEMM and a STREAM triad), so
 //   build/bench/kernels_bench --benchmark_counters_tabular=true
 // shows each op next to the machine's peak from the same run.
@@ -19,6 +21,9 @@ using ztrain::Tensor;
 
 constexpr int64_t kB = 4, kT = 64, kC = 768, kNH = 12, kV = 50257, kVp = 50304;
 constexpr int64_t kN = kB * kT;
+// The Llama shape.
+constexpr int64_t kLB = 2, kLT = 256, kLC = 2048, kLNH = 32, kLNKV = 8, kLHS = 64, kLFF = 8192;
+constexpr int64_t kLN = kLB * kLT;
 
 // Owns fp32 storage and hands out tensor views.
 struct Arena {
@@ -107,6 +112,78 @@ void BM_AttentionBackward(benchmark::State& s) {
   SetFlops(s, 2.0 * 2.0 * 2.0 * kB * kT * kT / 2 * kC);
 }
 
+// Causal attention at the Llama shape with state.range(0) KV heads.
+ztrain::kernels::AttentionHeads LlamaHeads(const benchmark::State& s) {
+  return {static_cast<int>(kLNH), static_cast<int>(s.range(0)), static_cast<int>(kLHS)};
+}
+
+void BM_LlamaAttentionForward(benchmark::State& s) {
+  auto ops = ztrain::kernels::MakeCpuOps();
+  Arena m;
+  const auto heads = LlamaHeads(s);
+  Tensor qkv = m.F32({kLB, kLT, heads.qkv_width()}, 1.f), out = m.F32({kLB, kLT, heads.q_width()});
+  Tensor lse = m.F32({kLB, kLNH, kLT});
+  for (auto _ : s) ops->AttentionForward(qkv, heads, out, lse);
+  SetFlops(s, 2.0 * 2.0 * kLB * kLT * kLT / 2 * kLNH * kLHS);
+}
+
+void BM_LlamaAttentionBackward(benchmark::State& s) {
+  auto ops = ztrain::kernels::MakeCpuOps();
+  Arena m;
+  const auto heads = LlamaHeads(s);
+  Tensor qkv = m.F32({kLB, kLT, heads.qkv_width()}, 1.f), out = m.F32({kLB, kLT, heads.q_width()});
+  Tensor lse = m.F32({kLB, kLNH, kLT}), dout = m.F32({kLB, kLT, heads.q_width()});
+  Tensor dqkv = m.F32({kLB, kLT, heads.qkv_width()});
+  ops->AttentionForward(qkv, heads, out, lse);
+  for (auto _ : s) ops->AttentionBackward(dout, qkv, out, lse, heads, dqkv);
+  SetFlops(s, 2.0 * 2.0 * 2.0 * kLB * kLT * kLT / 2 * kLNH * kLHS);
+}
+
+void BM_RmsNormForward(benchmark::State& s) {
+  auto ops = ztrain::kernels::MakeCpuOps();
+  Arena m;
+  Tensor x = m.F32({kLN, kLC}), w = m.F32({kLC}), y = m.F32({kLN, kLC}), rstd = m.F32({kLN});
+  for (auto _ : s) ops->RmsNormForward(x, w, 1e-5f, y, rstd);
+  SetBytes(s, 8.0 * kLN * kLC);
+}
+
+void BM_RmsNormBackward(benchmark::State& s) {
+  auto ops = ztrain::kernels::MakeCpuOps();
+  Arena m;
+  Tensor x = m.F32({kLN, kLC}), w = m.F32({kLC}), y = m.F32({kLN, kLC}), rstd = m.F32({kLN});
+  Tensor dy = m.F32({kLN, kLC}), dx = m.F32({kLN, kLC}), dw = m.F32({kLC});
+  ops->RmsNormForward(x, w, 1e-5f, y, rstd);
+  for (auto _ : s) ops->RmsNormBackward(dy, x, w, rstd, dx, dw);
+  SetBytes(s, 12.0 * kLN * kLC);  // dy and x read (twice, from cache), dx written
+}
+
+// Bytes: the q and k columns read and written in place (v is not touched).
+void BM_RopeForward(benchmark::State& s) {
+  auto ops = ztrain::kernels::MakeCpuOps();
+  Arena m;
+  const ztrain::kernels::AttentionHeads heads{kLNH, kLNKV, kLHS};
+  Tensor qkv = m.F32({kLB, kLT, heads.qkv_width()}, 1.f), inv_freq = m.F32({kLHS / 2});
+  for (auto _ : s) ops->RopeForward(qkv, heads, inv_freq);
+  SetBytes(s, 8.0 * kLN * (kLNH + kLNKV) * kLHS);
+}
+
+void BM_SwiGluForward(benchmark::State& s) {
+  auto ops = ztrain::kernels::MakeCpuOps();
+  Arena m;
+  Tensor gate = m.F32({kLN, kLFF}, 1.f), up = m.F32({kLN, kLFF}), h = m.F32({kLN, kLFF});
+  for (auto _ : s) ops->SwiGluForward(gate, up, h);
+  SetBytes(s, 12.0 * kLN * kLFF);
+}
+
+void BM_SwiGluBackward(benchmark::State& s) {
+  auto ops = ztrain::kernels::MakeCpuOps();
+  Arena m;
+  Tensor gate = m.F32({kLN, kLFF}, 1.f), up = m.F32({kLN, kLFF}), dh = m.F32({kLN, kLFF});
+  Tensor dgate = m.F32({kLN, kLFF}), dup = m.F32({kLN, kLFF});
+  for (auto _ : s) ops->SwiGluBackward(dh, gate, up, dgate, dup);
+  SetBytes(s, 20.0 * kLN * kLFF);
+}
+
 void BM_LayerNormForward(benchmark::State& s) {
   auto ops = ztrain::kernels::MakeCpuOps();
   Arena m;
@@ -144,6 +221,21 @@ BENCHMARK(BM_LmHeadForward)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_AttentionForward)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_AttentionBackward)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_LayerNormForward)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_LlamaAttentionForward)
+    ->Arg(kLNKV)
+    ->Arg(kLNH)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(BM_LlamaAttentionBackward)
+    ->Arg(kLNKV)
+    ->Arg(kLNH)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(BM_RmsNormForward)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_RmsNormBackward)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_RopeForward)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_SwiGluForward)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_SwiGluBackward)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_GeluForward)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_SoftmaxCrossEntropyWithGrad)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_MAIN();

@@ -37,7 +37,7 @@
 #include "nn/gpt2.h"
 #include "parallel/comm/mpi/mpi_communicator.h"
 #include "parallel/process_grid.h"
-#include "parallel/tensor/tp_layers.h"
+#include "parallel/tensor/megatron_linears.h"
 
 namespace ztrain::bench {
 namespace {
@@ -158,7 +158,7 @@ void RunTensor(const Options& o, comm::Communicator& world) {
   const Config single_cfg = MakeConfig(o, 1, 1, 1, 1, "1f1b");
   const Config tp_cfg = MakeConfig(o, t, 1, t, 1, "1f1b");
   Engine single(single_cfg, nn::BuildGpt2(single_cfg.model));
-  Engine split(tp_cfg, tensor::BuildParallelGpt2(tp_cfg.model, *comms.tp),
+  Engine split(tp_cfg, tensor::BuildParallelModel(tp_cfg.model, *comms.tp),
                ParallelGroups{comms.dp.get(), comms.pp.get(), comms.tp.get()});
   Batches batches(1, o.batch, o.seq);
   single.TrainStep(batches.mbs);  // warm-up

@@ -87,6 +87,21 @@ ModelConfig ModelFrom(const json& m) {
   c.vocab_size = m["vocab_size"];
   c.padded_vocab_size = m["padded_vocab_size"];
   c.max_seq_len = m["max_seq_len"];
+  c.n_kv_head = m["n_kv_head"];
+  c.head_dim = m["head_dim"];
+  c.intermediate_size = m["intermediate_size"];
+  c.norm_eps = m["norm_eps"];
+  c.rope_theta = m["rope_theta"];
+  const json& rs = m["rope_scaling"];
+  c.rope_scaling.type = rs["rope_type"].get<std::string>();
+  c.rope_scaling.factor = rs["factor"];
+  c.rope_scaling.low_freq_factor = rs["low_freq_factor"];
+  c.rope_scaling.high_freq_factor = rs["high_freq_factor"];
+  c.rope_scaling.original_max_position_embeddings = rs["original_max_position_embeddings"];
+  c.attention_bias = m["attention_bias"];
+  c.qkv_bias = m["qkv_bias"];
+  c.mlp_bias = m["mlp_bias"];
+  c.tie_word_embeddings = m["tie_word_embeddings"];
   return c;
 }
 

@@ -20,15 +20,44 @@
 
 namespace ztrain {
 
+// RoPE scaling as Hugging Face's config.json gives it (rope_scaling): none, "linear" (angles
+// divided by factor) or "llama3" (Llama 3.1's long-context bands).
+struct RopeScalingConfig {
+  std::string type = "none";  // "none", "linear", "llama3"
+  double factor = 1.0;
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  int64_t original_max_position_embeddings = 8192;
+};
+
 struct ModelConfig {
-  std::string type = "gpt2";
-  std::string init_from;  // llm.c model file; empty = random init
+  std::string type = "gpt2";  // a registered family (nn/family.h)
+  std::string init_from;      // llm.c model file; empty = random init
   int n_layer = 12;
   int n_head = 12;
   int n_embd = 768;
   int64_t vocab_size = 50257;
   int64_t padded_vocab_size = 50304;  // "auto": vocab_size rounded up to a multiple of 128
   int64_t max_seq_len = 1024;
+  // The Llama family's knobs (GPT-2 takes the defaults: n_kv_head = n_head, head_dim =
+  // n_embd / n_head, intermediate_size = 4 n_embd, tied embeddings). 0 follows the other
+  // sizes (what "auto" resolves to in a config file); read them through the accessors.
+  int n_kv_head = 0;
+  int head_dim = 0;
+  int64_t intermediate_size = 0;  // the MLP's width
+  double norm_eps = 1e-5;
+  double rope_theta = 10000.0;
+  RopeScalingConfig rope_scaling;
+  bool attention_bias = false;  // q, k, v and o projections have biases (Llama, Mistral)
+  bool qkv_bias = false;        // q, k and v only (Qwen2)
+  bool mlp_bias = false;
+  bool tie_word_embeddings = true;
+
+  int kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
+  int head_size() const { return head_dim > 0 ? head_dim : (n_head > 0 ? n_embd / n_head : 0); }
+  int64_t mlp_hidden() const {
+    return intermediate_size > 0 ? intermediate_size : 4 * int64_t{n_embd};
+  }
 };
 
 struct DataConfig {

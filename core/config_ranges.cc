@@ -48,6 +48,10 @@ void CheckModel(const json& t, ConfigErrors& errors) {
        {"model.n_layer", "model.n_head", "model.n_embd", "model.vocab_size", "model.max_seq_len"}) {
     IntAtLeast(t, key, 1, errors);
   }
+  // 0 follows the other sizes ("auto").
+  for (const char* key : {"model.n_kv_head", "model.head_dim", "model.intermediate_size"}) {
+    IntAtLeast(t, key, 0, errors);
+  }
   if (ClampedInt(At(t, "model.n_layer")) > kMaxLayers) {
     errors.Add("model.n_layer",
                StrCat("must be <= ", kMaxLayers, ", got ", ValueText(At(t, "model.n_layer"))));
@@ -341,7 +345,8 @@ void CheckActivationCheckpointing(const json& t, ConfigErrors& errors) {
 // saved activations, and a step's tokens must each stay within kMaxElements, so that no size
 // computed from them overflows. Runs after the batch triple is resolved.
 void CheckSizes(const json& t, ConfigErrors& errors) {
-  for (const char* key : {"model.n_head", "model.n_embd"}) {  // ModelConfig holds them as int
+  for (const char* key : {"model.n_head", "model.n_embd", "model.n_kv_head", "model.head_dim"}) {
+    // ModelConfig holds them as int
     if (ClampedInt(At(t, key)) > INT32_MAX) {
       errors.Add(key, StrCat("must be <= ", INT32_MAX, ", got ", ValueText(At(t, key))));
       return;

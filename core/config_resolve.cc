@@ -78,6 +78,11 @@ const std::vector<AutoRule>& AutoRules() {
        "model.vocab_size rounded up to a multiple of 128"},
       {"data.seq_len", [](const json& t) { return At(t, "model.max_seq_len"); },
        "model.max_seq_len"},
+      // 0 follows the other sizes (ModelConfig's accessors), also when model.init_from's
+      // header sets them after this pass.
+      {"model.n_kv_head", [](const json&) { return json(0); }, "0: model.n_head"},
+      {"model.head_dim", [](const json&) { return json(0); }, "0: model.n_embd / model.n_head"},
+      {"model.intermediate_size", [](const json&) { return json(0); }, "0: 4 model.n_embd"},
       {"pipeline.stages", [](const json&) { return json(1); }, "no pipeline"},
       {"zero_optimization.reduce_bucket_size", [](const json& t) { return Hidden(t, 1.0, 2); },
        "model.n_embd^2, the HF Trainer's rule for the hidden size"},

@@ -117,8 +117,10 @@ std::vector<ConfigKey> ZtrainKeys() {
           "when the launcher gives each rank its own GPU). The start log says which and why. "
           "On CUDA the ranks communicate through NCCL."),
       Key("model", T::kSection, nullptr, "ztrain: the model to train."),
-      Key("model.type", T::kString, "gpt2", "Model family. Only `gpt2` (llm.c's GPT-2).")
-          .Choices({"gpt2"}),
+      Key("model.type", T::kString, "gpt2",
+          "Model family, one of the families `nn/family.cc` registers: `gpt2` (llm.c's GPT-2, "
+          "Hugging Face GPT2LMHeadModel) or `llama` (Llama 2/3, Mistral, Qwen2).")
+          .Choices({"gpt2", "llama"}),
       Key("model.init_from", T::kString, "",
           "llm.c model file (`gpt2_124M.bin`) to start from; empty = random init from "
           "`training.seed`. Its header must match the shape keys below."),
@@ -130,11 +132,45 @@ std::vector<ConfigKey> ZtrainKeys() {
           "Embedding rows, >= `vocab_size`; the extra rows are never predicted. `\"auto\"`: "
           "`vocab_size` rounded up to a multiple of 128.")
           .Auto(),
-      Key("model.max_seq_len", T::kInt, 1024, "Rows of the position embedding (context size)."),
+      Key("model.max_seq_len", T::kInt, 1024,
+          "Context size: rows of GPT-2's position embedding, the longest sequence Llama takes."),
+      Key("model.n_kv_head", T::kInt, "auto",
+          "Key/value heads (Llama): each serves `n_head / n_kv_head` consecutive query heads "
+          "(grouped-query attention; 1 = multi-query). `\"auto\"`: `n_head`.")
+          .Auto(),
+      Key("model.head_dim", T::kInt, "auto",
+          "Features per attention head (Llama). `\"auto\"`: `n_embd / n_head`.")
+          .Auto(),
+      Key("model.intermediate_size", T::kInt, "auto",
+          "Width of the MLP (Llama's SwiGLU gate/up). `\"auto\"`: `4 n_embd` (GPT-2's).")
+          .Auto(),
+      Key("model.norm_eps", T::kNumber, 1e-5,
+          "Epsilon of the norms (Llama's `rms_norm_eps`; GPT-2's LayerNorm uses 1e-5)."),
+      Key("model.rope_theta", T::kNumber, 10000.0, "RoPE base (Llama)."),
+      Key("model.rope_scaling", T::kSection, nullptr,
+          "RoPE scaling (Llama), Hugging Face's `rope_scaling`."),
+      Key("model.rope_scaling.rope_type", T::kString, "none",
+          "`none`, `linear` (angles divided by `factor`) or `llama3` (Llama 3.1's bands).")
+          .Choices({"none", "linear", "llama3"}),
+      Key("model.rope_scaling.factor", T::kNumber, 1.0, "Scaling factor."),
+      Key("model.rope_scaling.low_freq_factor", T::kNumber, 1.0, "`llama3`: low-frequency factor."),
+      Key("model.rope_scaling.high_freq_factor", T::kNumber, 4.0,
+          "`llama3`: high-frequency factor."),
+      Key("model.rope_scaling.original_max_position_embeddings", T::kInt, 8192,
+          "`llama3`: the context the model was pretrained with."),
+      Key("model.attention_bias", T::kBool, false,
+          "Biases on the q, k, v and o projections (Llama, Mistral: Hugging Face's "
+          "`attention_bias`)."),
+      Key("model.qkv_bias", T::kBool, false, "Biases on q, k and v only (Qwen2)."),
+      Key("model.mlp_bias", T::kBool, false, "Biases on the MLP's projections (Llama)."),
+      Key("model.tie_word_embeddings", T::kBool, true,
+          "The LM head shares the token embedding (GPT-2 always; Llama-3.2-1B yes, Llama-2/3 "
+          "7B/8B no)."),
 
       Key("data", T::kSection, nullptr, "ztrain: where the tokens come from."),
       Key("data.train", T::kString, "",
-          "Glob of llm.c token shards (`.bin`); empty = the built-in synthetic corpus."),
+          "Glob of llm.c token shards (`.bin`: uint16 tokens, magic 20240520, or uint32 tokens, "
+          "magic 20240801; one glob may mix them); empty = the built-in synthetic corpus."),
       Key("data.val", T::kString, "",
           "Glob of validation shards; empty = a held-out part of the synthetic corpus when "
           "`data.train` is empty, else no evaluation."),

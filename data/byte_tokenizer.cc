@@ -115,7 +115,7 @@ std::string SplitShardPath(const std::string& shard_path, int64_t index) {
   return stem + suffix;
 }
 
-int64_t TextToShard(const std::string& text_path, const std::string& shard_path,
+int64_t TextToShard(const std::string& text_path, const std::string& shard_path, TokenFormat format,
                     int64_t max_shard_tokens) {
   ZTRAIN_CHECK(max_shard_tokens >= 1 && max_shard_tokens <= kMaxTextShardTokens,
                "max_shard_tokens must be in [1, ", kMaxTextShardTokens, "], got ",
@@ -144,12 +144,13 @@ int64_t TextToShard(const std::string& text_path, const std::string& shard_path,
                    text_path + ".bin", "'");
   }
   if (total <= max_shard_tokens) {
-    WriteTokenShard(shard_path, EncodeBytes(text));
+    WriteTokenShard(shard_path, EncodeBytes(text), format);
     return total;
   }
   for (int64_t begin = 0, index = 0; begin < total; begin += max_shard_tokens, ++index) {
     const size_t len = static_cast<size_t>(std::min(max_shard_tokens, total - begin));
-    WriteTokenShard(SplitShardPath(shard_path, index), EncodeBytes(text.substr(begin, len)));
+    WriteTokenShard(SplitShardPath(shard_path, index), EncodeBytes(text.substr(begin, len)),
+                    format);
   }
   return total;
 }

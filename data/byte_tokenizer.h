@@ -11,7 +11,13 @@
 #include <string_view>
 #include <vector>
 
+#include "data/token_format.h"
+
 namespace ztrain::data {
+
+// Token ids 0..255: the vocabulary a model needs at least, and what picks the shard format
+// (Note [Token format by vocabulary], data/token_format.h: uint16).
+inline constexpr int64_t kByteVocabularySize = 256;
 
 // Text longer than this is split into several shards (TextToShard).
 inline constexpr int64_t kMaxTextShardTokens = 100'000'000;
@@ -22,14 +28,14 @@ int64_t FindInvalidUtf8(std::string_view text);
 // Tokens of `text`: one per byte.
 std::vector<uint16_t> EncodeBytes(std::string_view text);
 
-// Tokenizes the UTF-8 file `text_path` and writes llm.c shards; returns the token count.
-// Up to `max_shard_tokens` tokens go to `shard_path` itself. Longer text is split into shards
-// of `max_shard_tokens` tokens named after `shard_path` without its ".bin" extension plus
+// Tokenizes the UTF-8 file `text_path` and writes llm.c shards of `format` tokens; returns the
+// token count. Up to `max_shard_tokens` tokens go to `shard_path` itself. Longer text is split into
+// shards of `max_shard_tokens` tokens named after `shard_path` without its ".bin" extension plus
 // "_000000.bin", "_000001.bin", ... (out.bin -> out_000000.bin, out_000001.bin), which the
 // glob "out_*.bin" reads back in order. The file must be non-empty, valid UTF-8, and not one
 // of the files it would write (ConfigError: the input is never overwritten); nothing is
 // written when it is not.
-int64_t TextToShard(const std::string& text_path, const std::string& shard_path,
+int64_t TextToShard(const std::string& text_path, const std::string& shard_path, TokenFormat format,
                     int64_t max_shard_tokens = kMaxTextShardTokens);
 
 // The path of shard `index` when TextToShard splits `shard_path`.

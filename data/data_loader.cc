@@ -7,6 +7,12 @@
 #include "data/random.h"
 
 namespace ztrain::data {
+namespace {
+
+// Every id of the vocabulary fits the int32 tokens the loader writes.
+constexpr int64_t kMaxVocabulary = int64_t{1} << 31;
+
+}  // namespace
 
 DataLoader::DataLoader(std::shared_ptr<const TokenSource> source, const LoaderOptions& options)
     : source_(std::move(source)), options_(options) {
@@ -41,8 +47,8 @@ void DataLoader::CheckOptions() const {
                  " T=", o.seq_len);
   ZTRAIN_CHECK_T(ConfigError, o.world >= 1 && o.rank >= 0 && o.rank < o.world, "DataLoader rank ",
                  o.rank, " is outside a world of ", o.world);
-  ZTRAIN_CHECK_T(ConfigError, o.vocab_size >= 1, "DataLoader needs vocab_size >= 1, got ",
-                 o.vocab_size);
+  ZTRAIN_CHECK_T(ConfigError, o.vocab_size >= 1 && o.vocab_size <= kMaxVocabulary,
+                 "DataLoader needs vocab_size in [1, 2^31] (tokens are int32), got ", o.vocab_size);
 }
 
 void DataLoader::CheckShardSizes() const {
@@ -125,11 +131,13 @@ void DataLoader::NextShuffled(int32_t* tokens, int32_t* targets) {
 void DataLoader::CopyWindows(int64_t shard, int64_t begin, int64_t rows, int32_t* tokens,
                              int32_t* targets) const {
   const int64_t count = rows * options_.seq_len;
-  const uint16_t* src = source_->shard(shard).data() + begin;
-  for (int64_t i = 0; i < count; ++i) {
-    tokens[i] = src[i];
-    targets[i] = src[i + 1];
-  }
+  source_->shard(shard).Visit([&](auto shard_tokens) {
+    const auto* src = shard_tokens.data() + begin;
+    for (int64_t i = 0; i < count; ++i) {
+      tokens[i] = static_cast<int32_t>(src[i]);  // < vocab_size <= 2^31 (CheckOptions)
+      targets[i] = static_cast<int32_t>(src[i + 1]);
+    }
+  });
 }
 
 void DataLoader::StartEpoch(int64_t epoch) {

@@ -6,7 +6,9 @@
 // thread safe (one loader per thread). Construction fails with ConfigError when the options
 // are invalid or a shard is too small for one batch, and with IoError when any token of the
 // source is >= vocab_size (TokenSource::CheckVocabulary: the whole source is checked once, when
-// the loader opens it, so a bad token deep in a shard cannot end a run at step N).
+// the loader opens it, so a bad token deep in a shard cannot end a run at step N). Shards may
+// store uint16 or uint32 tokens, mixed in one source: the batches depend only on the token
+// ids, never on how wide they were stored (vocab_size is at most 2^31, so every id fits int32).
 //
 // Note [Sequential order] (shuffle off): exactly llm.c's DataLoader (llmc/dataloader.h), so a
 // run can be compared token for token with llm.c. A global batch of G = world*B*T tokens

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <span>
 #include <utility>
 
 #include "core/error.h"
@@ -71,32 +72,106 @@ std::string MagicHint(int32_t magic) {
   }
 }
 
-void CheckHeader(const int32_t* header, int64_t file_bytes, const std::string& path) {
-  ZTRAIN_CHECK_T(IoError, header[0] == kShardMagic, "token shard '", path, "' has bad magic ",
-                 header[0], " (expected ", kShardMagic, "): ", MagicHint(header[0]));
-  ZTRAIN_CHECK_T(IoError, header[1] == kShardVersion, "token shard '", path,
-                 "' has unsupported version ", header[1], " (ztrain reads version ", kShardVersion,
-                 ", uint16 tokens",
-                 header[1] == 2 ? "; version 2 holds llm.c's uint32 LLaMA-3 tokens" : "", ")");
+int32_t Magic(TokenFormat format) {
+  return format == TokenFormat::kUint16 ? kUint16ShardMagic : kUint32ShardMagic;
+}
+
+int32_t Version(TokenFormat format) {
+  return format == TokenFormat::kUint16 ? kUint16ShardVersion : kUint32ShardVersion;
+}
+
+// The two formats ztrain reads, for error messages.
+std::string KnownFormats() {
+  return detail::StrCat("magic ", kUint16ShardMagic, " version ", kUint16ShardVersion,
+                        " (uint16 tokens, llm.c's gpt-2 format) or magic ", kUint32ShardMagic,
+                        " version ", kUint32ShardVersion,
+                        " (uint32 tokens, llm.c's llama-3 format)");
+}
+
+// The format that header[0] (magic) and header[1] (version) name.
+TokenFormat HeaderFormat(const int32_t* header, const std::string& path) {
+  for (TokenFormat format : {TokenFormat::kUint16, TokenFormat::kUint32}) {
+    if (header[0] == Magic(format) && header[1] == Version(format)) return format;
+  }
+  const bool known_magic = header[0] == kUint16ShardMagic || header[0] == kUint32ShardMagic;
+  ZTRAIN_CHECK_T(IoError, known_magic, "token shard '", path, "' has bad magic ", header[0],
+                 " (expected ", KnownFormats(), "): ", MagicHint(header[0]));
+  throw IoError(detail::StrCat("token shard '", path, "' has magic ", header[0],
+                               " with unsupported version ", header[1], " (ztrain reads ",
+                               KnownFormats(), "); re-run the data preprocessing"));
+}
+
+// Checks the header against the file's size; returns the format of its tokens.
+TokenFormat CheckHeader(const int32_t* header, int64_t file_bytes, const std::string& path) {
+  const TokenFormat format = HeaderFormat(header, path);
   const int64_t count = header[2];
   ZTRAIN_CHECK_T(IoError, count >= 1, "token shard '", path, "' declares ", count,
                  " tokens; a shard must hold at least 1");
-  const int64_t expected = kShardHeaderBytes + 2 * count;
-  ZTRAIN_CHECK_T(IoError, file_bytes == expected, "token shard '", path, "' is ",
-                 file_bytes < expected ? "truncated" : "longer than its header says", ": ", count,
-                 " tokens need ", expected, " bytes, the file has ", file_bytes);
+  const int64_t expected = kShardHeaderBytes + TokenBytes(format) * count;
+  if (file_bytes == expected) return format;
+  const TokenFormat other =
+      format == TokenFormat::kUint16 ? TokenFormat::kUint32 : TokenFormat::kUint16;
+  const bool other_fits = file_bytes == kShardHeaderBytes + TokenBytes(other) * count;
+  throw IoError(detail::StrCat(
+      "token shard '", path, "' is ",
+      file_bytes < expected ? "truncated" : "longer than its header says", ": ", count, " ",
+      TokenFormatName(format), " tokens need ", expected, " bytes, the file has ", file_bytes,
+      other_fits ? detail::StrCat(" (what ", count, " ", TokenFormatName(other),
+                                  " tokens fill: the header names the wrong format; re-run the "
+                                  "data preprocessing)")
+                 : ""));
+}
+
+// IoError naming the first token above 65,535 when `tokens` are to be written as uint16.
+void CheckFitsUint16(TokenSpan tokens, const std::string& path) {
+  if (tokens.format() == TokenFormat::kUint16) return;
+  const std::span<const uint32_t> t = tokens.As<uint32_t>();
+  const auto bad =
+      std::find_if(t.begin(), t.end(), [](uint32_t x) { return x >= kUint16Vocabulary; });
+  ZTRAIN_CHECK_T(IoError, bad == t.end(), "cannot write token ", *bad, " at index ",
+                 bad - t.begin(), " to the uint16 token shard '", path,
+                 "': uint16 holds ids below ", kUint16Vocabulary,
+                 "; write the uint32 format (the tokenizer's vocabulary picks "
+                 "it, data/token_format.h)");
+}
+
+// Writes `in` as tokens of type Out, a block at a time (no second copy of a whole shard).
+template <class Out, class In>
+void WriteConverted(int fd, std::span<const In> in, const std::string& path) {
+  constexpr size_t kBlock = size_t{1} << 16;
+  std::vector<Out> block;
+  for (size_t begin = 0; begin < in.size(); begin += kBlock) {
+    const std::span<const In> part = in.subspan(begin, std::min(kBlock, in.size() - begin));
+    block.resize(part.size());
+    std::transform(part.begin(), part.end(), block.begin(),
+                   [](In t) { return static_cast<Out>(t); });
+    WriteAll(fd, block.data(), block.size() * sizeof(Out), path);
+  }
+}
+
+void WriteTokens(int fd, TokenSpan tokens, TokenFormat format, const std::string& path) {
+  tokens.Visit([&](auto in) {
+    if (tokens.format() == format) {
+      WriteAll(fd, in.data(), in.size_bytes(), path);
+    } else if (format == TokenFormat::kUint16) {
+      WriteConverted<uint16_t>(fd, in, path);
+    } else {
+      WriteConverted<uint32_t>(fd, in, path);
+    }
+  });
 }
 
 }  // namespace
 
-void WriteTokenShard(const std::string& path, std::span<const uint16_t> tokens) {
+void WriteTokenShard(const std::string& path, TokenSpan tokens, TokenFormat format) {
   ZTRAIN_CHECK_T(IoError,
                  !tokens.empty() && tokens.size() <= size_t{std::numeric_limits<int32_t>::max()},
                  "cannot write token shard '", path, "' with ", tokens.size(),
                  " tokens: a shard holds 1 to 2^31-1 tokens");
+  if (format == TokenFormat::kUint16) CheckFitsUint16(tokens, path);
   int32_t header[kShardHeaderInts] = {};
-  header[0] = kShardMagic;
-  header[1] = kShardVersion;
+  header[0] = Magic(format);
+  header[1] = Version(format);
   header[2] = static_cast<int32_t>(tokens.size());
 
   const std::string tmp = path + ".tmp";
@@ -104,7 +179,7 @@ void WriteTokenShard(const std::string& path, std::span<const uint16_t> tokens) 
   ZTRAIN_CHECK_T(IoError, fd.get() >= 0, "cannot create '", tmp, "': ", ErrnoText());
   try {
     WriteAll(fd.get(), header, sizeof(header), tmp);
-    WriteAll(fd.get(), tokens.data(), tokens.size_bytes(), tmp);
+    WriteTokens(fd.get(), tokens, format, tmp);
     ZTRAIN_CHECK_T(IoError, ::fsync(fd.get()) == 0, "cannot sync '", tmp, "': ", ErrnoText());
     ZTRAIN_CHECK_T(IoError, fd.Close() == 0, "cannot close '", tmp, "': ", ErrnoText());
     ZTRAIN_CHECK_T(IoError, std::rename(tmp.c_str(), path.c_str()) == 0, "cannot rename '", tmp,
@@ -131,11 +206,16 @@ TokenShard TokenShard::Open(const std::string& path) {
   void* map = ::mmap(nullptr, shard.map_bytes_, PROT_READ, MAP_PRIVATE, fd.get(), 0);
   ZTRAIN_CHECK_T(IoError, map != MAP_FAILED, "cannot map token shard '", path, "': ", ErrnoText());
   shard.map_ = map;  // owned from here on: unmapped if a check below throws
-  CheckHeader(static_cast<const int32_t*>(map), file_bytes, path);
-  shard.tokens_ =
-      reinterpret_cast<const uint16_t*>(static_cast<const char*>(map) + kShardHeaderBytes);
+  shard.format_ = CheckHeader(static_cast<const int32_t*>(map), file_bytes, path);
+  shard.tokens_ = static_cast<const char*>(map) + kShardHeaderBytes;
   shard.count_ = static_cast<const int32_t*>(map)[2];
   return shard;
+}
+
+TokenSpan TokenShard::tokens() const {
+  const size_t n = static_cast<size_t>(count_);
+  if (format_ == TokenFormat::kUint16) return std::span(static_cast<const uint16_t*>(tokens_), n);
+  return std::span(static_cast<const uint32_t*>(tokens_), n);
 }
 
 TokenShard& TokenShard::operator=(TokenShard&& other) noexcept {
@@ -146,6 +226,7 @@ TokenShard& TokenShard::operator=(TokenShard&& other) noexcept {
     map_bytes_ = std::exchange(other.map_bytes_, 0);
     tokens_ = std::exchange(other.tokens_, nullptr);
     count_ = std::exchange(other.count_, 0);
+    format_ = other.format_;
   }
   return *this;
 }

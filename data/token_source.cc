@@ -1,6 +1,7 @@
 #include "data/token_source.h"
 
 #include <algorithm>
+#include <span>
 #include <utility>
 
 #include "core/config.h"
@@ -10,6 +11,30 @@
 
 namespace ztrain::data {
 
+namespace {
+
+// Whether every token of a `format` shard is below `vocab_size` whatever the shard holds.
+bool AlwaysInVocabulary(TokenFormat format, int64_t vocab_size) {
+  return format == TokenFormat::kUint16 && vocab_size >= kUint16Vocabulary;
+}
+
+template <class T>
+int64_t Largest(std::span<const T> tokens) {
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  T largest = 0;
+#pragma omp parallel for reduction(max : largest) schedule(static)
+  for (int64_t i = 0; i < n; ++i) largest = std::max(largest, tokens[static_cast<size_t>(i)]);
+  return largest;
+}
+
+template <class T>
+int64_t FirstOutside(std::span<const T> tokens, int64_t vocab_size) {
+  return std::find_if(tokens.begin(), tokens.end(), [&](T t) { return t >= vocab_size; }) -
+         tokens.begin();
+}
+
+}  // namespace
+
 int64_t TokenSource::num_tokens() const {
   int64_t total = 0;
   for (int64_t i = 0; i < num_shards(); ++i) total += static_cast<int64_t>(shard(i).size());
@@ -17,38 +42,56 @@ int64_t TokenSource::num_tokens() const {
 }
 
 void TokenSource::CheckVocabulary(int64_t vocab_size) const {
-  if (vocab_size > 65535) return;  // every uint16 token is in range
-  const int64_t total = num_tokens();
-  if (total > (int64_t{1} << 28)) {
-    Log().info("data: checking {} tokens in {} shards against vocab_size {}", total, num_shards(),
-               vocab_size);
+  int64_t to_check = 0, shards_to_check = 0;
+  for (int64_t s = 0; s < num_shards(); ++s) {
+    const TokenSpan tokens = shard(s);
+    if (AlwaysInVocabulary(tokens.format(), vocab_size)) continue;
+    to_check += static_cast<int64_t>(tokens.size());
+    ++shards_to_check;
+  }
+  if (to_check > (int64_t{1} << 28)) {
+    Log().info("data: checking {} tokens in {} shards against vocab_size {}", to_check,
+               shards_to_check, vocab_size);
   }
   for (int64_t s = 0; s < num_shards(); ++s) {
-    const std::span<const uint16_t> tokens = shard(s);
-    const int64_t n = static_cast<int64_t>(tokens.size());
-    uint16_t largest = 0;
-#pragma omp parallel for reduction(max : largest) schedule(static)
-    for (int64_t i = 0; i < n; ++i) largest = std::max(largest, tokens[static_cast<size_t>(i)]);
+    const TokenSpan tokens = shard(s);
+    if (AlwaysInVocabulary(tokens.format(), vocab_size)) continue;
+    const int64_t largest = tokens.Visit([](auto t) { return Largest(t); });
     if (largest < vocab_size) continue;
-    const auto bad = std::find_if(tokens.begin(), tokens.end(),
-                                  [&](uint16_t t) { return t >= vocab_size; });
+    const int64_t bad = tokens.Visit([&](auto t) { return FirstOutside(t, vocab_size); });
     throw IoError(detail::StrCat(
-        "token ", *bad, " at index ", bad - tokens.begin(), " of shard '", shard_name(s),
+        "token ", tokens[static_cast<size_t>(bad)], " at index ", bad, " of shard '", shard_name(s),
         "' is outside the vocabulary (vocab_size ", vocab_size, "; the shard's largest token is ",
-        largest, "): the data was tokenized for a larger vocabulary; set model.vocab_size to at "
-        "least ", largest + 1, " or tokenize the data with the model's tokenizer"));
+        largest,
+        "): the data was tokenized for a larger vocabulary; set model.vocab_size to at least ",
+        largest + 1, " or tokenize the data with the model's tokenizer"));
   }
 }
 
 InMemoryTokenSource::InMemoryTokenSource(std::vector<std::vector<uint16_t>> shards,
                                          std::vector<std::string> names)
-    : shards_(std::move(shards)), names_(std::move(names)) {
-  ZTRAIN_CHECK_T(ConfigError, !shards_.empty(), "a token source needs at least one shard");
-  ZTRAIN_CHECK_T(ConfigError, shards_.size() == names_.size(), "InMemoryTokenSource got ",
-                 shards_.size(), " shards but ", names_.size(), " names");
-  for (size_t i = 0; i < shards_.size(); ++i) {
-    ZTRAIN_CHECK_T(ConfigError, !shards_[i].empty(), "token shard '", names_[i], "' is empty");
+    : shards16_(std::move(shards)), names_(std::move(names)) {
+  CheckShards(shards16_.size());
+}
+
+InMemoryTokenSource::InMemoryTokenSource(std::vector<std::vector<uint32_t>> shards,
+                                         std::vector<std::string> names)
+    : shards32_(std::move(shards)), names_(std::move(names)) {
+  CheckShards(shards32_.size());
+}
+
+void InMemoryTokenSource::CheckShards(size_t num_shards) const {
+  ZTRAIN_CHECK_T(ConfigError, num_shards == names_.size(), "InMemoryTokenSource got ", num_shards,
+                 " shards but ", names_.size(), " names");
+  ZTRAIN_CHECK_T(ConfigError, !names_.empty(), "a token source needs at least one shard");
+  for (int64_t i = 0; i < this->num_shards(); ++i) {
+    ZTRAIN_CHECK_T(ConfigError, !shard(i).empty(), "token shard '", names_[i], "' is empty");
   }
+}
+
+TokenSpan InMemoryTokenSource::shard(int64_t i) const {
+  if (shards32_.empty()) return shards16_.at(static_cast<size_t>(i));
+  return shards32_.at(static_cast<size_t>(i));
 }
 
 ShardFileSource::ShardFileSource(const std::string& pattern) {

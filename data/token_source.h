@@ -2,12 +2,13 @@
 // TokenSource: an ordered list of token shards that a DataLoader reads from.
 //
 // Two implementations: ShardFileSource maps llm.c `.bin` shards matched by a glob (read-only,
-// pages load on demand), InMemoryTokenSource holds token vectors (the synthetic corpus,
-// tests). A source is immutable after construction and may be shared by several loaders and
-// threads. Construction fails with IoError (file problems) or ConfigError (bad arguments).
+// pages load on demand; uint16 and uint32 shards may be mixed), InMemoryTokenSource holds
+// token vectors (the synthetic corpus, tests). A shard's tokens are a TokenSpan in the format
+// they are stored in; readers widen them. A source is immutable after construction and may be
+// shared by several loaders and threads. Construction fails with IoError (file problems) or
+// ConfigError (bad arguments).
 #include <cstdint>
 #include <memory>
-#include <span>
 #include <string>
 #include <vector>
 
@@ -23,7 +24,7 @@ class TokenSource {
  public:
   virtual ~TokenSource() = default;
   virtual int64_t num_shards() const = 0;
-  virtual std::span<const uint16_t> shard(int64_t i) const = 0;
+  virtual TokenSpan shard(int64_t i) const = 0;
   // The name used in error messages: the file path, or e.g. "synthetic:train".
   virtual const std::string& shard_name(int64_t i) const = 0;
   int64_t num_tokens() const;
@@ -37,12 +38,18 @@ class InMemoryTokenSource final : public TokenSource {
  public:
   // One name per shard; every shard holds at least one token.
   InMemoryTokenSource(std::vector<std::vector<uint16_t>> shards, std::vector<std::string> names);
-  int64_t num_shards() const override { return static_cast<int64_t>(shards_.size()); }
-  std::span<const uint16_t> shard(int64_t i) const override { return shards_.at(i); }
+  InMemoryTokenSource(std::vector<std::vector<uint32_t>> shards, std::vector<std::string> names);
+  int64_t num_shards() const override { return static_cast<int64_t>(names_.size()); }
+  TokenSpan shard(int64_t i) const override;
   const std::string& shard_name(int64_t i) const override { return names_.at(i); }
 
  private:
-  std::vector<std::vector<uint16_t>> shards_;
+  // ConfigError unless there are `num_shards` names, at least one shard, none empty.
+  void CheckShards(size_t num_shards) const;
+
+  // One of the two holds the shards, the other is empty.
+  std::vector<std::vector<uint16_t>> shards16_;
+  std::vector<std::vector<uint32_t>> shards32_;
   std::vector<std::string> names_;
 };
 
@@ -51,7 +58,7 @@ class ShardFileSource final : public TokenSource {
   // Opens and validates every shard matching `pattern` (ExpandGlob), in sorted order.
   explicit ShardFileSource(const std::string& pattern);
   int64_t num_shards() const override { return static_cast<int64_t>(shards_.size()); }
-  std::span<const uint16_t> shard(int64_t i) const override { return shards_.at(i).tokens(); }
+  TokenSpan shard(int64_t i) const override { return shards_.at(i).tokens(); }
   const std::string& shard_name(int64_t i) const override { return shards_.at(i).path(); }
 
  private:

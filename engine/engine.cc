@@ -9,6 +9,7 @@
 
 #include "core/logging.h"
 #include "engine/engine_state.h"
+#include "engine/param_layout.h"
 #include "kernels/cuda_memory.h"
 #include "nn/init.h"
 #include "offload/io/io_engine.h"
@@ -21,8 +22,6 @@
 namespace ztrain {
 
 namespace {
-constexpr int64_t kParamAlignment = 16;  // elements: each parameter starts on a 64-byte line
-int64_t AlignUp(int64_t n, int64_t a) { return (n + a - 1) / a * a; }
 
 double MeanOf(const std::vector<float>& values) {
   double sum = 0.0;
@@ -123,19 +122,24 @@ void Engine::BuildStorage() {
       if (tie && spec.tied_to.empty() && spec.name == tie->name) first = i;
     }
     std::vector<int64_t> offsets(specs.size(), -1);
+    detail::ParamPacker packer;
+    size_t last_placed = specs.size();
     auto place = [&](size_t i) {
       ZTRAIN_CHECK(slot_by_name_.count(specs[i].name) == 0, "parameter name '", specs[i].name,
                    "' is used twice; parameter names must be unique in the model");
-      offsets[i] = state->padded;
-      state->padded = AlignUp(state->padded + NumElements(specs[i].shape), kParamAlignment);
+      ZTRAIN_ASSERT(!specs[i].packed || (i > 0 && last_placed == i - 1), "layer ",
+                    layers_[l]->Name(), ": packed parameter '", specs[i].name,
+                    "' does not follow an owned parameter");
+      offsets[i] = packer.Place(specs[i]);
+      last_placed = i;
     };
     if (first < specs.size()) place(first);
     for (size_t i = 0; i < specs.size(); ++i) {
       if (specs[i].tied_to.empty() && i != first) place(i);
     }
-    state->padded = std::max(state->padded, min_padded_[l]);
+    state->padded = std::max(packer.size(), min_padded_[l]);
     LayerState& st = *state;
-    st.padded = AlignUp(st.padded, kParamAlignment * n_dp);
+    st.padded = detail::AlignUp(st.padded, detail::kParamAlignment * n_dp);
     st.shard = st.padded / n_dp;
     st.opt_begin = stage_ >= 1 ? dp_->rank() * st.shard : 0;
     st.opt_len = stage_ >= 1 ? st.shard : st.padded;

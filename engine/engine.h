@@ -125,7 +125,7 @@ class Engine {
  public:
   // `layers` is the whole model; with a pipeline group of P > 1 ranks the engine keeps its
   // stage's layers only. With a tp group the layers are the tensor-parallel ones
-  // (tensor::BuildParallelGpt2): each parameter is the rank's slice (ParamSpec::tp).
+  // (tensor::BuildParallelModel): each parameter is the rank's slice (ParamSpec::tp).
   Engine(Config config, std::vector<std::unique_ptr<nn::Layer>> layers, ParallelGroups groups);
   // `dp` is the data-parallel group (not owned; must outlive the engine); null = one process.
   Engine(Config config, std::vector<std::unique_ptr<nn::Layer>> layers,

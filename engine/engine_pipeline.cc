@@ -38,6 +38,7 @@
 #include "core/logging.h"
 #include "engine/engine.h"
 #include "engine/engine_state.h"
+#include "engine/param_layout.h"
 #include "parallel/pipeline/partition.h"
 #include "parallel/pipeline/schedule.h"
 
@@ -49,17 +50,16 @@ constexpr int kTieTag = 30000;  // above every activation tag 2m, 2m+1 of a step
 int ActivationTag(int micro_batch) { return 2 * micro_batch; }
 int GradTag(int micro_batch) { return 2 * micro_batch + 1; }
 
-int64_t AlignUp(int64_t n, int64_t a) { return (n + a - 1) / a * a; }
 
 // The flat size of a layer whose parameter `first` (tied across stages) is stored at offset
 // 0 and whose other own parameters follow, each aligned to 16 elements as BuildStorage lays
 // them out.
 int64_t TiedLayoutSize(const std::vector<nn::ParamSpec>& specs, const std::string& first) {
-  int64_t n = 0;
+  detail::ParamPacker packer;
   for (const nn::ParamSpec& s : specs) {
-    if (s.tied_to.empty() || s.name == first) n = AlignUp(n + NumElements(s.shape), 16);
+    if (s.tied_to.empty() || s.name == first) packer.Place(s);
   }
-  return n;
+  return packer.size();
 }
 
 }  // namespace

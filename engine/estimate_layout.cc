@@ -9,19 +9,18 @@
 
 #include "core/error.h"
 #include "engine/estimate_replay.h"
+#include "engine/param_layout.h"
 #include "nn/gpt2.h"
 #include "parallel/comm/communicator.h"
 #include "parallel/pipeline/partition.h"
-#include "parallel/tensor/tp_layers.h"
+#include "parallel/tensor/megatron_linears.h"
 
 namespace ztrain::detail {
 namespace {
 
-constexpr int64_t kParamAlignment = 16;  // as Engine::BuildStorage
-int64_t AlignUp(int64_t n, int64_t a) { return (n + a - 1) / a * a; }
 
 // A tensor-parallel group that only answers its size and rank: enough for
-// tensor::BuildParallelGpt2 to declare rank 0's parameter shapes (every rank's are equal:
+// tensor::BuildParallelModel to declare rank 0's parameter shapes (every rank's are equal:
 // the model must split evenly). The estimate runs no layer, so any collective is a bug.
 class ShapeOnlyGroup final : public comm::Communicator {
  public:
@@ -59,19 +58,19 @@ LayerLayout::Kind KindOf(const nn::Layer& layer, int* block) {
   const std::string name = layer.Name();
   if (name == "embedding") return LayerLayout::Kind::kEmbedding;
   if (name == "lm_head") return LayerLayout::Kind::kLmHead;
-  ZTRAIN_ASSERT(name.rfind("h.", 0) == 0, "unexpected GPT-2 layer '", name, "'");
-  *block = std::stoi(name.substr(2));
+  *block = layer.BlockIndex();
+  ZTRAIN_ASSERT(*block >= 0, "unexpected layer '", name, "'");
   return LayerLayout::Kind::kBlock;
 }
 
 // As engine_pipeline.cc's TiedLayoutSize: the flat size of a layer storing `first` (tied
 // across stages) at offset 0 and its other own parameters after it.
 int64_t TiedLayoutSize(const std::vector<nn::ParamSpec>& specs, const std::string& first) {
-  int64_t n = 0;
+  detail::ParamPacker packer;
   for (const nn::ParamSpec& s : specs) {
-    if (s.tied_to.empty() || s.name == first) n = AlignUp(n + NumElements(s.shape), 16);
+    if (s.tied_to.empty() || s.name == first) packer.Place(s);
   }
-  return n;
+  return packer.size();
 }
 
 std::vector<int> StageBounds(const Config& config,
@@ -99,7 +98,7 @@ std::vector<int> StageBounds(const Config& config,
 StageLayout LayOutStage(const Config& config, int stage, int dp, int tp) {
   ShapeOnlyGroup group(tp);
   const std::vector<std::unique_ptr<nn::Layer>> model =
-      tensor::BuildParallelGpt2(config.model, group);
+      tensor::BuildParallelModel(config.model, group);
   std::vector<std::vector<nn::ParamSpec>> specs;
   for (const auto& layer : model) specs.push_back(layer->Params());
   const std::vector<int> bounds = StageBounds(config, specs);
@@ -139,7 +138,7 @@ StageLayout LayOutStage(const Config& config, int stage, int dp, int tp) {
   for (size_t l = begin; l < end; ++l) {
     LayerLayout& layer = out.layers[l - begin];
     layer.kind = KindOf(*model[l], &layer.block);
-    int64_t padded = 0;
+    ParamPacker packer;
     auto add_unit = [&](size_t u) {
       if (std::find(layer.units.begin(), layer.units.end(), u) == layer.units.end()) {
         layer.units.push_back(u);
@@ -154,11 +153,11 @@ StageLayout LayOutStage(const Config& config, int stage, int dp, int tp) {
         continue;
       }
       // Its own parameter, or this stage's copy of a weight another stage owns.
-      padded = AlignUp(padded + NumElements(s.shape), kParamAlignment);
+      packer.Place(s);
       layer.owned += NumElements(s.shape);
       add_unit(l - begin);
     }
-    padded = std::max(padded, min_padded[l - begin]);
+    const int64_t padded = std::max(packer.size(), min_padded[l - begin]);
     layer.padded = AlignUp(padded, kParamAlignment * dp);
     layer.shard = layer.padded / dp;
     out.rank_parameters += layer.owned;

@@ -15,7 +15,7 @@
 #include "nn/llmc_model_file.h"
 #include "optim/adam.h"
 #include "parallel/comm/nccl/nccl_communicator.h"
-#include "parallel/tensor/tp_layers.h"
+#include "parallel/tensor/megatron_linears.h"
 
 namespace ztrain {
 namespace {
@@ -103,11 +103,11 @@ Trainer::Trainer(Config config, comm::Communicator* world, const LaunchEnv& laun
       world_size, world_size / (config_.pipeline_stages * config_.tensor_parallel_size),
       config_.pipeline_stages, config_.tensor_parallel_size);
   const ParallelGroups groups = MakeGroups();
-  engine_ = std::make_unique<Engine>(config_,
-                                     config_.tensor_parallel_size > 1
-                                         ? tensor::BuildParallelGpt2(config_.model, *groups.tp)
-                                         : nn::BuildGpt2(config_.model),
-                                     groups);
+  engine_ = std::make_unique<Engine>(
+      config_,
+      groups.tp != nullptr ? tensor::BuildParallelModel(config_.model, *groups.tp)
+                           : nn::BuildModel(config_.model),
+      groups);
   if (!config_.checkpoint.dir.empty()) {
     checkpointer_ = std::make_unique<Checkpointer>(config_, *engine_, world_);
   }
@@ -192,8 +192,10 @@ void Trainer::LogStart() const {
   const ModelConfig& m = config_.model;
   int64_t params = 0;
   for (const auto& [name, shape] : engine_->ModelParameters()) params += NumElements(shape);
-  Log().info("ztrain: {} layers, {} heads, {} wide, vocab {} (padded {}), {} parameters", m.n_layer,
-             m.n_head, m.n_embd, m.vocab_size, m.padded_vocab_size, params);
+  Log().info("ztrain: {} model, {} layers, {} heads ({} key/value), {} wide, vocab {} (padded "
+             "{}), {} parameters",
+             m.type, m.n_layer, m.n_head, m.kv_heads(), m.n_embd, m.vocab_size,
+             m.padded_vocab_size, params);
   Log().info(
       "batch: {} x {} tokens per micro-batch, {} micro-batches per step, {} data-parallel "
       "ranks (ZeRO stage {}), {} steps",

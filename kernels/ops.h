@@ -14,7 +14,8 @@
 //   unless the comment says otherwise.
 // - Dtypes (Note [16-bit tensors]): every floating-point tensor argument may be fp32, bf16 or
 //   fp16, independently of the others, except the ones fixed as fp32: LayerNorm's mean and
-//   rstd, attention's lse, SoftmaxCrossEntropy's losses and dlosses. (Its logits may be
+//   rstd, RMSNorm's rstd, attention's lse, RoPE's inv_freq, SoftmaxCrossEntropy's losses and
+//   dlosses. (Its logits may be
 //   16-bit; the dlogits written over them in place are then 16-bit too.) tokens and targets
 //   are int32. A backend may implement a subset and says which in its header: CpuOps takes
 //   every combination; CudaOps takes fp32 or bf16, one dtype per op (kernels/cuda/cuda_ops.h).
@@ -40,6 +41,22 @@
 
 namespace ztrain::kernels {
 
+// The heads of one attention op (Ops::AttentionForward): num_heads query heads and
+// num_kv_heads key/value heads (dividing num_heads) of head_dim features each.
+struct AttentionHeads {
+  int num_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  int64_t q_width() const { return int64_t{num_heads} * head_dim; }
+  int64_t kv_width() const { return int64_t{num_kv_heads} * head_dim; }
+  int64_t qkv_width() const { return q_width() + 2 * kv_width(); }
+  // GPT-2's heads: qkv [B,T,3C] split into num_heads heads of C / num_heads.
+  static AttentionHeads MultiHead(const Tensor& qkv, int num_heads) {
+    const int64_t width = qkv.dim() == 3 ? qkv.size(2) : 0;
+    return {num_heads, num_heads, num_heads > 0 ? static_cast<int>(width / 3 / num_heads) : 0};
+  }
+};
+
 class Ops {
  public:
   virtual ~Ops() = default;
@@ -63,10 +80,13 @@ class Ops {
                               const Tensor& dx, const Tensor& dweight, const Tensor& dbias) = 0;
 
   // out[B,T,C] = wte[tokens[b,t]] + wpe[t]. tokens int32 [B,T], wte [Vp,C], wpe [maxT,C].
+  // wpe may be an undefined Tensor: a model without a position table (Llama: positions enter
+  // through RopeForward), out = wte[tokens[b,t]].
   // A token outside [0, Vp) throws naming the token and its position.
   virtual void EmbeddingForward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
                                 const Tensor& out) = 0;
-  // dwte[tokens[b,t]] += dout[b,t]; dwpe[t] += dout[b,t]. Deterministic.
+  // dwte[tokens[b,t]] += dout[b,t]; dwpe[t] += dout[b,t] (skipped when dwpe is undefined).
+  // Deterministic.
   virtual void EmbeddingBackward(const Tensor& dout, const Tensor& tokens, const Tensor& dwte,
                                  const Tensor& dwpe) = 0;
 
@@ -78,16 +98,61 @@ class Ops {
                                  const Tensor& mean, const Tensor& rstd, const Tensor& dx,
                                  const Tensor& dweight, const Tensor& dbias) = 0;
 
-  // Causal multi-head self-attention. qkv [B,T,3C] holds q, k, v side by side (q in columns
-  // [0,C), k in [C,2C), v in [2C,3C); head h uses columns [h*HS, (h+1)*HS) of each, HS = C/NH).
-  // out [B,T,C] (heads side by side), lse [B,NH,T] = log-sum-exp of each query's scaled
-  // scores, saved for backward. Never materialises a [B,NH,T,T] tensor: tiles over keys with
-  // an online softmax (FlashAttention).
-  virtual void AttentionForward(const Tensor& qkv, int num_heads, const Tensor& out,
-                                const Tensor& lse) = 0;
-  // dqkv [B,T,3C] overwritten from dout [B,T,C], recomputing probabilities from qkv and lse.
+  // RMSNorm (Llama, Qwen2, Mistral): y[N,C] = x * rstd * weight with rstd[N] =
+  // 1 / sqrt(mean_c(x^2) + eps), computed in fp32 and saved (fp32) for the backward; the
+  // weight multiplies the normalised value, eps sits inside the square root.
+  virtual void RmsNormForward(const Tensor& x, const Tensor& weight, float eps, const Tensor& y,
+                              const Tensor& rstd) = 0;
+  // dx (overwritten) and dweight (accumulated).
+  virtual void RmsNormBackward(const Tensor& dy, const Tensor& x, const Tensor& weight,
+                               const Tensor& rstd, const Tensor& dx, const Tensor& dweight) = 0;
+
+  // Causal self-attention over query heads and key/value heads (AttentionHeads: NH query
+  // heads, NKV key/value heads, HS features each; NKV divides NH and query head h reads KV
+  // head h / (NH / NKV), so each KV head serves NH/NKV consecutive query heads: NKV = NH is
+  // multi-head attention, 1 < NKV < NH grouped-query, NKV = 1 multi-query). qkv
+  // [B,T,(NH+2*NKV)*HS] holds q, k, v side by side: q in columns [0, NH*HS), k in
+  // [NH*HS, (NH+NKV)*HS), v after; head h of each uses HS consecutive columns. out
+  // [B,T,NH*HS] (heads side by side), lse [B,NH,T] = log-sum-exp of each query's scores
+  // scaled by 1/sqrt(HS), saved for backward. Never materialises a [B,NH,T,T] tensor: tiles
+  // over keys with an online softmax (FlashAttention).
+  virtual void AttentionForward(const Tensor& qkv, const AttentionHeads& heads,
+                                const Tensor& out, const Tensor& lse) = 0;
+  // dqkv [B,T,(NH+2*NKV)*HS] overwritten from dout [B,T,NH*HS], recomputing probabilities
+  // from qkv and lse; a KV head's gradient sums over the query heads it serves.
   virtual void AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                                 const Tensor& lse, int num_heads, const Tensor& dqkv) = 0;
+                                 const Tensor& lse, const AttentionHeads& heads,
+                                 const Tensor& dqkv) = 0;
+  // GPT-2's multi-head form: qkv [B,T,3C], NH = NKV = num_heads, HS = C / num_heads.
+  void AttentionForward(const Tensor& qkv, int num_heads, const Tensor& out, const Tensor& lse) {
+    AttentionForward(qkv, AttentionHeads::MultiHead(qkv, num_heads), out, lse);
+  }
+  void AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                         const Tensor& lse, int num_heads, const Tensor& dqkv) {
+    AttentionBackward(dout, qkv, out, lse, AttentionHeads::MultiHead(qkv, num_heads), dqkv);
+  }
+
+  // Rotary position embedding in the rotate-half convention (Hugging Face's Llama), applied
+  // IN PLACE to the query and key heads of qkv [B,T,(NH+2*NKV)*HS] (the layout above; v is
+  // left alone). In each head, element i < HS/2 pairs with element i + HS/2; at position t
+  // (0-based within the sequence) the pair turns by the angle a = t * inv_freq[i]:
+  //   x'[i] = x[i] cos a - x[i + HS/2] sin a,   x'[i + HS/2] = x[i + HS/2] cos a + x[i] sin a.
+  // inv_freq is fp32 [HS/2] on this device (RoPE scaling is folded into it by the caller); the
+  // angle is the fp32 product and cos/sin are taken in fp32, as transformers computes them.
+  virtual void RopeForward(const Tensor& qkv, const AttentionHeads& heads,
+                           const Tensor& inv_freq) = 0;
+  // The backward: the transpose of the rotation (the same pairs turned by -a), IN PLACE on the
+  // query and key heads of dqkv, so that the gradient with respect to the rotated q and k
+  // becomes the gradient with respect to the unrotated ones; v's gradient is left alone.
+  virtual void RopeBackward(const Tensor& dqkv, const AttentionHeads& heads,
+                            const Tensor& inv_freq) = 0;
+
+  // SwiGLU (Llama's MLP activation): h = silu(gate) * up elementwise, silu(g) = g / (1 + e^-g).
+  // gate, up and h have one shape (any).
+  virtual void SwiGluForward(const Tensor& gate, const Tensor& up, const Tensor& h) = 0;
+  // dgate = dh * up * silu'(gate), dup = dh * silu(gate) (both overwritten).
+  virtual void SwiGluBackward(const Tensor& dh, const Tensor& gate, const Tensor& up,
+                              const Tensor& dgate, const Tensor& dup) = 0;
 
   // y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), elementwise, any shape.
   virtual void GeluForward(const Tensor& x, const Tensor& y) = 0;

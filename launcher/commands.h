@@ -44,8 +44,10 @@ int RunEstimate(const EstimateArgs& args);
 // fits.
 int RunTune(const std::string& config_path, const std::string& memory_budget, int world_size,
             int64_t max_micro_batch);
-// Turns UTF-8 text into a token shard with the byte-level tokenizer.
-int RunData(const std::string& text_path, const std::string& shard_path);
+// Turns UTF-8 text into a token shard with the byte-level tokenizer; `token_format` is
+// --token-format: auto (by the vocabulary: uint16 for bytes), uint16 or uint32.
+int RunData(const std::string& text_path, const std::string& shard_path,
+            const std::string& token_format);
 // Version and the backends compiled into this binary.
 void PrintVersion();
 

@@ -77,9 +77,13 @@ int Main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
 
   CLI::App* data = app.add_subcommand("data", "turn UTF-8 text into an llm.c token shard");
-  std::string text_path, shard_path;
+  std::string text_path, shard_path, token_format = "auto";
   data->add_option("--text", text_path, "UTF-8 text file")->required();
   data->add_option("--out", shard_path, "output shard (.bin)")->required();
+  data->add_option("--token-format", token_format,
+                   "auto (uint16 when the tokenizer's ids fit, else uint32), uint16 (llm.c's "
+                   "gpt-2 shards) or uint32 (llm.c's llama-3 shards)")
+      ->check(CLI::IsMember({"auto", "uint16", "uint32"}));
 
   CLI::App* exp = app.add_subcommand("export", "write one model file from a checkpoint");
   std::string export_checkpoint, export_format, export_out, export_dtype = "fp32";
@@ -106,7 +110,7 @@ int Main(int argc, char** argv) {
   if (*check) return RunCheckConfig(check_path, world_size);
   if (*est) return RunEstimate(estimate);
   if (*tune) return RunTune(tune_config, tune_budget, tune_world, tune_max);
-  if (*data) return RunData(text_path, shard_path);
+  if (*data) return RunData(text_path, shard_path, token_format);
   if (*exp) return RunExport(export_checkpoint, export_format, export_out, export_dtype);
   return RunTrain(config_path, resume);
 }

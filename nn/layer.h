@@ -10,6 +10,7 @@
 // ranks, ZeRO or the engine; the same layer object runs many micro-batches, each with its
 // own context. Not thread safe: one micro-batch at a time.
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,21 @@ struct ParamSpec {
   // the LM head and the token embedding). It gets no storage of its own: the engine binds the
   // owner's parameter and gradient views, so gradients from both uses accumulate in one place.
   std::string tied_to;
+  // Placed right after the previous parameter of the layer, with no alignment gap, so that a
+  // run of packed parameters is one contiguous tensor in every buffer that mirrors the layer
+  // (parameters, their 16-bit copies, gradients, gathered ZeRO-3 copies): q, k and v
+  // projections computed by one GEMM (nn::Linear). The previous parameter must be one the
+  // layer owns (not tied) and of the same trailing shape.
+  bool packed = false;
+};
+
+// A layer's bound parameter and gradient views in the order of its Params(), for the modules
+// a layer is made of (nn/modules.h). Index -1 is "none": an undefined Tensor.
+struct ParamViews {
+  std::span<const Tensor> params;
+  std::span<const Tensor> grads;
+  Tensor param(int i) const { return i < 0 ? Tensor() : params[static_cast<size_t>(i)]; }
+  Tensor grad(int i) const { return i < 0 ? Tensor() : grads[static_cast<size_t>(i)]; }
 };
 
 // One micro-batch of token windows: tokens[b,t] and targets[b,t] = tokens[b,t+1].
@@ -93,6 +109,7 @@ class Layer {
  protected:
   const Tensor& param(size_t i) const { return params_.at(i); }
   const Tensor& grad(size_t i) const { return grads_.at(i); }
+  ParamViews views() const { return {params_, grads_}; }
 
  private:
   std::vector<Tensor> params_;

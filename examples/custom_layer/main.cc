@@ -63,12 +63,14 @@ int main() {
   const ztrain::Config config = ztrain::ParseConfig(j);
   const ztrain::ModelConfig& m = config.model;
 
+  // GPT-2's layers on the single-process linears, with the custom layer between two blocks.
+  const auto linears = ztrain::nn::MakeWholeLinears();
   std::vector<std::unique_ptr<ztrain::nn::Layer>> layers;
-  layers.push_back(std::make_unique<ztrain::nn::Embedding>(m.padded_vocab_size, m.max_seq_len, m.n_embd));
-  layers.push_back(std::make_unique<ztrain::nn::TransformerBlock>(0, m.n_layer, m.n_embd, m.n_head));
+  layers.push_back(ztrain::nn::Gpt2Embedding(m, linears));
+  layers.push_back(ztrain::nn::Gpt2Block(m, 0, linears));
   layers.push_back(std::make_unique<ChannelGate>(m.n_embd));
-  layers.push_back(std::make_unique<ztrain::nn::TransformerBlock>(1, m.n_layer, m.n_embd, m.n_head));
-  layers.push_back(std::make_unique<ztrain::nn::LmHead>(m.vocab_size, m.padded_vocab_size, m.n_embd));
+  layers.push_back(ztrain::nn::Gpt2Block(m, 1, linears));
+  layers.push_back(ztrain::nn::Gpt2Head(m, linears));
   ztrain::Engine engine(config, std::move(layers));
 
   ztrain::data::SyntheticCorpusOptions corpus;

@@ -24,17 +24,28 @@ struct BackwardScratch {
   float* p;      // [kTile][kTile] probabilities
   float* ds;     // [kTile][kTile] dP, then dS (scaled)
   float* delta;  // [T] D_i = dO_i . O_i
+  float* dk;     // [T][hs] one query head's share of its KV head's dk (grouped heads only)
+  float* dv;     // [T][hs] and of its dv
 
-  static int64_t Floats(int64_t hs, int64_t seq) { return 2 * hs * kTile + 2 * kTile * kTile + seq; }
-  BackwardScratch(float* base, int64_t hs)
-      : kt(base), vt(kt + hs * kTile), p(vt + hs * kTile), ds(p + kTile * kTile),
-        delta(ds + kTile * kTile) {}
+  static int64_t Floats(int64_t hs, int64_t seq, bool grouped) {
+    return 2 * hs * kTile + 2 * kTile * kTile + seq + (grouped ? 2 * seq * hs : 0);
+  }
+  BackwardScratch(float* base, int64_t hs, int64_t seq, bool grouped)
+      : kt(base),
+        vt(kt + hs * kTile),
+        p(vt + hs * kTile),
+        ds(p + kTile * kTile),
+        delta(ds + kTile * kTile),
+        dk(grouped ? delta + seq : nullptr),
+        dv(grouped ? dk + seq * hs : nullptr) {}
 };
 
-// Pointers to row 0 of one (batch, head): inputs with their row strides, gradients in dqkv.
+// Pointers to row 0 of one (batch, query head): inputs with their row strides, dq in dqkv,
+// dk and dv (rows dkv_stride apart) in dqkv or in scratch.
 struct HeadView {
   const float *q, *k, *v, *dout, *out, *lse;
   float *dq, *dk, *dv;
+  int64_t dkv_stride;
 };
 
 // P = exp(S - lse) under the causal mask and dS = P * (dP - D) * scale, in place, for the
@@ -55,13 +66,15 @@ void TileProbabilitiesAndGrad(const float* lse, const float* delta, int64_t i0, 
   }
 }
 
+// Overwrites h's dq, dk and dv with the gradients through this query head alone.
 void HeadBackward(const cpu::AttentionDims& d, const HeadView& h, BackwardScratch& w) {
-  const int64_t hs = d.head_size, stride = d.qkv_stride(), ch = d.channels;
+  const int64_t hs = d.head_size, stride = d.qkv_stride(), ch = d.q_width();
+  const int64_t gs = h.dkv_stride;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   for (int64_t t = 0; t < d.seq; ++t) {
     std::memset(h.dq + t * stride, 0, sizeof(float) * hs);
-    std::memset(h.dk + t * stride, 0, sizeof(float) * hs);
-    std::memset(h.dv + t * stride, 0, sizeof(float) * hs);
+    std::memset(h.dk + t * gs, 0, sizeof(float) * hs);
+    std::memset(h.dv + t * gs, 0, sizeof(float) * hs);
     float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
     for (int64_t c = 0; c < hs; ++c) dot += h.dout[t * ch + c] * h.out[t * ch + c];
@@ -78,53 +91,86 @@ void HeadBackward(const cpu::AttentionDims& d, const HeadView& h, BackwardScratc
       cpu::TileScores(h.dout + i0 * ch, ch, nq, w.vt, hs, 1.0f, w.ds);
       TileProbabilitiesAndGrad(h.lse, w.delta, i0, nq, j0, nk, scale, w.p, w.ds);
       // dV_j += sum_i P_ij dO_i;  dK_j += sum_i dS_ij Q_i;  dQ_i += sum_j dS_ij K_j.
-      cpu::AccumulateWeightedRows(h.dv + j0 * stride, stride, nk, w.p, 1, kTile, nq,
-                                  h.dout + i0 * ch, ch, hs);
-      cpu::AccumulateWeightedRows(h.dk + j0 * stride, stride, nk, w.ds, 1, kTile, nq,
-                                  h.q + i0 * stride, stride, hs);
+      cpu::AccumulateWeightedRows(h.dv + j0 * gs, gs, nk, w.p, 1, kTile, nq, h.dout + i0 * ch, ch,
+                                  hs);
+      cpu::AccumulateWeightedRows(h.dk + j0 * gs, gs, nk, w.ds, 1, kTile, nq, h.q + i0 * stride,
+                                  stride, hs);
       cpu::AccumulateWeightedRows(h.dq + i0 * stride, stride, nq, w.ds, kTile, 1, nk,
                                   h.k + j0 * stride, stride, hs);
     }
   }
 }
 
+// dst[t * stride + c] += src[t * hs + c] for every row t and c < hs.
+void AddRows(const float* src, int64_t seq, int64_t hs, float* dst, int64_t stride) {
+  for (int64_t t = 0; t < seq; ++t) {
+#pragma omp simd
+    for (int64_t c = 0; c < hs; ++c) dst[t * stride + c] += src[t * hs + c];
+  }
+}
+
+// The KV head kv of batch row b and the group of query heads it serves, in head order: the
+// first head's dk/dv go straight into dqkv, each later head's into scratch and are then added,
+// so the KV head's gradient is ((g_0 + g_1) + g_2) + ... whatever the thread count.
+void GroupBackward(const cpu::AttentionDims& d, const float* qkv, const float* dout,
+                   const float* out, const float* lse, float* dqkv, int64_t b, int64_t kv,
+                   BackwardScratch& w) {
+  const int64_t stride = d.qkv_stride(), hs = d.head_size;
+  const float* row0 = qkv + b * d.seq * stride;
+  float* grad0 = dqkv + b * d.seq * stride;
+  for (int64_t r = 0; r < d.group(); ++r) {
+    const int64_t h = kv * d.group() + r;
+    const int64_t out_off = b * d.seq * d.q_width() + h * hs;
+    const bool first = r == 0;
+    const HeadView view{row0 + h * hs,
+                        row0 + d.k_col(kv),
+                        row0 + d.v_col(kv),
+                        dout + out_off,
+                        out + out_off,
+                        lse + (b * d.heads + h) * d.seq,
+                        grad0 + h * hs,
+                        first ? grad0 + d.k_col(kv) : w.dk,
+                        first ? grad0 + d.v_col(kv) : w.dv,
+                        first ? stride : hs};
+    HeadBackward(d, view, w);
+    if (first) continue;
+    AddRows(w.dk, d.seq, hs, grad0 + d.k_col(kv), stride);
+    AddRows(w.dv, d.seq, hs, grad0 + d.v_col(kv), stride);
+  }
+}
+
 }  // namespace
 
-// Parallel over (batch, head): one thread owns all of a head's dq/dk/dv, so accumulation is
-// race-free and its order fixed.
+// Parallel over (batch, KV head): one thread owns the dk/dv of a KV head and the dq of the
+// query heads it serves, so accumulation is race-free and its order fixed.
 void CpuOps::AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                               const Tensor& lse, int num_heads, const Tensor& dqkv) {
+                               const Tensor& lse, const AttentionHeads& heads,
+                               const Tensor& dqkv) {
   constexpr const char* kOp = "AttentionBackward";
   if (cpu::AnyHalf(dout, qkv, out, dqkv)) {  // Note [Widening adapter]; lse stays fp32
     cpu::Widened w(scratch_);
-    AttentionBackward(w.In(dout), w.In(qkv), w.In(out), lse, num_heads, w.Out(dqkv));
+    AttentionBackward(w.In(dout), w.In(qkv), w.In(out), lse, heads, w.Out(dqkv));
     w.Commit();
     return;
   }
-  const cpu::AttentionDims d = cpu::CheckAttention(qkv, num_heads, out, lse, kOp);
+  const cpu::AttentionDims d = cpu::CheckAttention(qkv, heads, out, lse, kOp);
   cpu::CheckCpu(dout, out.shape(), kOp, "dout");
   cpu::CheckCpu(dqkv, qkv.shape(), kOp, "dqkv");
-  const int64_t tasks = d.batch * d.heads;
+  const int64_t tasks = d.batch * d.kv_heads;
   if (tasks == 0 || d.seq == 0) return;
-  const int64_t per_thread = BackwardScratch::Floats(d.head_size, d.seq);
+  const bool grouped = d.group() > 1;
+  const int64_t per_thread = BackwardScratch::Floats(d.head_size, d.seq, grouped);
   std::vector<float> scratch(per_thread * omp_get_max_threads());
   const float* qkv_p = qkv.data<float>();
   float* dqkv_p = dqkv.data<float>();
 #pragma omp parallel
   {
-    BackwardScratch w(scratch.data() + per_thread * omp_get_thread_num(), d.head_size);
+    BackwardScratch w(scratch.data() + per_thread * omp_get_thread_num(), d.head_size, d.seq,
+                      grouped);
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t bh = 0; bh < tasks; ++bh) {
-      const int64_t b = bh / d.heads, hd = bh % d.heads;
-      const int64_t qkv_off = b * d.seq * d.qkv_stride() + hd * d.head_size;
-      const int64_t out_off = b * d.seq * d.channels + hd * d.head_size;
-      float* dq = dqkv_p + qkv_off;
-      const HeadView h{qkv_p + qkv_off,          qkv_p + qkv_off + d.channels,
-                       qkv_p + qkv_off + 2 * d.channels,
-                       dout.data<float>() + out_off, out.data<float>() + out_off,
-                       lse.data<float>() + bh * d.seq, dq, dq + d.channels,
-                       dq + 2 * d.channels};
-      HeadBackward(d, h, w);
+    for (int64_t task = 0; task < tasks; ++task) {
+      GroupBackward(d, qkv_p, dout.data<float>(), out.data<float>(), lse.data<float>(), dqkv_p,
+                    task / d.kv_heads, task % d.kv_heads, w);
     }
   }
 }

@@ -55,7 +55,8 @@ void OnlineSoftmaxRow(float* si, int n, const float* v, int64_t stride, int64_t 
   cpu::AccumulateWeightedRows(acc, hs, 1, si, 0, 1, n, v, stride, hs);
 }
 
-// Queries [i0, i0 + nq) of one (batch, head): q, k, v point at row 0 of that head.
+// Queries [i0, i0 + nq) of one (batch, query head): q points at row 0 of that head, k and v
+// at row 0 of the KV head it reads; out at row 0 of its columns.
 void ForwardQueryBlock(const cpu::AttentionDims& d, const float* q, const float* k,
                        const float* v, int64_t i0, float* out, float* lse, ForwardScratch& w) {
   const int64_t hs = d.head_size, stride = d.qkv_stride();
@@ -76,7 +77,7 @@ void ForwardQueryBlock(const cpu::AttentionDims& d, const float* q, const float*
   }
   for (int i = 0; i < nq; ++i) {
     const float inv = 1.0f / w.sum[i];
-    float* o = out + (i0 + i) * d.channels;
+    float* o = out + (i0 + i) * d.q_width();
 #pragma omp simd
     for (int64_t c = 0; c < hs; ++c) o[c] = w.acc[i * hs + c] * inv;
     lse[i0 + i] = w.max[i] + std::log(w.sum[i]);
@@ -85,17 +86,19 @@ void ForwardQueryBlock(const cpu::AttentionDims& d, const float* q, const float*
 
 }  // namespace
 
-// Parallel over (batch, head, query block); the blocks late in the sequence see the most keys
-// and are handed out first.
-void CpuOps::AttentionForward(const Tensor& qkv, int num_heads, const Tensor& out,
+// Parallel over (batch, query head, query block); the blocks late in the sequence see the
+// most keys and are handed out first. Each query head is computed alone, by the same code
+// whatever its group, so grouped-query attention gives bit for bit what multi-head attention
+// gives on the KV heads repeated.
+void CpuOps::AttentionForward(const Tensor& qkv, const AttentionHeads& heads, const Tensor& out,
                               const Tensor& lse) {
   if (cpu::AnyHalf(qkv, out)) {  // Note [Widening adapter]; lse stays fp32
     cpu::Widened w(scratch_);
-    AttentionForward(w.In(qkv), num_heads, w.Out(out), lse);
+    AttentionForward(w.In(qkv), heads, w.Out(out), lse);
     w.Commit();
     return;
   }
-  const cpu::AttentionDims d = cpu::CheckAttention(qkv, num_heads, out, lse, "AttentionForward");
+  const cpu::AttentionDims d = cpu::CheckAttention(qkv, heads, out, lse, "AttentionForward");
   const int64_t blocks = d.blocks(), tasks = d.batch * d.heads * blocks;
   if (tasks == 0) return;
   const int64_t per_thread = ForwardScratch::Floats(d.head_size);
@@ -109,11 +112,10 @@ void CpuOps::AttentionForward(const Tensor& qkv, int num_heads, const Tensor& ou
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < tasks; ++task) {
       const int64_t bh = task / blocks, qb = blocks - 1 - task % blocks;
-      const int64_t b = bh / d.heads, h = bh % d.heads;
-      const float* q = qkv_p + b * d.seq * d.qkv_stride() + h * d.head_size;
-      ForwardQueryBlock(d, q, q + d.channels, q + 2 * d.channels, qb * kTile,
-                        out_p + b * d.seq * d.channels + h * d.head_size,
-                        lse_p + bh * d.seq, w);
+      const int64_t b = bh / d.heads, h = bh % d.heads, g = h / d.group();
+      const float* row0 = qkv_p + b * d.seq * d.qkv_stride();
+      ForwardQueryBlock(d, row0 + h * d.head_size, row0 + d.k_col(g), row0 + d.v_col(g), qb * kTile,
+                        out_p + b * d.seq * d.q_width() + h * d.head_size, lse_p + bh * d.seq, w);
     }
   }
 }

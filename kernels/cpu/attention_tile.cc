@@ -4,16 +4,13 @@
 
 namespace ztrain::kernels::cpu {
 
-AttentionDims CheckAttention(const Tensor& qkv, int num_heads, const Tensor& out,
+AttentionDims CheckAttention(const Tensor& qkv, const AttentionHeads& heads, const Tensor& out,
                              const Tensor& lse, const char* op) {
   CheckCpu(qkv, op, "qkv");
-  ZTRAIN_CHECK(qkv.dim() == 3 && qkv.size(2) % 3 == 0, op, ": qkv has shape ",
-               ShapeToString(qkv.shape()), ", expected [B, T, 3C]");
-  AttentionDims d{qkv.size(0), qkv.size(1), qkv.size(2) / 3, num_heads, 0};
-  ZTRAIN_CHECK(num_heads > 0 && d.channels % num_heads == 0, op, ": num_heads = ", num_heads,
-               " must be positive and divide C = ", d.channels);
-  d.head_size = d.channels / num_heads;
-  CheckCpu(out, {d.batch, d.seq, d.channels}, op, "out");
+  CheckQkvShape(qkv, heads, op, "qkv");
+  const AttentionDims d{qkv.size(0), qkv.size(1), heads.num_heads, heads.num_kv_heads,
+                        heads.head_dim};
+  CheckCpu(out, {d.batch, d.seq, d.q_width()}, op, "out");
   CheckCpu(lse, {d.batch, d.heads, d.seq}, op, "lse");
   return d;
 }

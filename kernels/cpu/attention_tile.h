@@ -12,19 +12,25 @@
 #include <cstdint>
 
 #include "core/tensor.h"
+#include "kernels/ops.h"
 
 namespace ztrain::kernels::cpu {
 
 inline constexpr int kTile = 64;
 
+// The shape of one attention call (ops.h's layout): query head h reads KV head h / group().
 struct AttentionDims {
-  int64_t batch, seq, channels, heads, head_size;
-  int64_t qkv_stride() const { return 3 * channels; }  // floats between two qkv rows
+  int64_t batch, seq, heads, kv_heads, head_size;
+  int64_t group() const { return heads / kv_heads; }     // query heads per KV head
+  int64_t q_width() const { return heads * head_size; }  // floats between two out rows
+  int64_t qkv_stride() const { return (heads + 2 * kv_heads) * head_size; }
+  int64_t k_col(int64_t kv_head) const { return (heads + kv_head) * head_size; }
+  int64_t v_col(int64_t kv_head) const { return (heads + kv_heads + kv_head) * head_size; }
   int64_t blocks() const { return (seq + kTile - 1) / kTile; }
 };
 
-// Checks qkv [B,T,3C], out [B,T,C], lse [B,NH,T] and num_heads dividing C.
-AttentionDims CheckAttention(const Tensor& qkv, int num_heads, const Tensor& out,
+// Checks the heads, qkv [B,T,(NH+2*NKV)*HS], out [B,T,NH*HS] and lse [B,NH,T].
+AttentionDims CheckAttention(const Tensor& qkv, const AttentionHeads& heads, const Tensor& out,
                              const Tensor& lse, const char* op);
 
 // dst[d * kTile + j] = src[j * stride + d] for j < n, 0 for n <= j < kTile.

@@ -1,5 +1,7 @@
 #include "kernels/cpu/check.h"
 
+#include <string>
+
 #include "kernels/cpu/convert.h"
 
 namespace ztrain::kernels::cpu {
@@ -53,6 +55,32 @@ void CheckCount(const Tensor& t, int64_t count, const char* op, const char* what
   CheckCpu(t, op, what, dtype);
   ZTRAIN_CHECK(t.numel() == count, op, ": ", what, " has shape ", ShapeToString(t.shape()),
                " (", t.numel(), " elements), expected ", count, " elements");
+}
+
+void CheckHeads(const AttentionHeads& h, const char* op) {
+  ZTRAIN_CHECK(h.num_heads > 0, op, ": num_heads = ", h.num_heads, " must be positive");
+  ZTRAIN_CHECK(h.num_kv_heads > 0 && h.num_heads % h.num_kv_heads == 0, op,
+               ": num_kv_heads = ", h.num_kv_heads,
+               " must be positive and divide num_heads = ", h.num_heads,
+               " (each KV head serves num_heads / num_kv_heads query heads)");
+  ZTRAIN_CHECK(h.head_dim > 0, op, ": head_dim = ", h.head_dim, " must be positive");
+}
+
+void CheckQkvShape(const Tensor& t, const AttentionHeads& h, const char* op, const char* what) {
+  ZTRAIN_CHECK(t.dim() == 3, op, ": ", what, " has shape ", ShapeToString(t.shape()),
+               ", expected [B, T, (num_heads + 2 * num_kv_heads) * head_dim]");
+  CheckHeads(h, op);
+  if (t.size(2) == h.qkv_width()) return;
+  // GPT-2's form derives head_dim from C (AttentionHeads::MultiHead): say what does not divide.
+  const int64_t width = t.size(2);
+  const bool multi_head_misfit =
+      h.num_kv_heads == h.num_heads && width % 3 == 0 && (width / 3) % h.num_heads != 0;
+  ZTRAIN_CHECK(false, op, ": ", what, " has shape ", ShapeToString(t.shape()),
+               ", expected [B, T, (num_heads + 2 * num_kv_heads) * head_dim] = [B, T, ",
+               h.qkv_width(), "] for num_heads = ", h.num_heads,
+               ", num_kv_heads = ", h.num_kv_heads, ", head_dim = ", h.head_dim,
+               multi_head_misfit ? "; multi-head attention needs num_heads to divide C = " : "",
+               multi_head_misfit ? std::to_string(width / 3) : "");
 }
 
 }  // namespace ztrain::kernels::cpu

@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "core/tensor.h"
+#include "kernels/ops.h"
 
 namespace ztrain::kernels::cpu {
 
@@ -28,5 +29,12 @@ Shape WithLastDim(const Shape& shape, int64_t cols);
 // t holds exactly `count` elements of `dtype` (any shape: [N] or [B, T] both pass).
 void CheckCount(const Tensor& t, int64_t count, const char* op, const char* what,
                 DType dtype = DType::kF32);
+
+// The heads of an attention-shaped op (ops.h's AttentionHeads): positive counts,
+// num_kv_heads dividing num_heads, a positive head_dim.
+void CheckHeads(const AttentionHeads& heads, const char* op);
+// t (its device and dtype checked already) is [B, T, (NH + 2 * NKV) * HS], the qkv layout of
+// ops.h; the heads are checked once t is known to be 3-D.
+void CheckQkvShape(const Tensor& t, const AttentionHeads& heads, const char* op, const char* what);
 
 }  // namespace ztrain::kernels::cpu

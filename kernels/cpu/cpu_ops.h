@@ -13,7 +13,7 @@
 // Shapes are checked before any work starts, so a throwing op has written nothing.
 // Thread safety: one thread at a time per object (ops.h); each op runs OpenMP-parallel inside
 // and never calls OpenBLAS or oneDNN from within a parallel region (Note [BLAS and OpenMP]).
-// Every reduction these kernels do themselves (bias and LayerNorm parameter gradients,
+// Every reduction these kernels do themselves (bias, LayerNorm and RMSNorm parameter gradients,
 // embedding gradients, SumSquares, attention) is deterministic: its summation order depends
 // on the shapes only, never on the number of threads. GEMMs are OpenBLAS's or oneDNN's.
 //
@@ -70,10 +70,25 @@ class CpuOps final : public Ops {
                          const Tensor& mean, const Tensor& rstd, const Tensor& dx,
                          const Tensor& dweight, const Tensor& dbias) override;
 
-  void AttentionForward(const Tensor& qkv, int num_heads, const Tensor& out,
+  void RmsNormForward(const Tensor& x, const Tensor& weight, float eps, const Tensor& y,
+                      const Tensor& rstd) override;
+  void RmsNormBackward(const Tensor& dy, const Tensor& x, const Tensor& weight,
+                       const Tensor& rstd, const Tensor& dx, const Tensor& dweight) override;
+
+  using Ops::AttentionBackward;
+  using Ops::AttentionForward;
+  void AttentionForward(const Tensor& qkv, const AttentionHeads& heads, const Tensor& out,
                         const Tensor& lse) override;
   void AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                         const Tensor& lse, int num_heads, const Tensor& dqkv) override;
+                         const Tensor& lse, const AttentionHeads& heads,
+                         const Tensor& dqkv) override;
+  void RopeForward(const Tensor& qkv, const AttentionHeads& heads,
+                   const Tensor& inv_freq) override;
+  void RopeBackward(const Tensor& dqkv, const AttentionHeads& heads,
+                    const Tensor& inv_freq) override;
+  void SwiGluForward(const Tensor& gate, const Tensor& up, const Tensor& h) override;
+  void SwiGluBackward(const Tensor& dh, const Tensor& gate, const Tensor& up,
+                      const Tensor& dgate, const Tensor& dup) override;
 
   void GeluForward(const Tensor& x, const Tensor& y) override;
   void GeluBackward(const Tensor& dy, const Tensor& x, const Tensor& dx) override;

@@ -1,4 +1,5 @@
-// Token + position embedding, forward and deterministic backward.
+// Token (+ position) embedding, forward and deterministic backward. The position table is
+// optional: a model without one (Llama: RoPE) passes an undefined wpe / dwpe.
 #include <omp.h>
 
 #include <algorithm>
@@ -27,18 +28,23 @@ void CheckTokens(const int32_t* tokens, const EmbeddingDims& d, const char* op) 
   }
 }
 
+// wpe may be undefined (no position table).
 EmbeddingDims CheckEmbeddingArgs(const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
-                                 const Tensor& act, const char* op, const char* act_name) {
+                                 const Tensor& act, const char* op, const char* wte_name,
+                                 const char* wpe_name, const char* act_name) {
   cpu::CheckCpu(tokens, op, "tokens", DType::kI32);
   ZTRAIN_CHECK(tokens.dim() == 2, op, ": tokens must be [B, T], got ",
                ShapeToString(tokens.shape()));
-  cpu::CheckCpuFloat(wte, op, "wte");
-  ZTRAIN_CHECK(wte.dim() == 2, op, ": wte must be [Vp, C], got ", ShapeToString(wte.shape()));
+  cpu::CheckCpuFloat(wte, op, wte_name);
+  ZTRAIN_CHECK(wte.dim() == 2, op, ": ", wte_name, " must be [Vp, C], got ",
+               ShapeToString(wte.shape()));
   const EmbeddingDims d{tokens.size(0), tokens.size(1), wte.size(1), wte.size(0)};
-  cpu::CheckCpuFloat(wpe, op, "wpe");
-  ZTRAIN_CHECK(wpe.dim() == 2 && wpe.size(1) == d.channels && wpe.size(0) >= d.seq, op,
-               ": wpe has shape ", ShapeToString(wpe.shape()), ", expected [maxT >= ", d.seq,
-               ", ", d.channels, "]");
+  if (wpe.defined()) {
+    cpu::CheckCpuFloat(wpe, op, wpe_name);
+    ZTRAIN_CHECK(wpe.dim() == 2 && wpe.size(1) == d.channels && wpe.size(0) >= d.seq, op, ": ",
+                 wpe_name, " has shape ", ShapeToString(wpe.shape()), ", expected [maxT >= ", d.seq,
+                 ", ", d.channels, "]");
+  }
   cpu::CheckCpuFloat(act, {d.batch, d.seq, d.channels}, op, act_name);
   CheckTokens(tokens.data<int32_t>(), d, op);
   return d;
@@ -46,7 +52,8 @@ EmbeddingDims CheckEmbeddingArgs(const Tensor& tokens, const Tensor& wte, const 
 
 // The forward with a 16-bit table or output: each row of wte and wpe it reads is widened on
 // the fly (never the whole [Vp, C] table), added in fp32 and rounded once into out, so the
-// result is the fp32 kernel's on the widened tables (Note [Widening adapter]).
+// result is the fp32 kernel's on the widened tables (Note [Widening adapter]). Without wpe
+// the wte row is rounded once into out.
 void EmbeddingForwardRows(const EmbeddingDims& d, const int32_t* tok, const Tensor& wte,
                           const Tensor& wpe, const Tensor& out) {
   const int64_t rows = d.batch * d.seq, ch = d.channels;
@@ -63,9 +70,11 @@ void EmbeddingForwardRows(const EmbeddingDims& d, const int32_t* tok, const Tens
 #pragma omp for schedule(static)
     for (int64_t i = 0; i < rows; ++i) {
       cpu::WidenSerial(te + tok[i] * te_row, wte.dtype(), t, ch);
-      cpu::WidenSerial(pe + (i % d.seq) * pe_row, wpe.dtype(), p, ch);
+      if (pe != nullptr) {
+        cpu::WidenSerial(pe + (i % d.seq) * pe_row, wpe.dtype(), p, ch);
 #pragma omp simd
-      for (int64_t c = 0; c < ch; ++c) t[c] += p[c];
+        for (int64_t c = 0; c < ch; ++c) t[c] += p[c];
+      }
       cpu::NarrowSerial(t, o + i * o_row, out.dtype(), ch);
     }
   }
@@ -75,7 +84,8 @@ void EmbeddingForwardRows(const EmbeddingDims& d, const int32_t* tok, const Tens
 
 void CpuOps::EmbeddingForward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
                               const Tensor& out) {
-  const EmbeddingDims d = CheckEmbeddingArgs(tokens, wte, wpe, out, "EmbeddingForward", "out");
+  const EmbeddingDims d =
+      CheckEmbeddingArgs(tokens, wte, wpe, out, "EmbeddingForward", "wte", "wpe", "out");
   const int32_t* tok = tokens.data<int32_t>();
   if (cpu::AnyHalf(wte, wpe, out)) return EmbeddingForwardRows(d, tok, wte, wpe, out);
   const float* te = wte.data<float>();
@@ -85,8 +95,12 @@ void CpuOps::EmbeddingForward(const Tensor& tokens, const Tensor& wte, const Ten
 #pragma omp parallel for schedule(static) if (rows * ch >= cpu::kParallelGrain)
   for (int64_t i = 0; i < rows; ++i) {
     const float* t_row = te + tok[i] * ch;
-    const float* p_row = pe + (i % d.seq) * ch;
     float* o_row = o + i * ch;
+    if (pe == nullptr) {
+      std::copy(t_row, t_row + ch, o_row);
+      continue;
+    }
+    const float* p_row = pe + (i % d.seq) * ch;
 #pragma omp simd
     for (int64_t c = 0; c < ch; ++c) o_row[c] = t_row[c] + p_row[c];
   }
@@ -103,13 +117,14 @@ void CpuOps::EmbeddingBackward(const Tensor& dout, const Tensor& tokens, const T
     return;
   }
   const EmbeddingDims d =
-      CheckEmbeddingArgs(tokens, dwte, dwpe, dout, "EmbeddingBackward", "dout");
+      CheckEmbeddingArgs(tokens, dwte, dwpe, dout, "EmbeddingBackward", "dwte", "dwpe", "dout");
   const int32_t* tok = tokens.data<int32_t>();
   const float* g = dout.data<float>();
   float* gte = dwte.data<float>();
   float* gpe = dwpe.data<float>();
   const int64_t rows = d.batch * d.seq, ch = d.channels;
   const int64_t blocks = (ch + kChannelBlock - 1) / kChannelBlock;
+  const int64_t pe_rows = gpe != nullptr ? d.seq : 0;  // none without a position table
 #pragma omp parallel if (rows * ch >= cpu::kParallelGrain)
   {
 #pragma omp for schedule(static) nowait
@@ -125,7 +140,7 @@ void CpuOps::EmbeddingBackward(const Tensor& dout, const Tensor& tokens, const T
     }
     // dwpe[t] += sum over b of dout[b, t]: positions are independent.
 #pragma omp for schedule(static)
-    for (int64_t t = 0; t < d.seq; ++t) {
+    for (int64_t t = 0; t < pe_rows; ++t) {
       float* dst = gpe + t * ch;
       for (int64_t b = 0; b < d.batch; ++b) {
         const float* src = g + (b * d.seq + t) * ch;

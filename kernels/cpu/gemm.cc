@@ -7,14 +7,13 @@
 #include <climits>
 
 #include "kernels/cpu/check.h"
+#include "kernels/cpu/column_sums.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/gemm_util.h"
 
 namespace ztrain::kernels {
 namespace cpu {
 namespace {
-
-constexpr int64_t kColumnBlock = 64;  // columns one task of a column reduction owns
 
 int BlasDim(int64_t d, const char* op, const char* what) {
   ZTRAIN_CHECK(d <= INT_MAX, op, ": ", what, " = ", d, " exceeds the 32-bit BLAS interface");
@@ -46,22 +45,14 @@ void AddBiasRows(float* y, const float* bias, int64_t rows, int64_t cols) {
   }
 }
 
-// Each column block is summed by one task over the rows in order, so the result does not
-// depend on the thread count.
+// Note [Deterministic column sums] in column_sums.h.
 void AccumulateColumnSums(const float* dy, int64_t rows, int64_t cols, float* dbias) {
-  const int64_t blocks = (cols + kColumnBlock - 1) / kColumnBlock;
-#pragma omp parallel for schedule(static) if (rows * cols >= cpu::kParallelGrain)
-  for (int64_t blk = 0; blk < blocks; ++blk) {
-    const int64_t c0 = blk * kColumnBlock;
-    const int64_t width = std::min(kColumnBlock, cols - c0);
-    float acc[kColumnBlock] = {};
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* row = dy + r * cols + c0;
+#pragma omp parallel if (rows * cols >= cpu::kParallelGrain)
+  SumColumnBlocks<1>(rows, cols, {dbias}, [&](int64_t r, int64_t c0, int64_t width, auto& acc) {
+    const float* row = dy + r * cols + c0;
 #pragma omp simd
-      for (int64_t c = 0; c < width; ++c) acc[c] += row[c];
-    }
-    for (int64_t c = 0; c < width; ++c) dbias[c0 + c] += acc[c];
-  }
+    for (int64_t c = 0; c < width; ++c) acc[0][c] += row[c];
+  });
 }
 
 }  // namespace cpu

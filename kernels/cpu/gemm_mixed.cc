@@ -16,6 +16,7 @@
 
 #include "core/logging.h"
 #include "kernels/cpu/check.h"
+#include "kernels/cpu/column_sums.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/gemm_util.h"
 #include "kernels/cpu/onednn_matmul.h"
@@ -23,27 +24,19 @@
 namespace ztrain::kernels {
 namespace {
 
-constexpr int64_t kColumnBlock = 64;  // columns one task of the bias-gradient sum owns
-
 // dbias[c] += sum over rows of dy[r, c] for a 16-bit dy: the fp32 kernel's blocking and row
 // order (deterministic), widening each row's slice of the block on the fly.
 void AccumulateHalfColumnSums(const Tensor& dy, int64_t rows, int64_t cols, float* dbias) {
   const auto* base = static_cast<const char*>(dy.data());
   const size_t elem = DTypeSize(dy.dtype());
-  const int64_t blocks = (cols + kColumnBlock - 1) / kColumnBlock;
-#pragma omp parallel for schedule(static) if (rows * cols >= cpu::kParallelGrain)
-  for (int64_t blk = 0; blk < blocks; ++blk) {
-    const int64_t c0 = blk * kColumnBlock;
-    const int64_t width = std::min(kColumnBlock, cols - c0);
-    float acc[kColumnBlock] = {};
-    float row[kColumnBlock];
-    for (int64_t r = 0; r < rows; ++r) {
-      cpu::WidenSerial(base + (r * cols + c0) * elem, dy.dtype(), row, width);
+#pragma omp parallel if (rows * cols >= cpu::kParallelGrain)
+  cpu::SumColumnBlocks<1>(rows, cols, {dbias},
+                          [&](int64_t r, int64_t c0, int64_t width, auto& acc) {
+                            float row[cpu::kColumnBlock];
+                            cpu::WidenSerial(base + (r * cols + c0) * elem, dy.dtype(), row, width);
 #pragma omp simd
-      for (int64_t c = 0; c < width; ++c) acc[c] += row[c];
-    }
-    for (int64_t c = 0; c < width; ++c) dbias[c0 + c] += acc[c];
-  }
+                            for (int64_t c = 0; c < width; ++c) acc[0][c] += row[c];
+                          });
 }
 
 }  // namespace

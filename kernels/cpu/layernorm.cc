@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "kernels/cpu/check.h"
+#include "kernels/cpu/column_sums.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/widen.h"
 
@@ -11,7 +12,6 @@ namespace ztrain::kernels {
 namespace {
 
 constexpr float kEps = 1e-5f;
-constexpr int64_t kColumnBlock = 64;  // channels one task of the dweight/dbias sum owns
 
 void NormalizeRow(const float* x, const float* w, const float* b, int64_t ch, float* y,
                   float* mean_out, float* rstd_out) {
@@ -91,8 +91,8 @@ void CpuOps::LayerNormForward(const Tensor& x, const Tensor& weight, const Tenso
   }
 }
 
-// Channel blocks in parallel for dweight/dbias, each summing its channels over all rows in
-// order (deterministic for any thread count); then rows in parallel for dx.
+// dweight and dbias by column blocks (Note [Deterministic column sums]), then rows in
+// parallel for dx.
 void CpuOps::LayerNormBackward(const Tensor& dy, const Tensor& x, const Tensor& weight,
                                const Tensor& mean, const Tensor& rstd, const Tensor& dx,
                                const Tensor& dweight, const Tensor& dbias) {
@@ -118,29 +118,19 @@ void CpuOps::LayerNormBackward(const Tensor& dy, const Tensor& x, const Tensor& 
   float* dxp = dx.data<float>();
   float* dw = dweight.data<float>();
   float* db = dbias.data<float>();
-  const int64_t blocks = (ch + kColumnBlock - 1) / kColumnBlock;
 #pragma omp parallel if (rows * ch >= cpu::kParallelGrain)
   {
-#pragma omp for schedule(static)
-    for (int64_t blk = 0; blk < blocks; ++blk) {
-      const int64_t c0 = blk * kColumnBlock;
-      const int64_t width = std::min(kColumnBlock, ch - c0);
-      float acc_w[kColumnBlock] = {}, acc_b[kColumnBlock] = {};
-      for (int64_t r = 0; r < rows; ++r) {
-        const float* gr = g + r * ch + c0;
-        const float* xr = xp + r * ch + c0;
-        const float m = mp[r], s = rp[r];
+    cpu::SumColumnBlocks<2>(
+        rows, ch, {dw, db}, [&](int64_t r, int64_t c0, int64_t width, auto& acc) {
+          const float* gr = g + r * ch + c0;
+          const float* xr = xp + r * ch + c0;
+          const float m = mp[r], s = rp[r];
 #pragma omp simd
-        for (int64_t c = 0; c < width; ++c) {
-          acc_w[c] += gr[c] * (xr[c] - m) * s;
-          acc_b[c] += gr[c];
-        }
-      }
-      for (int64_t c = 0; c < width; ++c) {
-        dw[c0 + c] += acc_w[c];
-        db[c0 + c] += acc_b[c];
-      }
-    }  // implicit barrier: dy and x are read before dx (which may alias either) is written
+          for (int64_t c = 0; c < width; ++c) {
+            acc[0][c] += gr[c] * (xr[c] - m) * s;
+            acc[1][c] += gr[c];
+          }
+        });  // its barrier: dy and x are read before dx (which may alias either) is written
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
       RowInputGrad(g + r * ch, xp + r * ch, w, mp[r], rp[r], ch, dxp + r * ch);

@@ -46,6 +46,21 @@ void CheckCount(const Tensor& t, int64_t count, const char* op, const char* what
                " (", t.numel(), " elements), expected ", count, " elements");
 }
 
+void CheckQkv(const Tensor& qkv, const AttentionHeads& heads, Device device, const char* op,
+              const char* what) {
+  CheckFloat(qkv, device, op, what);
+  ZTRAIN_CHECK(heads.num_heads > 0 && heads.num_kv_heads > 0 && heads.head_dim > 0, op,
+               ": heads has num_heads = ", heads.num_heads, ", num_kv_heads = ",
+               heads.num_kv_heads, ", head_dim = ", heads.head_dim, " for ", what, " ",
+               ShapeToString(qkv.shape()), "; all must be positive");
+  ZTRAIN_CHECK(heads.num_heads % heads.num_kv_heads == 0, op, ": num_kv_heads = ",
+               heads.num_kv_heads, " must divide num_heads = ", heads.num_heads);
+  ZTRAIN_CHECK(qkv.dim() == 3 && qkv.size(2) == heads.qkv_width(), op, ": ", what,
+               " has shape ", ShapeToString(qkv.shape()), ", expected [B, T, ",
+               heads.qkv_width(), "] ((num_heads + 2 num_kv_heads) head_dim = (",
+               heads.num_heads, " + 2 * ", heads.num_kv_heads, ") * ", heads.head_dim, ")");
+}
+
 int CheckInt32(int64_t d, const char* op, const char* what) {
   ZTRAIN_CHECK(d >= 0 && d <= INT_MAX, op, ": ", what, " = ", d,
                " exceeds the 32-bit range the CUDA kernels index with");

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "core/tensor.h"
+#include "kernels/ops.h"
 
 namespace ztrain::kernels::cuda {
 
@@ -24,6 +25,10 @@ void CheckLike(const Tensor& t, const Tensor& ref, const char* op, const char* w
 int64_t RowsOf(const Tensor& t, int64_t cols, const char* op, const char* what);
 // t (already checked) holds exactly `count` elements, any shape.
 void CheckCount(const Tensor& t, int64_t count, const char* op, const char* what);
+// heads is well formed (positive counts and head_dim, num_kv_heads dividing num_heads) and
+// qkv (CheckFloat) is [B, T, (NH + 2 NKV) HS] for it (ops.h, AttentionForward).
+void CheckQkv(const Tensor& qkv, const AttentionHeads& heads, Device device, const char* op,
+              const char* what);
 // The kernels index rows and grids with 32-bit ints where noted: d must fit.
 int CheckInt32(int64_t d, const char* op, const char* what);
 

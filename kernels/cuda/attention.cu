@@ -1,4 +1,6 @@
-// Causal multi-head self-attention on the GPU, FlashAttention-2 style (ops.h contract).
+// Causal self-attention with grouped key/value heads on the GPU, FlashAttention-2 style
+// (ops.h contract: NH query heads, NKV key/value heads of HS features; query head h reads KV
+// head h / (NH / NKV)).
 //
 // Note [CUDA attention tiles]: queries and keys are cut into tiles of 32 rows (one warp's
 // width). A block of 4 warps owns one 32-row tile of one (batch, head); each warp owns 8 of
@@ -11,11 +13,14 @@
 // 32 x 32 shared tile.
 //
 // Backward is deterministic (no floating-point atomics): D_i = dO_i . O_i first, then one
-// block per (batch, head, key tile) loops over the query tiles at or after it to produce dK
-// and dV for its keys, and one block per (batch, head, query tile) loops over the key tiles
-// at or before it to produce dQ. Each dqkv element is written by exactly one thread, after
-// a summation whose order depends on the shapes only. The scores are recomputed twice
-// (once per pass), the usual price of avoiding atomics.
+// block per (batch, KV head, key tile) loops over the query heads that KV head serves, in
+// order, and for each over the query tiles at or after the key tile, to produce dK and dV
+// for its keys (the sum over the group stays in registers); and one block per (batch, query
+// head, query tile) loops over the key tiles at or before it to produce dQ. Each dqkv element
+// is written by exactly one thread, after a summation whose order depends on the shapes
+// only. The scores are recomputed twice (once per pass), the usual price of avoiding atomics.
+// With few KV heads the dK/dV pass is the narrow one: B * NKV * ceil(T / 32) blocks, each
+// doing the work of NH / NKV query heads (multi-query attention at B = 1, T = 1024: 32 blocks).
 #include <cuda_bf16.h>
 
 #include <cmath>
@@ -50,10 +55,20 @@ __device__ __forceinline__ float4 Load4(const float* p) {
   return *reinterpret_cast<const float4*>(p);
 }
 
+// NH query heads, NKV key/value heads, HS features each. A qkv row holds q (NH heads), k and
+// v (NKV heads each); an out / dout row holds NH heads.
 struct AttentionShape {
-  int64_t batch, seq, channels;
-  int heads, head_size;
+  int64_t batch, seq;
+  int heads, kv_heads, head_size;
   __host__ __device__ int64_t tiles() const { return (seq + kTile - 1) / kTile; }
+  __host__ __device__ int group() const { return heads / kv_heads; }  // query heads per KV head
+  __host__ __device__ int64_t out_width() const { return int64_t{heads} * head_size; }
+  __host__ __device__ int64_t kv_width() const { return int64_t{kv_heads} * head_size; }
+  __host__ __device__ int64_t qkv_width() const { return out_width() + 2 * kv_width(); }
+  // Columns of query head h, and of key / value head g, within a qkv row.
+  __host__ __device__ int64_t QCol(int64_t h) const { return h * head_size; }
+  __host__ __device__ int64_t KCol(int64_t g) const { return out_width() + g * head_size; }
+  __host__ __device__ int64_t VCol(int64_t g) const { return KCol(g) + kv_width(); }
 };
 
 // dst[r * dst_stride + d] = rows [row0, row0 + kTile) of src (row r at src + r * src_stride)
@@ -68,15 +83,16 @@ __device__ void LoadTile(float* dst, int dst_stride, const T* src, int64_t src_s
   }
 }
 
-// Block -> (batch, head, tile); tiles are handed out last first, as they do the most work.
+// Block -> (batch, head, tile) over `heads` heads (query heads or KV heads); bh = b * heads
+// + h. With last_first, tiles are handed out last first, as they do the most work.
 struct TileIndex {
   int64_t b, h, bh, tile;
-  __device__ TileIndex(const AttentionShape& s, bool last_first) {
+  __device__ TileIndex(const AttentionShape& s, int heads, bool last_first) {
     const int64_t tiles = s.tiles();
     bh = blockIdx.x / tiles;
     tile = last_first ? tiles - 1 - blockIdx.x % tiles : blockIdx.x % tiles;
-    b = bh / s.heads;
-    h = bh % s.heads;
+    b = bh / heads;
+    h = bh % heads;
   }
 };
 
@@ -98,11 +114,13 @@ __global__ void __launch_bounds__(kBlockThreads)
   float* sv = sk + kTile * kPad;                // [kTile][kMaxHS] values
   float* sp = sv + kTile * kMaxHS;              // [kTile][kTile] probabilities
 
-  const TileIndex ti(s, /*last_first=*/true);
-  const int64_t stride = 3 * s.channels, seq = s.seq;
-  const T* q = qkv + ti.b * seq * stride + ti.h * s.head_size;
-  const T* k = q + s.channels;
-  const T* v = q + 2 * s.channels;
+  const TileIndex ti(s, s.heads, /*last_first=*/true);
+  const int64_t stride = s.qkv_width(), seq = s.seq;
+  const T* rows = qkv + ti.b * seq * stride;
+  const int64_t g = ti.h / s.group();
+  const T* q = rows + s.QCol(ti.h);
+  const T* k = rows + s.KCol(g);
+  const T* v = rows + s.VCol(g);
   const int64_t i0 = ti.tile * kTile;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   LoadTile<kMaxHS>(sq, kMaxHS, q, stride, i0, seq, s.head_size);
@@ -172,7 +190,7 @@ __global__ void __launch_bounds__(kBlockThreads)
     const int64_t i = i0 + warp * kRows + r;
     if (i >= seq) continue;
     const float inv = 1.0f / row_sum[r];
-    T* o = out + (ti.b * seq + i) * s.channels + ti.h * s.head_size;
+    T* o = out + (ti.b * seq + i) * s.out_width() + ti.h * s.head_size;
 #pragma unroll
     for (int c = 0; c < kD; ++c) {
       const int d = lane + 32 * c;
@@ -191,7 +209,7 @@ __global__ void AttentionDeltaKernel(const T* dout, const T* out, float* delta,
   if (row >= s.batch * s.heads * s.seq) return;  // whole warps leave together
   const int64_t t = row % s.seq, bh = row / s.seq;
   const int64_t b = bh / s.heads, h = bh % s.heads;
-  const int64_t off = (b * s.seq + t) * s.channels + h * s.head_size;
+  const int64_t off = (b * s.seq + t) * s.out_width() + h * s.head_size;
   float dot = 0.0f;
   for (int d = lane; d < s.head_size; d += 32) {
     dot = fmaf(ToFloat(dout[off + d]), ToFloat(out[off + d]), dot);
@@ -205,8 +223,9 @@ constexpr size_t BackwardKvSmemFloats() {
   return 2 * kTile * kMaxHS + 2 * kTile * (kMaxHS + 4) + 2 * kTile * kTile + 2 * kTile;
 }
 
-// One block per (batch, head, key tile): dK and dV of its keys, summed over the query tiles
-// at or after it. Lanes take queries, each warp 8 keys.
+// One block per (batch, KV head, key tile): dK and dV of its keys, summed over the query
+// heads the KV head serves (in head order) and, for each, over the query tiles at or after
+// the key tile. Lanes take queries, each warp 8 keys.
 template <int kMaxHS, typename T>
 __global__ void __launch_bounds__(kBlockThreads)
     AttentionBackwardKvKernel(const T* qkv, const T* dout, const float* lse,
@@ -223,73 +242,77 @@ __global__ void __launch_bounds__(kBlockThreads)
   float* slse = sds + kTile * kTile;            // [kTile]
   float* sdelta = slse + kTile;                 // [kTile]
 
-  const TileIndex ti(s, /*last_first=*/false);  // early key tiles see the most queries
-  const int64_t stride = 3 * s.channels, seq = s.seq;
-  const int64_t qkv_off = ti.b * seq * stride + ti.h * s.head_size;
-  const int64_t out_off = ti.b * seq * s.channels + ti.h * s.head_size;
-  const T* q = qkv + qkv_off;
+  const TileIndex ti(s, s.kv_heads, /*last_first=*/false);  // early key tiles see the most
+  const int64_t stride = s.qkv_width(), seq = s.seq;
+  const int64_t rows_off = ti.b * seq * stride;
   const int64_t j0 = ti.tile * kTile;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  LoadTile<kMaxHS>(sk, kMaxHS, q + s.channels, stride, j0, seq, s.head_size);
-  LoadTile<kMaxHS>(sv, kMaxHS, q + 2 * s.channels, stride, j0, seq, s.head_size);
+  LoadTile<kMaxHS>(sk, kMaxHS, qkv + rows_off + s.KCol(ti.h), stride, j0, seq, s.head_size);
+  LoadTile<kMaxHS>(sv, kMaxHS, qkv + rows_off + s.VCol(ti.h), stride, j0, seq, s.head_size);
 
   float dk[kRows][kD] = {}, dv[kRows][kD] = {};
-  for (int64_t i0 = j0; i0 < seq; i0 += kTile) {
-    __syncthreads();
-    LoadTile<kMaxHS>(sq, kPad, q, stride, i0, seq, s.head_size);
-    LoadTile<kMaxHS>(sdo, kPad, dout + out_off, s.channels, i0, seq, s.head_size);
-    if (threadIdx.x < kTile) {
-      const int64_t i = i0 + threadIdx.x;
-      slse[threadIdx.x] = i < seq ? lse[ti.bh * seq + i] : 0.0f;
-      sdelta[threadIdx.x] = i < seq ? delta[ti.bh * seq + i] : 0.0f;
-    }
-    __syncthreads();
-    float score[kRows] = {}, dp[kRows] = {};
-#pragma unroll 4
-    for (int d = 0; d < kMaxHS; d += 4) {
-      const float4 q4 = Load4(sq + lane * kPad + d);
-      const float4 o4 = Load4(sdo + lane * kPad + d);
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-        score[r] = Dot4(q4, Load4(sk + (warp * kRows + r) * kMaxHS + d), score[r]);
-        dp[r] = Dot4(o4, Load4(sv + (warp * kRows + r) * kMaxHS + d), dp[r]);
+  const int64_t h_end = (ti.h + 1) * s.group();
+  for (int64_t h = ti.h * s.group(); h < h_end; ++h) {
+    const T* q = qkv + rows_off + s.QCol(h);
+    const T* dout_h = dout + ti.b * seq * s.out_width() + h * s.head_size;
+    const int64_t bh = ti.b * s.heads + h;  // lse and delta row of query head h
+    for (int64_t i0 = j0; i0 < seq; i0 += kTile) {
+      __syncthreads();
+      LoadTile<kMaxHS>(sq, kPad, q, stride, i0, seq, s.head_size);
+      LoadTile<kMaxHS>(sdo, kPad, dout_h, s.out_width(), i0, seq, s.head_size);
+      if (threadIdx.x < kTile) {
+        const int64_t i = i0 + threadIdx.x;
+        slse[threadIdx.x] = i < seq ? lse[bh * seq + i] : 0.0f;
+        sdelta[threadIdx.x] = i < seq ? delta[bh * seq + i] : 0.0f;
       }
-    }
-    const int64_t i = i0 + lane;
+      __syncthreads();
+      float score[kRows] = {}, dp[kRows] = {};
+#pragma unroll 4
+      for (int d = 0; d < kMaxHS; d += 4) {
+        const float4 q4 = Load4(sq + lane * kPad + d);
+        const float4 o4 = Load4(sdo + lane * kPad + d);
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      const int64_t j = j0 + warp * kRows + r;
-      const float p = (j <= i && i < seq) ? expf(score[r] * scale - slse[lane]) : 0.0f;
-      sp[(warp * kRows + r) * kTile + lane] = p;
-      sds[(warp * kRows + r) * kTile + lane] = p * (dp[r] - sdelta[lane]) * scale;
-    }
-    __syncwarp();
-    // dv[r] += sum_i p[r][i] dO_i;  dk[r] += sum_i ds[r][i] Q_i
-#pragma unroll 2
-    for (int ii = 0; ii < kTile; ii += 4) {
-      float qv[4][kD], ov[4][kD];
-#pragma unroll
-      for (int u = 0; u < 4; ++u) {
-#pragma unroll
-        for (int c = 0; c < kD; ++c) {
-          qv[u][c] = sq[(ii + u) * kPad + lane + 32 * c];
-          ov[u][c] = sdo[(ii + u) * kPad + lane + 32 * c];
+        for (int r = 0; r < kRows; ++r) {
+          score[r] = Dot4(q4, Load4(sk + (warp * kRows + r) * kMaxHS + d), score[r]);
+          dp[r] = Dot4(o4, Load4(sv + (warp * kRows + r) * kMaxHS + d), dp[r]);
         }
       }
+      const int64_t i = i0 + lane;
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
-        const float4 p4 = Load4(sp + (warp * kRows + r) * kTile + ii);
-        const float4 s4 = Load4(sds + (warp * kRows + r) * kTile + ii);
+        const int64_t j = j0 + warp * kRows + r;
+        const float p = (j <= i && i < seq) ? expf(score[r] * scale - slse[lane]) : 0.0f;
+        sp[(warp * kRows + r) * kTile + lane] = p;
+        sds[(warp * kRows + r) * kTile + lane] = p * (dp[r] - sdelta[lane]) * scale;
+      }
+      __syncwarp();
+      // dv[r] += sum_i p[r][i] dO_i;  dk[r] += sum_i ds[r][i] Q_i
+#pragma unroll 2
+      for (int ii = 0; ii < kTile; ii += 4) {
+        float qv[4][kD], ov[4][kD];
 #pragma unroll
-        for (int c = 0; c < kD; ++c) {
-          dv[r][c] = fmaf(p4.x, ov[0][c], dv[r][c]);
-          dv[r][c] = fmaf(p4.y, ov[1][c], dv[r][c]);
-          dv[r][c] = fmaf(p4.z, ov[2][c], dv[r][c]);
-          dv[r][c] = fmaf(p4.w, ov[3][c], dv[r][c]);
-          dk[r][c] = fmaf(s4.x, qv[0][c], dk[r][c]);
-          dk[r][c] = fmaf(s4.y, qv[1][c], dk[r][c]);
-          dk[r][c] = fmaf(s4.z, qv[2][c], dk[r][c]);
-          dk[r][c] = fmaf(s4.w, qv[3][c], dk[r][c]);
+        for (int u = 0; u < 4; ++u) {
+#pragma unroll
+          for (int c = 0; c < kD; ++c) {
+            qv[u][c] = sq[(ii + u) * kPad + lane + 32 * c];
+            ov[u][c] = sdo[(ii + u) * kPad + lane + 32 * c];
+          }
+        }
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+          const float4 p4 = Load4(sp + (warp * kRows + r) * kTile + ii);
+          const float4 s4 = Load4(sds + (warp * kRows + r) * kTile + ii);
+#pragma unroll
+          for (int c = 0; c < kD; ++c) {
+            dv[r][c] = fmaf(p4.x, ov[0][c], dv[r][c]);
+            dv[r][c] = fmaf(p4.y, ov[1][c], dv[r][c]);
+            dv[r][c] = fmaf(p4.z, ov[2][c], dv[r][c]);
+            dv[r][c] = fmaf(p4.w, ov[3][c], dv[r][c]);
+            dk[r][c] = fmaf(s4.x, qv[0][c], dk[r][c]);
+            dk[r][c] = fmaf(s4.y, qv[1][c], dk[r][c]);
+            dk[r][c] = fmaf(s4.z, qv[2][c], dk[r][c]);
+            dk[r][c] = fmaf(s4.w, qv[3][c], dk[r][c]);
+          }
         }
       }
     }
@@ -298,13 +321,14 @@ __global__ void __launch_bounds__(kBlockThreads)
   for (int r = 0; r < kRows; ++r) {
     const int64_t j = j0 + warp * kRows + r;
     if (j >= seq) continue;
-    T* dk_row = dqkv + qkv_off + j * stride + s.channels;
+    T* dk_row = dqkv + rows_off + j * stride + s.KCol(ti.h);
+    T* dv_row = dqkv + rows_off + j * stride + s.VCol(ti.h);
 #pragma unroll
     for (int c = 0; c < kD; ++c) {
       const int d = lane + 32 * c;
       if (d < s.head_size) {
         dk_row[d] = FromFloat<T>(dk[r][c]);
-        dk_row[s.channels + d] = FromFloat<T>(dv[r][c]);
+        dv_row[d] = FromFloat<T>(dv[r][c]);
       }
     }
   }
@@ -315,8 +339,8 @@ constexpr size_t BackwardQSmemFloats() {
   return 2 * kTile * kMaxHS + 2 * kTile * (kMaxHS + 4) + kTile * kTile;
 }
 
-// One block per (batch, head, query tile): dQ of its queries, summed over the key tiles up
-// to the diagonal. Lanes take keys, each warp 8 queries (as the forward).
+// One block per (batch, query head, query tile): dQ of its queries, summed over the key tiles
+// of its KV head up to the diagonal. Lanes take keys, each warp 8 queries (as the forward).
 template <int kMaxHS, typename T>
 __global__ void __launch_bounds__(kBlockThreads)
     AttentionBackwardQKernel(const T* qkv, const T* dout, const float* lse,
@@ -330,15 +354,18 @@ __global__ void __launch_bounds__(kBlockThreads)
   float* sv = sk + kTile * kPad;                // [kTile][kPad] values (one per lane)
   float* sds = sv + kTile * kPad;               // [query][key] dS (scaled)
 
-  const TileIndex ti(s, /*last_first=*/true);
-  const int64_t stride = 3 * s.channels, seq = s.seq;
-  const int64_t qkv_off = ti.b * seq * stride + ti.h * s.head_size;
-  const int64_t out_off = ti.b * seq * s.channels + ti.h * s.head_size;
-  const T* q = qkv + qkv_off;
+  const TileIndex ti(s, s.heads, /*last_first=*/true);
+  const int64_t stride = s.qkv_width(), seq = s.seq;
+  const int64_t rows_off = ti.b * seq * stride;
+  const int64_t g = ti.h / s.group();
+  const T* q = qkv + rows_off + s.QCol(ti.h);
+  const T* k = qkv + rows_off + s.KCol(g);
+  const T* v = qkv + rows_off + s.VCol(g);
+  const int64_t out_off = ti.b * seq * s.out_width() + ti.h * s.head_size;
   const int64_t i0 = ti.tile * kTile;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   LoadTile<kMaxHS>(sq, kMaxHS, q, stride, i0, seq, s.head_size);
-  LoadTile<kMaxHS>(sdo, kMaxHS, dout + out_off, s.channels, i0, seq, s.head_size);
+  LoadTile<kMaxHS>(sdo, kMaxHS, dout + out_off, s.out_width(), i0, seq, s.head_size);
   float row_lse[kRows], row_delta[kRows];
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
@@ -350,8 +377,8 @@ __global__ void __launch_bounds__(kBlockThreads)
   float dq[kRows][kD] = {};
   for (int64_t j0 = 0; j0 <= i0; j0 += kTile) {
     __syncthreads();
-    LoadTile<kMaxHS>(sk, kPad, q + s.channels, stride, j0, seq, s.head_size);
-    LoadTile<kMaxHS>(sv, kPad, q + 2 * s.channels, stride, j0, seq, s.head_size);
+    LoadTile<kMaxHS>(sk, kPad, k, stride, j0, seq, s.head_size);
+    LoadTile<kMaxHS>(sv, kPad, v, stride, j0, seq, s.head_size);
     __syncthreads();
     float score[kRows] = {}, dp[kRows] = {};
 #pragma unroll 4
@@ -398,7 +425,7 @@ __global__ void __launch_bounds__(kBlockThreads)
   for (int r = 0; r < kRows; ++r) {
     const int64_t i = i0 + warp * kRows + r;
     if (i >= seq) continue;
-    T* dq_row = dqkv + qkv_off + i * stride;
+    T* dq_row = dqkv + rows_off + i * stride + s.QCol(ti.h);
 #pragma unroll
     for (int c = 0; c < kD; ++c) {
       const int d = lane + 32 * c;
@@ -434,10 +461,11 @@ template <int kMaxHS, typename T>
 void LaunchBackward(const Tensor& dout, const Tensor& qkv, const float* lse, const float* delta,
                     const Tensor& dqkv, const AttentionShape& s, cudaStream_t stream) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_size));
-  const int64_t blocks = s.batch * s.heads * s.tiles();
-  Launch(AttentionBackwardKvKernel<kMaxHS, T>, blocks, BackwardKvSmemFloats<kMaxHS>(), stream,
-         qkv.data<const T>(), dout.data<const T>(), lse, delta, dqkv.data<T>(), s, scale);
-  Launch(AttentionBackwardQKernel<kMaxHS, T>, blocks, BackwardQSmemFloats<kMaxHS>(), stream,
+  Launch(AttentionBackwardKvKernel<kMaxHS, T>, s.batch * s.kv_heads * s.tiles(),
+         BackwardKvSmemFloats<kMaxHS>(), stream, qkv.data<const T>(), dout.data<const T>(), lse,
+         delta, dqkv.data<T>(), s, scale);
+  Launch(AttentionBackwardQKernel<kMaxHS, T>, s.batch * s.heads * s.tiles(),
+         BackwardQSmemFloats<kMaxHS>(), stream,
          qkv.data<const T>(), dout.data<const T>(), lse, delta, dqkv.data<T>(), s, scale);
 }
 
@@ -455,21 +483,16 @@ void DispatchAttention(DType dtype, int head_size, Fn&& fn) {
   }
 }
 
-// Checks qkv [B,T,3C] (fp32 or bf16), out [B,T,C] of qkv's dtype, lse [B,NH,T] fp32 and
-// 0 < HS = C / num_heads <= 128.
-AttentionShape CheckAttention(const Tensor& qkv, int num_heads, const Tensor& out,
+// Checks heads and qkv [B,T,(NH+2*NKV)*HS] (fp32 or bf16; CheckQkv), HS <= 128, out
+// [B,T,NH*HS] of qkv's dtype and lse [B,NH,T] fp32.
+AttentionShape CheckAttention(const Tensor& qkv, const AttentionHeads& heads, const Tensor& out,
                               const Tensor& lse, Device device, const char* op) {
-  CheckFloat(qkv, device, op, "qkv");
-  ZTRAIN_CHECK(qkv.dim() == 3 && qkv.size(2) % 3 == 0, op, ": qkv has shape ",
-               ShapeToString(qkv.shape()), ", expected [B, T, 3C]");
-  AttentionShape s{qkv.size(0), qkv.size(1), qkv.size(2) / 3, num_heads, 0};
-  ZTRAIN_CHECK(num_heads > 0 && s.channels % num_heads == 0, op, ": num_heads = ", num_heads,
-               " must be positive and divide C = ", s.channels);
-  const int64_t hs = s.channels / num_heads;
-  ZTRAIN_CHECK(hs <= kMaxHeadSize, op, ": head size C / num_heads = ", hs,
-               " is above the CUDA kernels' limit of ", kMaxHeadSize, "; use more heads");
-  s.head_size = static_cast<int>(hs);
-  CheckOnDevice(out, device, qkv.dtype(), {s.batch, s.seq, s.channels}, op, "out");
+  CheckQkv(qkv, heads, device, op, "qkv");
+  ZTRAIN_CHECK(heads.head_dim <= kMaxHeadSize, op, ": head_dim = ", heads.head_dim,
+               " is above the CUDA attention kernels' limit of ", kMaxHeadSize);
+  const AttentionShape s{qkv.size(0), qkv.size(1), heads.num_heads, heads.num_kv_heads,
+                         heads.head_dim};
+  CheckOnDevice(out, device, qkv.dtype(), {s.batch, s.seq, s.out_width()}, op, "out");
   CheckOnDevice(lse, device, DType::kF32, {s.batch, s.heads, s.seq}, op, "lse");
   CheckInt32(s.batch * s.heads * s.tiles(), op, "B * NH * ceil(T / 32) (thread blocks)");
   CheckInt32(s.batch * s.heads * s.seq * 32, op, "B * NH * T * 32 (threads of the D pass)");
@@ -478,23 +501,24 @@ AttentionShape CheckAttention(const Tensor& qkv, int num_heads, const Tensor& ou
 
 }  // namespace
 
-void CudaOps::AttentionForward(const Tensor& qkv, int num_heads, const Tensor& out,
-                               const Tensor& lse) {
+void CudaOps::AttentionForward(const Tensor& qkv, const AttentionHeads& heads,
+                               const Tensor& out, const Tensor& lse) {
   constexpr const char* kOp = "AttentionForward";
-  const AttentionShape s = CheckAttention(qkv, num_heads, out, lse, device(), kOp);
-  if (s.batch * s.seq * s.channels == 0) return;
+  const AttentionShape s = CheckAttention(qkv, heads, out, lse, device(), kOp);
+  if (s.batch * s.seq == 0) return;
   DispatchAttention(qkv.dtype(), s.head_size, [&]<int kMaxHS, typename T>() {
     LaunchForward<kMaxHS, T>(qkv, out, lse, s, stream_);
   });
 }
 
 void CudaOps::AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                                const Tensor& lse, int num_heads, const Tensor& dqkv) {
+                                const Tensor& lse, const AttentionHeads& heads,
+                                const Tensor& dqkv) {
   constexpr const char* kOp = "AttentionBackward";
-  const AttentionShape s = CheckAttention(qkv, num_heads, out, lse, device(), kOp);
+  const AttentionShape s = CheckAttention(qkv, heads, out, lse, device(), kOp);
   CheckLike(dout, out, kOp, "dout");
   CheckLike(dqkv, qkv, kOp, "dqkv");
-  if (s.batch * s.seq * s.channels == 0) return;
+  if (s.batch * s.seq == 0) return;
   const int64_t rows = s.batch * s.heads * s.seq;
   auto* delta = static_cast<float*>(Workspace(rows * sizeof(float)));
   constexpr int kDeltaThreads = 256;

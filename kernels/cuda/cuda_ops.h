@@ -6,12 +6,14 @@
 // legacy default stream (where NcclCommunicator orders its collectives) waits for the ops
 // issued before it: a collective on an op's output needs no host synchronisation. Tensors live on this device, contiguous,
 // row-major. Floating-point tensors are fp32 or bf16 (not mixed within one op, except where
-// ops.h fixes a dtype: LayerNorm's mean/rstd, attention's lse and the losses are fp32);
-// arithmetic accumulates in fp32. GEMMs go through cuBLAS / cuBLASLt (bias and GELU fused in
-// the epilogue where cuBLASLt offers it), the rest through the kernels in kernels/cuda/*.cu:
-// fused layernorm, flash-style causal attention (online softmax, no T x T matrix in device
-// memory), a fused softmax + cross-entropy that writes the logits' gradient in place, and a
-// deterministic embedding backward (no floating-point atomics: the same result every run).
+// ops.h fixes a dtype: LayerNorm's mean/rstd, RMSNorm's rstd, attention's lse, RoPE's
+// inv_freq and the losses are fp32); arithmetic accumulates in fp32. GEMMs go through cuBLAS /
+// cuBLASLt (bias and GELU fused in the epilogue where cuBLASLt offers it), the rest through
+// the kernels in kernels/cuda/*.cu: fused LayerNorm and RMSNorm, flash-style causal
+// attention with grouped key/value heads (online softmax, no T x T matrix in device memory;
+// head_dim at most 128), RoPE in place, SwiGLU, a fused softmax + cross-entropy that writes
+// the logits' gradient in place, and deterministic backwards (no floating-point atomics in
+// the embedding, norm and attention gradients: the same result every run).
 // Shapes and dtypes are checked on the host before anything is enqueued, so a throwing op
 // has enqueued nothing. One thread at a time per object, as every Ops.
 #include <cublasLt.h>
@@ -53,10 +55,25 @@ class CudaOps final : public Ops {
                          const Tensor& mean, const Tensor& rstd, const Tensor& dx,
                          const Tensor& dweight, const Tensor& dbias) override;
 
-  void AttentionForward(const Tensor& qkv, int num_heads, const Tensor& out,
+  void RmsNormForward(const Tensor& x, const Tensor& weight, float eps, const Tensor& y,
+                      const Tensor& rstd) override;
+  void RmsNormBackward(const Tensor& dy, const Tensor& x, const Tensor& weight,
+                       const Tensor& rstd, const Tensor& dx, const Tensor& dweight) override;
+
+  using Ops::AttentionBackward;
+  using Ops::AttentionForward;
+  void AttentionForward(const Tensor& qkv, const AttentionHeads& heads, const Tensor& out,
                         const Tensor& lse) override;
   void AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                         const Tensor& lse, int num_heads, const Tensor& dqkv) override;
+                         const Tensor& lse, const AttentionHeads& heads,
+                         const Tensor& dqkv) override;
+  void RopeForward(const Tensor& qkv, const AttentionHeads& heads,
+                   const Tensor& inv_freq) override;
+  void RopeBackward(const Tensor& dqkv, const AttentionHeads& heads,
+                    const Tensor& inv_freq) override;
+  void SwiGluForward(const Tensor& gate, const Tensor& up, const Tensor& h) override;
+  void SwiGluBackward(const Tensor& dh, const Tensor& gate, const Tensor& up,
+                      const Tensor& dgate, const Tensor& dup) override;
 
   void GeluForward(const Tensor& x, const Tensor& y) override;
   void GeluBackward(const Tensor& dy, const Tensor& x, const Tensor& dx) override;

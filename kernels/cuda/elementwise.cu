@@ -1,5 +1,5 @@
-// Elementwise ops, GELU and the sum of squares on the GPU. fp32 or bf16 tensors, fp32
-// arithmetic; SumSquares accumulates in double.
+// Elementwise ops, GELU, SwiGLU and the sum of squares on the GPU. fp32 or bf16 tensors,
+// fp32 arithmetic; SumSquares accumulates in double.
 #include <algorithm>
 
 #include "kernels/cuda/arg_check.h"
@@ -58,6 +58,33 @@ __global__ void GeluBackwardKernel(const T* dy, const T* x, T* dx, int64_t n) {
     const float s = HalfOnePlusTanh(v);
     const float du = kSqrt2OverPi * (1.0f + 3.0f * kCubic * v * v);
     dx[i] = FromFloat<T>(ToFloat(dy[i]) * (s + 2.0f * v * s * (1.0f - s) * du));
+  }
+}
+
+// sigmoid(g) = 1 / (1 + e^-g) with the accurate expf; 0 (not NaN) where e^-g overflows.
+__device__ __forceinline__ float Sigmoid(float g) { return 1.0f / (1.0f + expf(-g)); }
+
+// h = silu(gate) * up, silu(g) = g sigmoid(g).
+template <typename T>
+__global__ void SwiGluForwardKernel(const T* gate, const T* up, T* h, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const float g = ToFloat(gate[i]);
+    h[i] = FromFloat<T>(g * Sigmoid(g) * ToFloat(up[i]));
+  }
+}
+
+// dgate = dh * up * silu'(gate), silu'(g) = s (1 + g (1 - s)) with s = sigmoid(g);
+// dup = dh * silu(gate). Every input of element i is read before its outputs are written.
+template <typename T>
+__global__ void SwiGluBackwardKernel(const T* dh, const T* gate, const T* up, T* dgate, T* dup,
+                                     int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const float g = ToFloat(gate[i]), u = ToFloat(up[i]), d = ToFloat(dh[i]);
+    const float s = Sigmoid(g);
+    dgate[i] = FromFloat<T>(d * u * s * (1.0f + g * (1.0f - s)));
+    dup[i] = FromFloat<T>(d * g * s);
   }
 }
 
@@ -164,6 +191,31 @@ void CudaOps::GeluBackward(const Tensor& dy, const Tensor& x, const Tensor& dx) 
     using T = typename decltype(tag)::type;
     Launch1D(GeluBackwardKernel<T>, x.numel(), stream_, dy.data<const T>(), x.data<const T>(),
              dx.data<T>());
+  });
+}
+
+void CudaOps::SwiGluForward(const Tensor& gate, const Tensor& up, const Tensor& h) {
+  CheckFloat(gate, device(), "SwiGluForward", "gate");
+  CheckLike(up, gate, "SwiGluForward", "up");
+  CheckLike(h, gate, "SwiGluForward", "h");
+  DispatchFloat(gate.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    Launch1D(SwiGluForwardKernel<T>, gate.numel(), stream_, gate.data<const T>(),
+             up.data<const T>(), h.data<T>());
+  });
+}
+
+void CudaOps::SwiGluBackward(const Tensor& dh, const Tensor& gate, const Tensor& up,
+                             const Tensor& dgate, const Tensor& dup) {
+  CheckFloat(gate, device(), "SwiGluBackward", "gate");
+  CheckLike(up, gate, "SwiGluBackward", "up");
+  CheckLike(dh, gate, "SwiGluBackward", "dh");
+  CheckLike(dgate, gate, "SwiGluBackward", "dgate");
+  CheckLike(dup, gate, "SwiGluBackward", "dup");
+  DispatchFloat(gate.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    Launch1D(SwiGluBackwardKernel<T>, gate.numel(), stream_, dh.data<const T>(),
+             gate.data<const T>(), up.data<const T>(), dgate.data<T>(), dup.data<T>());
   });
 }
 

@@ -1,4 +1,6 @@
-// Token + position embedding on the GPU, forward and deterministic backward.
+// Token + position embedding on the GPU, forward and deterministic backward. The position
+// table is optional (ops.h): with wpe / dwpe undefined, out is the token rows alone (copied
+// bit for bit) and the backward writes dwte only.
 //
 // Both directions check every token against [0, Vp) and throw naming the first bad one, as
 // ops.h requires. Tokens live on the device, so the check costs a round trip: the forward
@@ -40,10 +42,12 @@ EmbeddingDims CheckEmbeddingArgs(Device device, const Tensor& tokens, const Tens
   ZTRAIN_CHECK(wte.dim() == 2, op, ": ", wte_name, " must be [Vp, C], got ",
                ShapeToString(wte.shape()));
   const EmbeddingDims d{tokens.size(0), tokens.size(1), wte.size(1), wte.size(0)};
-  CheckOnDevice(wpe, device, wte.dtype(), op, wpe_name);
-  ZTRAIN_CHECK(wpe.dim() == 2 && wpe.size(1) == d.channels && wpe.size(0) >= d.seq, op, ": ",
-               wpe_name, " has shape ", ShapeToString(wpe.shape()), ", expected [maxT >= ",
-               d.seq, ", ", d.channels, "]");
+  if (wpe.defined()) {  // an undefined one: no position table
+    CheckOnDevice(wpe, device, wte.dtype(), op, wpe_name);
+    ZTRAIN_CHECK(wpe.dim() == 2 && wpe.size(1) == d.channels && wpe.size(0) >= d.seq, op,
+                 ": ", wpe_name, " has shape ", ShapeToString(wpe.shape()),
+                 ", expected [maxT >= ", d.seq, ", ", d.channels, "]");
+  }
   CheckOnDevice(act, device, wte.dtype(), {d.batch, d.seq, d.channels}, op, act_name);
   CheckInt32(d.batch * d.seq, op, "B*T");
   return d;
@@ -66,14 +70,18 @@ __global__ void FindBadTokenKernel(const int32_t* tokens, int64_t n, int64_t voc
   }
 }
 
-// One block per (b, t) row, threads across channels.
+// One block per (b, t) row, threads across channels; wpe == nullptr: no position table.
 template <typename T>
 __global__ void EmbeddingForwardKernel(const int32_t* tokens, const T* wte, const T* wpe,
                                        int64_t seq, int64_t ch, T* out) {
   const int64_t row = blockIdx.x;
   const T* te = wte + tokens[row] * ch;
-  const T* pe = wpe + (row % seq) * ch;
   T* o = out + row * ch;
+  if (wpe == nullptr) {
+    for (int64_t c = threadIdx.x; c < ch; c += blockDim.x) o[c] = te[c];
+    return;
+  }
+  const T* pe = wpe + (row % seq) * ch;
   for (int64_t c = threadIdx.x; c < ch; c += blockDim.x) {
     o[c] = FromFloat<T>(ToFloat(te[c]) + ToFloat(pe[c]));
   }
@@ -169,8 +177,8 @@ void CudaOps::EmbeddingForward(const Tensor& tokens, const Tensor& wte, const Te
   DispatchFloat(wte.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     EmbeddingForwardKernel<T><<<static_cast<unsigned>(rows), kThreads, 0, stream_>>>(
-        tokens.data<const int32_t>(), wte.data<const T>(), wpe.data<const T>(), d.seq,
-        d.channels, out.data<T>());
+        tokens.data<const int32_t>(), wte.data<const T>(),
+        wpe.defined() ? wpe.data<const T>() : nullptr, d.seq, d.channels, out.data<T>());
     ZTRAIN_CUDA_CHECK_LAUNCH();
   });
 }
@@ -201,9 +209,11 @@ void CudaOps::EmbeddingBackward(const Tensor& dout, const Tensor& tokens, const 
                                     cudaMemcpyHostToDevice, stream_));
   DispatchFloat(dwte.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    PositionGradKernel<T><<<GridFor(d.seq * d.channels), kThreads, 0, stream_>>>(
-        dout.data<const T>(), d.batch, d.seq, d.channels, dwpe.data<T>());
-    ZTRAIN_CUDA_CHECK_LAUNCH();
+    if (dwpe.defined()) {
+      PositionGradKernel<T><<<GridFor(d.seq * d.channels), kThreads, 0, stream_>>>(
+          dout.data<const T>(), d.batch, d.seq, d.channels, dwpe.data<T>());
+      ZTRAIN_CUDA_CHECK_LAUNCH();
+    }
     TokenGradKernel<T><<<static_cast<unsigned>(u), kThreads, 0, stream_>>>(
         device_lists, device_lists + u, device_lists + 2 * u + 1, dout.data<const T>(),
         d.channels, dwte.data<T>());

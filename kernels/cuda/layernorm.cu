@@ -3,35 +3,25 @@
 //
 // Forward and the input gradient take one warp per row (a row's reduction is a fixed
 // butterfly, so the bits do not change between runs). The parameter gradients are summed
-// over rows without atomics: pass 1 writes per-chunk column partials into the workspace,
-// pass 2 adds a column's partials in chunk order into dweight/dbias. Both passes read dy and
-// x before the dx kernel writes, so dx may alias either.
-#include <algorithm>
+// over rows without atomics (Note [Norm parameter gradients] in norm_grad.cuh), before the
+// dx kernel writes, so dx may alias dy or x.
+#include <array>
 
 #include "kernels/cuda/arg_check.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/kernel_utils.cuh"
+#include "kernels/cuda/norm_grad.cuh"
 
 namespace ztrain::kernels::cuda {
 namespace {
 
 constexpr float kEps = 1e-5f;
-constexpr int kRowsPerBlock = kThreads / 32;  // one warp per row
-constexpr int kColTile = 32;                  // parameter-gradient block: 32 channels ...
-constexpr int kRowLanes = 8;                  // ... by 8 row lanes
-constexpr int64_t kMinRowsPerChunk = 64;
-constexpr int64_t kMaxChunks = 65535;  // gridDim.y limit
-
-int64_t RowsPerChunk(int64_t rows) {
-  return std::max(kMinRowsPerChunk, (rows + kMaxChunks - 1) / kMaxChunks);
-}
-int64_t Chunks(int64_t rows) { return (rows + RowsPerChunk(rows) - 1) / RowsPerChunk(rows); }
 
 template <typename T>
 __global__ void LayerNormForwardKernel(const T* x, const T* w, const T* b, int64_t rows,
                                        int64_t ch, T* y, float* mean_out, float* rstd_out) {
-  const int64_t row = int64_t{blockIdx.x} * kRowsPerBlock + threadIdx.x / 32;
+  const int64_t row = int64_t{blockIdx.x} * kNormRowsPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= rows) return;  // a whole warp leaves together: the shuffles stay full
   const T* xr = x + row * ch;
@@ -60,7 +50,7 @@ template <typename T>
 __global__ void LayerNormInputGradKernel(const T* dy, const T* x, const T* w,
                                          const float* mean, const float* rstd, int64_t rows,
                                          int64_t ch, T* dx) {
-  const int64_t row = int64_t{blockIdx.x} * kRowsPerBlock + threadIdx.x / 32;
+  const int64_t row = int64_t{blockIdx.x} * kNormRowsPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= rows) return;
   const T* gr = dy + row * ch;
@@ -81,77 +71,27 @@ __global__ void LayerNormInputGradKernel(const T* dy, const T* x, const T* w,
   }
 }
 
-// Pass 1 of dweight/dbias: block (tile, chunk) sums dy * xhat and dy over the chunk's rows
-// for 32 channels, row lane y taking every 8th row, then the lanes in order.
+// The terms of dweight and dbias at (r, c): dy * xhat and dy.
 template <typename T>
-__global__ void LayerNormParamPartialKernel(const T* dy, const T* x, const float* mean,
-                                            const float* rstd, int64_t rows, int64_t ch,
-                                            int64_t rows_per_chunk, float* partial_w,
-                                            float* partial_b) {
-  __shared__ float shared_w[kRowLanes][kColTile + 1];
-  __shared__ float shared_b[kRowLanes][kColTile + 1];
-  const int64_t c = int64_t{blockIdx.x} * kColTile + threadIdx.x;
-  const int64_t r0 = int64_t{blockIdx.y} * rows_per_chunk;
-  const int64_t r1 = min(rows, r0 + rows_per_chunk);
-  float acc_w = 0.0f, acc_b = 0.0f;
-  if (c < ch) {
-    for (int64_t r = r0 + threadIdx.y; r < r1; r += kRowLanes) {
-      const float g = ToFloat(dy[r * ch + c]);
-      acc_w += g * (ToFloat(x[r * ch + c]) - mean[r]) * rstd[r];
-      acc_b += g;
-    }
+struct LayerNormParamTerms {
+  const T* dy;
+  const T* x;
+  const float* mean;
+  const float* rstd;
+  int64_t ch;
+  __device__ void operator()(int64_t r, int64_t c, float (&v)[2]) const {
+    const float g = ToFloat(dy[r * ch + c]);
+    v[0] = g * (ToFloat(x[r * ch + c]) - mean[r]) * rstd[r];
+    v[1] = g;
   }
-  shared_w[threadIdx.y][threadIdx.x] = acc_w;
-  shared_b[threadIdx.y][threadIdx.x] = acc_b;
-  __syncthreads();
-  if (threadIdx.y == 0 && c < ch) {
-    float sum_w = 0.0f, sum_b = 0.0f;
-    for (int i = 0; i < kRowLanes; ++i) {
-      sum_w += shared_w[i][threadIdx.x];
-      sum_b += shared_b[i][threadIdx.x];
-    }
-    partial_w[int64_t{blockIdx.y} * ch + c] = sum_w;
-    partial_b[int64_t{blockIdx.y} * ch + c] = sum_b;
-  }
-}
-
-// Pass 2: dweight[c] += sum of its chunk partials, in chunk order; dbias likewise.
-template <typename T>
-__global__ void LayerNormParamFinishKernel(const float* partial_w, const float* partial_b,
-                                           int64_t chunks, int64_t ch, T* dweight, T* dbias) {
-  for (int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; c < ch;
-       c += int64_t{gridDim.x} * blockDim.x) {
-    float sum_w = 0.0f, sum_b = 0.0f;
-    for (int64_t k = 0; k < chunks; ++k) {
-      sum_w += partial_w[k * ch + c];
-      sum_b += partial_b[k * ch + c];
-    }
-    dweight[c] = FromFloat<T>(ToFloat(dweight[c]) + sum_w);
-    dbias[c] = FromFloat<T>(ToFloat(dbias[c]) + sum_b);
-  }
-}
-
-struct LayerNormDims {
-  int64_t rows, channels;
 };
 
-LayerNormDims CheckLayerNormArgs(Device device, const Tensor& x, const Tensor& weight,
-                                 const Tensor& mean, const Tensor& rstd, const char* op) {
-  CheckFloat(x, device, op, "x");
-  CheckOnDevice(weight, device, x.dtype(), op, "weight");
-  ZTRAIN_CHECK(weight.dim() == 1, op, ": weight must be [C], got ",
-               ShapeToString(weight.shape()));
-  const int64_t ch = weight.size(0);
-  const int64_t rows = RowsOf(x, ch, op, "x");
-  CheckOnDevice(mean, device, DType::kF32, op, "mean");
-  CheckCount(mean, rows, op, "mean");
-  CheckOnDevice(rstd, device, DType::kF32, op, "rstd");
-  CheckCount(rstd, rows, op, "rstd");
-  return {rows, ch};
-}
-
-unsigned RowBlocks(int64_t rows) {
-  return static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock);
+NormDims CheckLayerNormArgs(Device device, const Tensor& x, const Tensor& weight,
+                            const Tensor& mean, const Tensor& rstd, const char* op) {
+  const NormDims d = CheckNormArgs(device, x, weight, op);
+  CheckRowStat(device, mean, d, op, "mean");
+  CheckRowStat(device, rstd, d, op, "rstd");
+  return d;
 }
 
 }  // namespace
@@ -159,14 +99,14 @@ unsigned RowBlocks(int64_t rows) {
 void CudaOps::LayerNormForward(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                const Tensor& y, const Tensor& mean, const Tensor& rstd) {
   constexpr const char* kOp = "LayerNormForward";
-  const LayerNormDims d = CheckLayerNormArgs(device(), x, weight, mean, rstd, kOp);
+  const NormDims d = CheckLayerNormArgs(device(), x, weight, mean, rstd, kOp);
   CheckLike(bias, weight, kOp, "bias");
   CheckLike(y, x, kOp, "y");
-  ZTRAIN_CHECK(RowBlocks(d.rows) <= 0x7fffffffu, kOp, ": ", d.rows, " rows is too many");
+  CheckNormLaunch(x, d, kOp);
   if (d.rows == 0) return;
   DispatchFloat(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    LayerNormForwardKernel<T><<<RowBlocks(d.rows), kThreads, 0, stream_>>>(
+    LayerNormForwardKernel<T><<<NormRowBlocks(d.rows), kThreads, 0, stream_>>>(
         x.data<const T>(), weight.data<const T>(), bias.data<const T>(), d.rows, d.channels,
         y.data<T>(), mean.data<float>(), rstd.data<float>());
     ZTRAIN_CUDA_CHECK_LAUNCH();
@@ -177,34 +117,24 @@ void CudaOps::LayerNormBackward(const Tensor& dy, const Tensor& x, const Tensor&
                                 const Tensor& mean, const Tensor& rstd, const Tensor& dx,
                                 const Tensor& dweight, const Tensor& dbias) {
   constexpr const char* kOp = "LayerNormBackward";
-  const LayerNormDims d = CheckLayerNormArgs(device(), x, weight, mean, rstd, kOp);
+  const NormDims d = CheckLayerNormArgs(device(), x, weight, mean, rstd, kOp);
   CheckLike(dy, x, kOp, "dy");
   CheckLike(dx, x, kOp, "dx");
   CheckLike(dweight, weight, kOp, "dweight");
   CheckLike(dbias, weight, kOp, "dbias");
-  const int64_t rows = d.rows, ch = d.channels;
-  ZTRAIN_CHECK(RowBlocks(rows) <= 0x7fffffffu && (ch + kColTile - 1) / kColTile <= 0x7fffffff,
-               kOp, ": x has shape ", ShapeToString(x.shape()), ", too large for one launch");
-  if (rows == 0 || ch == 0) return;
-  const int64_t chunks = Chunks(rows);
-  const size_t partial_floats = static_cast<size_t>(chunks * ch);
-  auto* partial_w = static_cast<float*>(Workspace(2 * sizeof(float) * partial_floats));
-  float* partial_b = partial_w + partial_floats;
+  CheckNormLaunch(x, d, kOp);
+  if (d.rows == 0 || d.channels == 0) return;
   DispatchFloat(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const dim3 grid(static_cast<unsigned>((ch + kColTile - 1) / kColTile),
-                    static_cast<unsigned>(chunks));
-    LayerNormParamPartialKernel<T><<<grid, dim3(kColTile, kRowLanes), 0, stream_>>>(
-        dy.data<const T>(), x.data<const T>(), mean.data<const float>(),
-        rstd.data<const float>(), rows, ch, RowsPerChunk(rows), partial_w, partial_b);
-    ZTRAIN_CUDA_CHECK_LAUNCH();
-    LayerNormParamFinishKernel<T><<<GridFor(ch), kThreads, 0, stream_>>>(
-        partial_w, partial_b, chunks, ch, dweight.data<T>(), dbias.data<T>());
-    ZTRAIN_CUDA_CHECK_LAUNCH();
+    const LayerNormParamTerms<T> terms{dy.data<const T>(), x.data<const T>(),
+                                       mean.data<const float>(), rstd.data<const float>(),
+                                       d.channels};
+    AccumulateNormParamGrads<2>(*this, terms, d, std::array<T*, 2>{dweight.data<T>(),
+                                                                   dbias.data<T>()});
     // After the partials: dx may alias dy or x.
-    LayerNormInputGradKernel<T><<<RowBlocks(rows), kThreads, 0, stream_>>>(
+    LayerNormInputGradKernel<T><<<NormRowBlocks(d.rows), kThreads, 0, stream_>>>(
         dy.data<const T>(), x.data<const T>(), weight.data<const T>(), mean.data<const float>(),
-        rstd.data<const float>(), rows, ch, dx.data<T>());
+        rstd.data<const float>(), d.rows, d.channels, dx.data<T>());
     ZTRAIN_CUDA_CHECK_LAUNCH();
   });
 }

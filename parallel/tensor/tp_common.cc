@@ -8,32 +8,6 @@
 
 namespace ztrain::tensor::detail {
 
-nn::ParamSpec Split(nn::ParamSpec spec, int dim, int groups, const comm::Communicator& tp) {
-  if (tp.size() == 1) return spec;
-  auto& d = spec.shape.at(static_cast<size_t>(dim));
-  ZTRAIN_ASSERT(d % (static_cast<int64_t>(groups) * tp.size()) == 0, spec.name, " dimension ", dim,
-                " of ", ShapeToString(spec.shape), " does not split into ", groups, " x ",
-                tp.size());
-  spec.tp.full_shape = spec.shape;
-  spec.tp.dim = dim;
-  spec.tp.groups = groups;
-  spec.tp.parts = tp.size();
-  spec.tp.part = tp.rank();
-  d /= tp.size();
-  return spec;
-}
-
-std::string DivisibilityProblem(const char* key, int64_t value, int tp_size, const char* fix) {
-  if (tp_size > 0 && value % tp_size == 0) return "";
-  return ::ztrain::detail::StrCat(key, " ", value, " does not divide by tensor_parallel.size ",
-                                  tp_size, "; ", fix);
-}
-
-void CheckDivides(const char* key, int64_t value, int tp_size, const char* fix) {
-  const std::string problem = DivisibilityProblem(key, value, tp_size, fix);
-  ZTRAIN_CHECK_T(ConfigError, problem.empty(), problem);
-}
-
 void CheckHostOps(const nn::LayerContext& ctx, const std::string& layer) {
   ZTRAIN_CHECK(ctx.ops().device().is_cpu(), "tensor-parallel layer ", layer, " runs on ",
                ctx.ops().device().ToString(),
@@ -58,14 +32,14 @@ Tensor Fp32Partial(const nn::LayerContext& ctx, const Tensor& out, Buffer& hold)
 
 void AddBiasAndResidual(const Tensor& sum, const Tensor& bias, const Tensor& residual,
                         const Tensor& y) {
-  const int64_t c = bias.numel(), rows = y.numel() / c;
-  ZTRAIN_ASSERT(sum.dtype() == DType::kF32 && sum.numel() == y.numel() && y.numel() == rows * c &&
-                    residual.numel() == y.numel(),
+  const int64_t c = y.size(-1), rows = y.numel() / c;
+  ZTRAIN_ASSERT(sum.dtype() == DType::kF32 && sum.numel() == y.numel() &&
+                    (!bias.defined() || bias.numel() == c) && residual.numel() == y.numel(),
                 "sum ", ShapeToString(sum.shape()), ", bias ", ShapeToString(bias.shape()),
                 " and residual ", ShapeToString(residual.shape()), " do not fit ",
                 ShapeToString(y.shape()));
-  std::vector<float> b(static_cast<size_t>(c));
-  LoadElements(bias, 0, c, b.data());
+  std::vector<float> b(static_cast<size_t>(c), 0.0f);
+  if (bias.defined()) LoadElements(bias, 0, c, b.data());
   const float* s = sum.data<float>();
 #pragma omp parallel if (rows * c >= kParallelGrain)
   {
@@ -78,19 +52,6 @@ void AddBiasAndResidual(const Tensor& sum, const Tensor& bias, const Tensor& res
       StoreElements(row.data(), y, i * c, c);
     }
   }
-}
-
-void LinearBackwardAllReduceDx(nn::LayerContext& ctx, comm::Communicator& tp, const Tensor& dy,
-                               const Tensor& x, const Tensor& weight, const Tensor& dx,
-                               const Tensor& dweight, const Tensor& dbias) {
-  kernels::Ops& ops = ctx.ops();
-  // Backward workspace lives until the context's Release, as the layers' other scratch.
-  const Tensor sum = dx.dtype() == DType::kF32 ? dx : ctx.Scratch(DType::kF32, dx.shape());
-  ops.Gemm(false, false, 1.0f, dy, weight, 0.0f, sum);  // dx[N,C] = dy[N,OC] @ weight[OC,C]
-  const comm::WorkPtr work = tp.AllReduce(sum);
-  ops.LinearBackward(dy, x, weight, Tensor(), dweight, dbias);  // reads neither dx nor its sum
-  work->Wait();
-  if (sum.data() != dx.data()) ops.Copy(sum, dx);
 }
 
 }  // namespace ztrain::tensor::detail

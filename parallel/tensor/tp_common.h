@@ -1,10 +1,9 @@
 #pragma once
-// Internals shared by the tensor-parallel layers: parameter slices, the divisibility checks,
-// and the few host loops the op set has no op for (GPT-2's parameter kinds and saved
-// layernorm come from nn/gpt2_parts.h). Not part of the public API.
+// Internals shared by MegatronLinears' parts (megatron_*.cc): the few host loops the op set
+// has no op for. Not part of the public API.
 //
 // Note [Tensor parallelism in 16 bits]
-// Under bf16/fp16 the layers compute as nn/gpt2.cc does: activations and their gradients in
+// Under bf16/fp16 the split layers compute as the whole ones do: activations and their gradients in
 // the context's dtype D, parameters the engine's D copies, gradients in the engine's
 // accumulation dtype, and every op computing in fp32 and rounding once. What crosses the tp
 // group is fp32: a row-parallel linear's partial sums, the input gradient partial sums of f,
@@ -17,7 +16,6 @@
 #include <string>
 
 #include "core/buffer.h"
-#include "nn/gpt2_parts.h"
 #include "nn/layer.h"
 #include "parallel/comm/communicator.h"
 
@@ -25,23 +23,6 @@ namespace ztrain::tensor::detail {
 
 // Elements below which a host loop runs on one thread (as the CPU kernels do).
 inline constexpr int64_t kParallelGrain = int64_t{1} << 15;
-
-// GPT-2's parameter kinds and saved layernorm, as nn/gpt2.cc uses them.
-using nn::Bias;
-using nn::NormWeight;
-using nn::SavedLayerNorm;
-using nn::SavedLayerNormBackward;
-using nn::Weight;
-
-// `spec` (declared with its whole shape) cut into tp.size() pieces along `dim`, `groups`
-// blocks each (nn::TensorSlice): shape becomes this rank's local shape. Whole when the
-// group has one rank.
-nn::ParamSpec Split(nn::ParamSpec spec, int dim, int groups, const comm::Communicator& tp);
-
-// "<key> <value> does not divide by tensor_parallel.size <P>; <fix>" when value % tp_size != 0,
-// else "". CheckDivides throws that message as a ConfigError.
-std::string DivisibilityProblem(const char* key, int64_t value, int tp_size, const char* fix);
-void CheckDivides(const char* key, int64_t value, int tp_size, const char* fix);
 
 // The host loops below read and write tensor memory directly: refuse other devices with a
 // message naming the layer.
@@ -59,16 +40,9 @@ void StoreElements(const float* in, const Tensor& t, int64_t begin, int64_t coun
 Tensor Fp32Partial(const nn::LayerContext& ctx, const Tensor& out, Buffer& hold);
 
 // y[n, c] = sum[n, c] + (bias[c] + residual[n, c]), rounded once into y's dtype: the tail of
-// a row-parallel linear after its all-reduce. sum is fp32 and may be y itself.
+// a row-parallel linear after its all-reduce. sum is fp32 and may be y itself; bias may be
+// undefined (no bias).
 void AddBiasAndResidual(const Tensor& sum, const Tensor& bias, const Tensor& residual,
                         const Tensor& y);
-
-// Issues `dx = dy @ weight` (the input gradient of a linear, into fp32 workspace unless dx is
-// fp32), starts its all-reduce over `tp`, then accumulates dweight (+= dy^T x) and dbias
-// while the all-reduce runs, waits, and rounds the sum into dx.
-// The backward of Megatron's f operator fused with the linear it guards.
-void LinearBackwardAllReduceDx(nn::LayerContext& ctx, comm::Communicator& tp, const Tensor& dy,
-                               const Tensor& x, const Tensor& weight, const Tensor& dx,
-                               const Tensor& dweight, const Tensor& dbias);
 
 }  // namespace ztrain::tensor::detail

@@ -30,7 +30,7 @@ TEST(ByteTokenizerTest, TextToShardWritesOneTokenPerByte) {
   const std::string text = "h\xC3\xA9llo, \xE4\xB8\x96\xE7\x95\x8C \xF0\x9F\x99\x82\n";
   ASSERT_EQ(text.size(), 20u);
   WriteText(dir.File("in.txt"), text);
-  EXPECT_EQ(TextToShard(dir.File("in.txt"), dir.File("out.bin")), 20);
+  EXPECT_EQ(TextToShard(dir.File("in.txt"), dir.File("out.bin"), TokenFormat::kUint16), 20);
 
   std::vector<uint8_t> expected(1024, 0);
   expected[0] = 0x88, expected[1] = 0xD8, expected[2] = 0x34, expected[3] = 0x01;  // 20240520
@@ -43,7 +43,8 @@ TEST(ByteTokenizerTest, TextToShardWritesOneTokenPerByte) {
   EXPECT_EQ(ReadBytes(dir.File("out.bin")), expected);
 
   const TokenShard shard = TokenShard::Open(dir.File("out.bin"));
-  const std::vector<int32_t> tokens(shard.tokens().begin(), shard.tokens().end());
+  const std::span<const uint16_t> read = shard.tokens().As<uint16_t>();
+  const std::vector<int32_t> tokens(read.begin(), read.end());
   EXPECT_EQ(tokens[1], 0xC3);
   EXPECT_EQ(Decode(tokens), text);
 }
@@ -51,8 +52,9 @@ TEST(ByteTokenizerTest, TextToShardWritesOneTokenPerByte) {
 TEST(ByteTokenizerTest, InvalidUtf8NamesTheOffsetAndWritesNothing) {
   TempDir dir;
   WriteText(dir.File("bad.txt"), "abc\xC3(def");
-  ExpectErrorWith<Error>([&] { TextToShard(dir.File("bad.txt"), dir.File("out.bin")); },
-                         {dir.File("bad.txt"), "offset 4", "0x28", "UTF-8"});
+  ExpectErrorWith<Error>(
+      [&] { TextToShard(dir.File("bad.txt"), dir.File("out.bin"), TokenFormat::kUint16); },
+      {dir.File("bad.txt"), "offset 4", "0x28", "UTF-8"});
   EXPECT_FALSE(std::filesystem::exists(dir.File("out.bin")));
   EXPECT_FALSE(std::filesystem::exists(dir.File("out.bin.tmp")));
 }
@@ -77,7 +79,7 @@ TEST(ByteTokenizerTest, SplitsLongTextIntoNumberedShards) {
   std::string text;
   for (int i = 0; i < 25; ++i) text.push_back(static_cast<char>('a' + i));
   WriteText(dir.File("in.txt"), text);
-  EXPECT_EQ(TextToShard(dir.File("in.txt"), dir.File("out.bin"), 10), 25);
+  EXPECT_EQ(TextToShard(dir.File("in.txt"), dir.File("out.bin"), TokenFormat::kUint16, 10), 25);
   EXPECT_FALSE(std::filesystem::exists(dir.File("out.bin")));
   EXPECT_EQ(SplitShardPath(dir.File("out.bin"), 2), dir.File("out_000002.bin"));
   const ShardFileSource source(dir.File("out_*.bin"));
@@ -86,17 +88,22 @@ TEST(ByteTokenizerTest, SplitsLongTextIntoNumberedShards) {
   EXPECT_EQ(source.shard(0).size(), 10u);
   EXPECT_EQ(source.shard(2).size(), 5u);
   std::vector<int32_t> all;
-  for (int s = 0; s < 3; ++s) all.insert(all.end(), source.shard(s).begin(), source.shard(s).end());
+  for (int s = 0; s < 3; ++s) {
+    const std::vector<uint32_t> tokens = source.shard(s).ToVector();
+    all.insert(all.end(), tokens.begin(), tokens.end());
+  }
   EXPECT_EQ(Decode(all), text);
 }
 
 TEST(ByteTokenizerTest, RejectsEmptyAndMissingFiles) {
   TempDir dir;
   WriteText(dir.File("empty.txt"), "");
-  ExpectErrorWith<IoError>([&] { TextToShard(dir.File("empty.txt"), dir.File("o.bin")); },
-                           {dir.File("empty.txt"), "empty"});
-  ExpectErrorWith<IoError>([&] { TextToShard(dir.File("none.txt"), dir.File("o.bin")); },
-                           {dir.File("none.txt")});
+  ExpectErrorWith<IoError>(
+      [&] { TextToShard(dir.File("empty.txt"), dir.File("o.bin"), TokenFormat::kUint16); },
+      {dir.File("empty.txt"), "empty"});
+  ExpectErrorWith<IoError>(
+      [&] { TextToShard(dir.File("none.txt"), dir.File("o.bin"), TokenFormat::kUint16); },
+      {dir.File("none.txt")});
 }
 
 TEST(ByteTokenizerTest, DecodeMarksTokensOutsideBytes) {

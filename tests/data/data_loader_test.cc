@@ -222,7 +222,8 @@ TEST(DataLoaderTest, ReadsShardFilesLikeMemory) {
   TempDir dir;
   const Shards shards = RandomShards({120, 77, 300}, 9);
   for (size_t i = 0; i < shards.size(); ++i) {
-    WriteTokenShard(dir.File("d_train_00000" + std::to_string(i) + ".bin"), shards[i]);
+    WriteTokenShard(dir.File("d_train_00000" + std::to_string(i) + ".bin"), shards[i],
+                    TokenFormat::kUint16);
   }
   auto files = std::make_shared<ShardFileSource>(dir.File("d_train_*.bin"));
   ASSERT_EQ(files->num_shards(), 3);
@@ -275,8 +276,8 @@ TEST(DataLoaderTest, OutOfRangeTokenIsReportedWhenTheDataIsOpened) {
   for (size_t i = 0; i < bad.size(); ++i) bad[i] = static_cast<uint16_t>(i % 100);
   bad[4321] = 150;
   bad[4500] = 499;
-  WriteTokenShard(dir.File("a.bin"), good);
-  WriteTokenShard(dir.File("b.bin"), bad);
+  WriteTokenShard(dir.File("a.bin"), good, TokenFormat::kUint16);
+  WriteTokenShard(dir.File("b.bin"), bad, TokenFormat::kUint16);
   LoaderOptions o;
   o.batch_size = 2;
   o.seq_len = 8;

@@ -18,7 +18,8 @@ namespace {
 using test_util::ExpectErrorWith;
 
 std::vector<uint16_t> Tokens(const TokenSource& source) {
-  return {source.shard(0).begin(), source.shard(0).end()};
+  const std::span<const uint16_t> tokens = source.shard(0).As<uint16_t>();
+  return {tokens.begin(), tokens.end()};
 }
 
 TEST(SyntheticCorpusTest, IsDeterministicPerSeedAndStream) {

@@ -112,7 +112,7 @@ TEST(PreflightTest, TheDataIsOpenedAndChecked) {
   data::test_util::TempDir dir;
   std::vector<uint16_t> tokens(100, 3);
   tokens[77] = 40;  // outside TinyConfigJson's vocabulary of 11
-  data::WriteTokenShard(dir.File("bad.bin"), tokens);
+  data::WriteTokenShard(dir.File("bad.bin"), tokens, data::TokenFormat::kUint16);
   json j = testing::TinyConfigJson();
   j["data"]["train"] = dir.File("bad.bin");
   j["data"]["val"] = dir.File("none_*.bin");

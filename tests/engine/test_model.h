@@ -19,6 +19,20 @@ inline nlohmann::json TinyConfigJson(int n_layer = 2, int n_embd = 8, int n_head
   return j;
 }
 
+// A Llama-family model small enough for finite differences: 4 query heads over 2 KV heads
+// (grouped-query attention) of head_dim 4 (not n_embd / n_head), a SwiGLU MLP 12 wide, RoPE,
+// an untied head. Callers flip the variants (biases, tying, rope scaling, MQA).
+inline nlohmann::json TinyLlamaConfigJson(int n_layer = 2, int vocab = 11, int max_seq = 8) {
+  nlohmann::json j = DefaultConfigJson();
+  j["model"] = {{"type", "llama"},        {"n_layer", n_layer},     {"n_head", 4},
+                {"n_kv_head", 2},         {"head_dim", 4},          {"n_embd", 12},
+                {"intermediate_size", 12}, {"vocab_size", vocab},   {"padded_vocab_size", 16},
+                {"max_seq_len", max_seq}, {"norm_eps", 1e-5},       {"rope_theta", 100.0},
+                {"tie_word_embeddings", false}};
+  j["data"] = {{"seq_len", max_seq}};
+  return j;
+}
+
 // The small GPT-2 of the memory checks (estimate_test, tune_test): 2 blocks, n_embd 64, 4
 // heads, vocabulary 512 (padded 512), T 64, on the CPU backend, with `micro` rows per
 // micro-batch and `gas` micro-batches per step.

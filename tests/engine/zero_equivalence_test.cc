@@ -22,7 +22,7 @@
 #include <unistd.h>
 
 #include "engine/engine.h"
-#include "nn/gpt2.h"
+#include "nn/family.h"
 #include "parallel/comm/mpi/mpi_communicator.h"
 #include "parallel/comm/nccl/nccl_communicator.h"
 #include "parallel/launch_env.h"
@@ -41,6 +41,7 @@ comm::Communicator* g_dp = nullptr;     // the parallel engines' group (NCCL wit
 std::string g_device = "cpu";           // "cpu" or "cuda:<local rank>"
 std::string g_skip;                     // why every test skips, when it does
 std::string g_precision = "fp32";       // --precision bf16|fp16: both engines in it
+std::string g_family = "gpt2";          // --family llama: the tiny Llama of test_model.h
 
 int64_t ZeroKey(const std::string& key, int64_t fallback) {
   return g_zero.contains(key) ? g_zero[key].get<int64_t>() : fallback;
@@ -62,7 +63,8 @@ std::vector<int64_t> PaddedLayerSizes(const Engine& e, int n) {
 // The reference is always the plain single-process run: stage 0, no offload.
 Config MakeConfig(int world_size, int64_t micro, bool reference = false) {
   // n_embd 24 makes flat buffers that do not divide evenly by 4 ranks: padding is exercised.
-  nlohmann::json j = testing::TinyConfigJson(2, 24, 2, 11, 8);
+  nlohmann::json j = g_family == "llama" ? testing::TinyLlamaConfigJson(2, 11, 8)
+                                          : testing::TinyConfigJson(2, 24, 2, 11, 8);
   j["train_micro_batch_size_per_gpu"] = micro;
   j["gradient_accumulation_steps"] = g_gas;
   j.erase("train_batch_size");
@@ -101,8 +103,8 @@ TEST(ZeroEquivalenceTest, LossesAndWeightsMatchOneProcess) {
   if (!g_skip.empty()) GTEST_SKIP() << g_skip;
   const int n = g_world->size(), r = g_world->rank();
   const int64_t b = 2;  // rows per rank per micro-batch
-  Engine parallel(MakeConfig(n, b), nn::BuildGpt2(MakeConfig(n, b).model), g_dp);
-  Engine single(MakeConfig(1, b * n, true), nn::BuildGpt2(MakeConfig(1, b * n, true).model));
+  Engine parallel(MakeConfig(n, b), nn::BuildModel(MakeConfig(n, b).model), g_dp);
+  Engine single(MakeConfig(1, b * n, true), nn::BuildModel(MakeConfig(1, b * n, true).model));
   // The same global micro-batches on every rank; rank r takes rows [r*b, (r+1)*b), within
   // Note [Equivalence tolerances].
   constexpr int kSteps = 20;
@@ -129,7 +131,7 @@ TEST(ZeroEquivalenceTest, BytesPerStepMatchTheZeroFormula) {
   if (!g_skip.empty()) GTEST_SKIP() << g_skip;
   if (g_precision != "fp32") GTEST_SKIP() << "the fp32 formula (16-bit gathers move half)";
   const int n = g_world->size();
-  Engine parallel(MakeConfig(n, 2), nn::BuildGpt2(MakeConfig(n, 2).model), g_dp);
+  Engine parallel(MakeConfig(n, 2), nn::BuildModel(MakeConfig(n, 2).model), g_dp);
   const std::vector<int64_t> sizes = PaddedLayerSizes(parallel, n);
   int64_t padded = 0;  // Ψ with each layer padded to dp x 16 elements
   for (int64_t x : sizes) padded += x;
@@ -180,8 +182,8 @@ TEST(ZeroEquivalenceTest, ModelStateIsShardedAsZeroSays) {
   if (!g_skip.empty()) GTEST_SKIP() << g_skip;
   if (g_precision != "fp32") GTEST_SKIP() << "the fp32 formula (16-bit copies add to it)";
   const int n = g_world->size();
-  Engine parallel(MakeConfig(n, 2), nn::BuildGpt2(MakeConfig(n, 2).model), g_dp);
-  Engine single(MakeConfig(1, 2, true), nn::BuildGpt2(MakeConfig(1, 2, true).model));
+  Engine parallel(MakeConfig(n, 2), nn::BuildModel(MakeConfig(n, 2).model), g_dp);
+  Engine single(MakeConfig(1, 2, true), nn::BuildModel(MakeConfig(1, 2, true).model));
   // fp32: m + v are 8 bytes per parameter, the parameters and gradients 4 each.
   const int64_t full = single.memory().Current(MemoryCategory::kOptimizerState);
   const int64_t mine = parallel.memory().Current(MemoryCategory::kOptimizerState);
@@ -263,6 +265,7 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--offload-optimizer") == 0) ztrain::g_offload_optimizer = argv[i + 1];
     if (std::strcmp(argv[i], "--device") == 0) ztrain::g_device = argv[i + 1];
     if (std::strcmp(argv[i], "--precision") == 0) ztrain::g_precision = argv[i + 1];
+    if (std::strcmp(argv[i], "--family") == 0) ztrain::g_family = argv[i + 1];
     if (std::strcmp(argv[i], "--zero") == 0) {  // key=value, an integer or true/false
       const std::string kv = argv[i + 1];
       const size_t eq = kv.find('=');

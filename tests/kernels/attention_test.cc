@@ -1,6 +1,11 @@
-// Causal attention against a naive double reference that materialises the full T x T
-// matrix, and its backward against an analytic double reference and finite differences.
+// Causal attention (multi-head, grouped-query, multi-query) against a naive double reference
+// that materialises the full T x T matrix, and its backward against an analytic double
+// reference and finite differences; grouped-query attention against multi-head attention on
+// the KV heads repeated, bit for bit.
+#include <algorithm>
 #include <cmath>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "kernel_test_util.h"
@@ -13,21 +18,35 @@ using testing::ExpectErrorMentions;
 using testing::Random;
 using testing::View;
 
+// One attention shape: NH query heads, NKV key/value heads of HS features (ops.h's layout).
 struct AttnCase {
-  int64_t batch, seq, ch;
-  int heads;
+  int64_t batch, seq;
+  int heads, kv_heads, head_dim;
+  AttentionHeads Heads() const { return {heads, kv_heads, head_dim}; }
+  int64_t width() const { return Heads().qkv_width(); }    // qkv row
+  int64_t out_width() const { return Heads().q_width(); }  // out row
+  // Columns of query head h's q, and of the k and v of the KV head it reads.
+  int64_t QCol(int64_t h) const { return h * head_dim; }
+  int64_t KCol(int64_t h) const { return (heads + h / (heads / kv_heads)) * head_dim; }
+  int64_t VCol(int64_t h) const { return KCol(h) + int64_t{kv_heads} * head_dim; }
   std::string Name() const {
     return "B=" + std::to_string(batch) + " T=" + std::to_string(seq) +
-           " C=" + std::to_string(ch) + " NH=" + std::to_string(heads);
+           " NH=" + std::to_string(heads) + " NKV=" + std::to_string(kv_heads) +
+           " HS=" + std::to_string(head_dim);
   }
 };
 
-// Softmax probabilities P[i][j] (j <= i) of one (b, h) in double, row-major T x T.
+// GPT-2's form: qkv [B,T,3C], NH heads of C / NH.
+AttnCase MultiHead(int64_t batch, int64_t seq, int64_t ch, int heads) {
+  return {batch, seq, heads, heads, static_cast<int>(ch / heads)};
+}
+
+// Softmax probabilities P[i][j] (j <= i) of one (b, query head h) in double, row-major T x T.
 std::vector<double> RefProbs(const std::vector<double>& qkv, const AttnCase& tc, int64_t b,
                              int64_t h, std::vector<double>* lse) {
-  const int64_t hs = tc.ch / tc.heads, stride = 3 * tc.ch, T = tc.seq;
-  const double* q = qkv.data() + b * T * stride + h * hs;
-  const double* k = q + tc.ch;
+  const int64_t hs = tc.head_dim, stride = tc.width(), T = tc.seq;
+  const double* q = qkv.data() + b * T * stride + tc.QCol(h);
+  const double* k = qkv.data() + b * T * stride + tc.KCol(h);
   std::vector<double> p(T * T, 0.0);
   for (int64_t i = 0; i < T; ++i) {
     double mx = -INFINITY;
@@ -47,16 +66,16 @@ std::vector<double> RefProbs(const std::vector<double>& qkv, const AttnCase& tc,
 
 std::vector<double> RefForward(const std::vector<double>& qkv, const AttnCase& tc,
                                std::vector<double>* lse) {
-  const int64_t hs = tc.ch / tc.heads, stride = 3 * tc.ch, T = tc.seq;
-  std::vector<double> out(tc.batch * T * tc.ch, 0.0);
+  const int64_t hs = tc.head_dim, stride = tc.width(), T = tc.seq, ow = tc.out_width();
+  std::vector<double> out(tc.batch * T * ow, 0.0);
   for (int64_t b = 0; b < tc.batch; ++b) {
     for (int64_t h = 0; h < tc.heads; ++h) {
       const std::vector<double> p = RefProbs(qkv, tc, b, h, lse);
-      const double* v = qkv.data() + b * T * stride + 2 * tc.ch + h * hs;
+      const double* v = qkv.data() + b * T * stride + tc.VCol(h);
       for (int64_t i = 0; i < T; ++i) {
         for (int64_t j = 0; j <= i; ++j) {
           for (int64_t d = 0; d < hs; ++d) {
-            out[(b * T + i) * tc.ch + h * hs + d] += p[i * T + j] * v[j * stride + d];
+            out[(b * T + i) * ow + h * hs + d] += p[i * T + j] * v[j * stride + d];
           }
         }
       }
@@ -65,20 +84,22 @@ std::vector<double> RefForward(const std::vector<double>& qkv, const AttnCase& t
   return out;
 }
 
-// dqkv from dout by the textbook formulas on the full P matrix.
+// dqkv from dout by the textbook formulas on the full P matrix; a KV head's gradient sums
+// over the query heads that read it.
 std::vector<double> RefBackward(const std::vector<double>& qkv, const std::vector<float>& dout,
                                 const AttnCase& tc) {
-  const int64_t hs = tc.ch / tc.heads, stride = 3 * tc.ch, T = tc.seq;
+  const int64_t hs = tc.head_dim, stride = tc.width(), T = tc.seq, ow = tc.out_width();
   const double scale = 1.0 / std::sqrt(double(hs));
   std::vector<double> dqkv(qkv.size(), 0.0);
   for (int64_t b = 0; b < tc.batch; ++b) {
     for (int64_t h = 0; h < tc.heads; ++h) {
       const std::vector<double> p = RefProbs(qkv, tc, b, h, nullptr);
-      const int64_t base = b * T * stride + h * hs;
-      auto q = [&](int64_t t, int64_t d) { return qkv[base + t * stride + d]; };
-      auto k = [&](int64_t t, int64_t d) { return qkv[base + tc.ch + t * stride + d]; };
-      auto v = [&](int64_t t, int64_t d) { return qkv[base + 2 * tc.ch + t * stride + d]; };
-      auto g = [&](int64_t t, int64_t d) { return double{dout[(b * T + t) * tc.ch + h * hs + d]}; };
+      const int64_t base = b * T * stride;
+      const int64_t qc = tc.QCol(h), kc = tc.KCol(h), vc = tc.VCol(h);
+      auto q = [&](int64_t t, int64_t d) { return qkv[base + t * stride + qc + d]; };
+      auto k = [&](int64_t t, int64_t d) { return qkv[base + t * stride + kc + d]; };
+      auto v = [&](int64_t t, int64_t d) { return qkv[base + t * stride + vc + d]; };
+      auto g = [&](int64_t t, int64_t d) { return double{dout[(b * T + t) * ow + h * hs + d]}; };
       for (int64_t i = 0; i < T; ++i) {
         std::vector<double> dp(i + 1);
         double row = 0.0;
@@ -89,9 +110,9 @@ std::vector<double> RefBackward(const std::vector<double>& qkv, const std::vecto
         for (int64_t j = 0; j <= i; ++j) {
           const double ds = p[i * T + j] * (dp[j] - row) * scale;
           for (int64_t d = 0; d < hs; ++d) {
-            dqkv[base + i * stride + d] += ds * k(j, d);
-            dqkv[base + tc.ch + j * stride + d] += ds * q(i, d);
-            dqkv[base + 2 * tc.ch + j * stride + d] += p[i * T + j] * g(i, d);
+            dqkv[base + i * stride + qc + d] += ds * k(j, d);
+            dqkv[base + j * stride + kc + d] += ds * q(i, d);
+            dqkv[base + j * stride + vc + d] += p[i * T + j] * g(i, d);
           }
         }
       }
@@ -100,76 +121,169 @@ std::vector<double> RefBackward(const std::vector<double>& qkv, const std::vecto
   return dqkv;
 }
 
-// Awkward T around the 64-row tile; head sizes 4..128 (multiples of 64 take the
+// Runs the forward (and, with dout, the backward) through the AttentionHeads form, or through
+// GPT-2's int form when `int_form`.
+struct AttnRun {
+  std::vector<float> out, lse, dqkv;
+};
+AttnRun RunAttention(Ops& ops, const AttnCase& tc, std::vector<float>& qkv,
+                     std::vector<float>* dout, bool int_form = false) {
+  AttnRun r{std::vector<float>(tc.batch * tc.seq * tc.out_width()),
+            std::vector<float>(tc.batch * tc.heads * tc.seq),
+            std::vector<float>(qkv.size(), 77.0f)};  // dqkv must be overwritten
+  const Tensor qkv_t = View(qkv, {tc.batch, tc.seq, tc.width()});
+  const Tensor out_t = View(r.out, {tc.batch, tc.seq, tc.out_width()});
+  const Tensor lse_t = View(r.lse, {tc.batch, tc.heads, tc.seq});
+  // heads: an int (GPT-2's form) or AttentionHeads.
+  auto forward = [&](auto heads) { ops.AttentionForward(qkv_t, heads, out_t, lse_t); };
+  int_form ? forward(tc.heads) : forward(tc.Heads());
+  if (dout == nullptr) return r;
+  const Tensor dout_t = View(*dout, {tc.batch, tc.seq, tc.out_width()});
+  const Tensor dqkv_t = View(r.dqkv, {tc.batch, tc.seq, tc.width()});
+  auto backward = [&](auto heads) {
+    ops.AttentionBackward(dout_t, qkv_t, out_t, lse_t, heads, dqkv_t);
+  };
+  int_form ? backward(tc.heads) : backward(tc.Heads());
+  return r;
+}
+
+// GPT-2's form. Awkward T around the 64-row tile; head sizes 4..128 (multiples of 64 take the
 // register-blocked path of AccumulateWeightedRows, the others the plain loop).
-const AttnCase kCases[] = {{1, 1, 8, 1},    {2, 7, 12, 3},  {1, 64, 32, 2},
-                           {1, 65, 16, 4},  {1, 67, 16, 2}, {2, 130, 24, 3},
-                           {1, 130, 128, 2}, {1, 70, 128, 1}};
+const AttnCase kMultiHeadCases[] = {MultiHead(1, 1, 8, 1),     MultiHead(2, 7, 12, 3),
+                                    MultiHead(1, 64, 32, 2),   MultiHead(1, 65, 16, 4),
+                                    MultiHead(1, 67, 16, 2),   MultiHead(2, 130, 24, 3),
+                                    MultiHead(1, 130, 128, 2), MultiHead(1, 70, 128, 1)};
+
+// Grouped-query (groups of 2, 3, 4) and multi-query heads, head_dim chosen apart from any
+// model width (NH * HS is no C of the case), across tile boundaries and both
+// AccumulateWeightedRows paths.
+const AttnCase kGroupedCases[] = {{1, 67, 4, 2, 16}, {2, 7, 6, 2, 4},    {1, 130, 8, 2, 64},
+                                  {2, 65, 3, 1, 12}, {1, 70, 4, 1, 128}, {1, 33, 2, 2, 24}};
+
+// Every case with the form it is called through (GPT-2's int form for the multi-head ones).
+std::vector<std::pair<AttnCase, bool>> AllCases() {
+  std::vector<std::pair<AttnCase, bool>> all;
+  for (const AttnCase& tc : kMultiHeadCases) all.emplace_back(tc, true);
+  for (const AttnCase& tc : kGroupedCases) all.emplace_back(tc, false);
+  return all;
+}
 
 TEST(AttentionTest, ForwardMatchesNaiveReference) {
   auto ops = MakeCpuOps();
-  for (const AttnCase& tc : kCases) {
+  for (const auto& [tc, int_form] : AllCases()) {
     SCOPED_TRACE(tc.Name());
-    auto qkv = Random(tc.batch * tc.seq * 3 * tc.ch, 1);
-    std::vector<float> out(tc.batch * tc.seq * tc.ch), lse(tc.batch * tc.heads * tc.seq);
-    ops->AttentionForward(View(qkv, {tc.batch, tc.seq, 3 * tc.ch}), tc.heads,
-                          View(out, {tc.batch, tc.seq, tc.ch}),
-                          View(lse, {tc.batch, tc.heads, tc.seq}));
-    std::vector<double> ref_lse(lse.size());
-    ExpectClose(out, RefForward(testing::ToDouble(qkv), tc, &ref_lse), 1e-5, "out");
-    ExpectClose(lse, ref_lse, 1e-5, "lse");
+    auto qkv = Random(tc.batch * tc.seq * tc.width(), 1);
+    const AttnRun r = RunAttention(*ops, tc, qkv, nullptr, int_form);
+    std::vector<double> ref_lse(r.lse.size());
+    ExpectClose(r.out, RefForward(testing::ToDouble(qkv), tc, &ref_lse), 1e-5, "out");
+    ExpectClose(r.lse, ref_lse, 1e-5, "lse");
   }
 }
 
 TEST(AttentionTest, ForwardIsStableForLargeScores) {
   auto ops = MakeCpuOps();
-  const AttnCase tc{1, 70, 16, 2};
-  // Scores up to ~400: fp32 rounding of a score moves its probability by ~|score| * 6e-8,
-  // so this ill-conditioned case gets a looser tolerance; what it checks is no overflow.
-  auto qkv = Random(tc.seq * 3 * tc.ch, 2, -12.0f, 12.0f);
-  std::vector<float> out(tc.seq * tc.ch), lse(tc.heads * tc.seq);
-  ops->AttentionForward(View(qkv, {1, tc.seq, 3 * tc.ch}), tc.heads, View(out, {1, tc.seq, tc.ch}),
-                        View(lse, {1, tc.heads, tc.seq}));
-  std::vector<double> ref_lse(lse.size());
-  ExpectClose(out, RefForward(testing::ToDouble(qkv), tc, &ref_lse), 1e-4, "out");
-  ExpectClose(lse, ref_lse, 1e-5, "lse");
+  for (const AttnCase& tc : {MultiHead(1, 70, 16, 2), AttnCase{1, 70, 4, 1, 8}}) {
+    SCOPED_TRACE(tc.Name());
+    // Scores up to ~400: fp32 rounding of a score moves its probability by ~|score| * 6e-8,
+    // so this ill-conditioned case gets a looser tolerance; what it checks is no overflow.
+    auto qkv = Random(tc.seq * tc.width(), 2, -12.0f, 12.0f);
+    const AttnRun r = RunAttention(*ops, tc, qkv, nullptr);
+    std::vector<double> ref_lse(r.lse.size());
+    ExpectClose(r.out, RefForward(testing::ToDouble(qkv), tc, &ref_lse), 1e-4, "out");
+    ExpectClose(r.lse, ref_lse, 1e-5, "lse");
+  }
 }
 
 TEST(AttentionTest, BackwardMatchesAnalyticReference) {
   auto ops = MakeCpuOps();
-  for (const AttnCase& tc : kCases) {
+  for (const auto& [tc, int_form] : AllCases()) {
     SCOPED_TRACE(tc.Name());
-    auto qkv = Random(tc.batch * tc.seq * 3 * tc.ch, 3);
-    auto dout = Random(tc.batch * tc.seq * tc.ch, 4);
-    std::vector<float> out(dout.size()), lse(tc.batch * tc.heads * tc.seq);
-    std::vector<float> dqkv(qkv.size(), 77.0f);  // must be overwritten
-    const Tensor qkv_t = View(qkv, {tc.batch, tc.seq, 3 * tc.ch});
-    const Tensor out_t = View(out, {tc.batch, tc.seq, tc.ch});
-    const Tensor lse_t = View(lse, {tc.batch, tc.heads, tc.seq});
-    ops->AttentionForward(qkv_t, tc.heads, out_t, lse_t);
-    ops->AttentionBackward(View(dout, {tc.batch, tc.seq, tc.ch}), qkv_t, out_t, lse_t, tc.heads,
-                           View(dqkv, {tc.batch, tc.seq, 3 * tc.ch}));
-    ExpectClose(dqkv, RefBackward(testing::ToDouble(qkv), dout, tc), 1e-5, "dqkv");
+    auto qkv = Random(tc.batch * tc.seq * tc.width(), 3);
+    auto dout = Random(tc.batch * tc.seq * tc.out_width(), 4);
+    const AttnRun r = RunAttention(*ops, tc, qkv, &dout, int_form);
+    ExpectClose(r.dqkv, RefBackward(testing::ToDouble(qkv), dout, tc), 1e-5, "dqkv");
   }
 }
 
 TEST(AttentionTest, BackwardMatchesFiniteDifferences) {
   auto ops = MakeCpuOps();
-  // The small case is checked at every element, the one spanning two tiles at a sample.
-  for (const AttnCase& tc : {AttnCase{2, 7, 12, 3}, AttnCase{1, 67, 16, 2}}) {
+  // The small cases are checked at every element, the ones spanning two tiles at a sample.
+  for (const AttnCase& tc : {MultiHead(2, 7, 12, 3), MultiHead(1, 67, 16, 2),
+                             AttnCase{2, 7, 6, 2, 4}, AttnCase{1, 67, 3, 1, 8}}) {
     SCOPED_TRACE(tc.Name());
-    auto qkv = Random(tc.batch * tc.seq * 3 * tc.ch, 5);
-    auto dout = Random(tc.batch * tc.seq * tc.ch, 6);
-    std::vector<float> out(dout.size()), lse(tc.batch * tc.heads * tc.seq), dqkv(qkv.size());
-    const Tensor qkv_t = View(qkv, {tc.batch, tc.seq, 3 * tc.ch});
-    const Tensor out_t = View(out, {tc.batch, tc.seq, tc.ch});
-    const Tensor lse_t = View(lse, {tc.batch, tc.heads, tc.seq});
-    ops->AttentionForward(qkv_t, tc.heads, out_t, lse_t);
-    ops->AttentionBackward(View(dout, {tc.batch, tc.seq, tc.ch}), qkv_t, out_t, lse_t, tc.heads,
-                           View(dqkv, {tc.batch, tc.seq, 3 * tc.ch}));
+    auto qkv = Random(tc.batch * tc.seq * tc.width(), 5);
+    auto dout = Random(tc.batch * tc.seq * tc.out_width(), 6);
+    const AttnRun r = RunAttention(*ops, tc, qkv, &dout);
     testing::ExpectGradMatchesFiniteDiff(
-        dqkv, [&](const std::vector<double>& v) { return testing::Dot(RefForward(v, tc, nullptr), dout); },
+        r.dqkv,
+        [&](const std::vector<double>& v) {
+          return testing::Dot(RefForward(v, tc, nullptr), dout);
+        },
         qkv, 600, 1e-4, "dqkv");
+  }
+}
+
+// The AttentionHeads form with NKV = NH and HS = C / NH is GPT-2's int form, bit for bit.
+TEST(AttentionTest, HeadsFormWithAllKvHeadsIsTheMultiHeadForm) {
+  auto ops = MakeCpuOps();
+  for (const AttnCase& tc : kMultiHeadCases) {
+    SCOPED_TRACE(tc.Name());
+    auto qkv = Random(tc.batch * tc.seq * tc.width(), 7);
+    auto dout = Random(tc.batch * tc.seq * tc.out_width(), 8);
+    const AttnRun by_int = RunAttention(*ops, tc, qkv, &dout, true),
+                  by_heads = RunAttention(*ops, tc, qkv, &dout);
+    EXPECT_EQ(by_heads.out, by_int.out);
+    EXPECT_EQ(by_heads.lse, by_int.lse);
+    EXPECT_EQ(by_heads.dqkv, by_int.dqkv);
+  }
+}
+
+// Hugging Face's repeat_kv: the multi-head qkv [B,T,3*NH*HS] in which query head h has its own
+// copy of the k and v of KV head h / (NH / NKV).
+std::vector<float> RepeatKv(const std::vector<float>& qkv, const AttnCase& tc) {
+  const int64_t hs = tc.head_dim, qw = tc.out_width(), rows = tc.batch * tc.seq;
+  std::vector<float> rep(rows * 3 * qw);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* src = qkv.data() + r * tc.width();
+    float* dst = rep.data() + r * 3 * qw;
+    std::copy(src, src + qw, dst);
+    for (int64_t h = 0; h < tc.heads; ++h) {
+      std::copy(src + tc.KCol(h), src + tc.KCol(h) + hs, dst + qw + h * hs);
+      std::copy(src + tc.VCol(h), src + tc.VCol(h) + hs, dst + 2 * qw + h * hs);
+    }
+  }
+  return rep;
+}
+
+// Grouped-query attention is multi-head attention on the repeated KV heads: the same out and
+// lse and the same dq bit for bit, and each KV head's dk / dv is the fp32 sum of its
+// repeated copies' gradients, added in head order.
+TEST(AttentionTest, GroupedEqualsMultiHeadOnRepeatedKvHeads) {
+  auto ops = MakeCpuOps();
+  for (const AttnCase& tc : kGroupedCases) {
+    SCOPED_TRACE(tc.Name());
+    auto qkv = Random(tc.batch * tc.seq * tc.width(), 9);
+    auto dout = Random(tc.batch * tc.seq * tc.out_width(), 10);
+    std::vector<float> rep = RepeatKv(qkv, tc);
+    const AttnCase mha{tc.batch, tc.seq, tc.heads, tc.heads, tc.head_dim};
+    const AttnRun grouped = RunAttention(*ops, tc, qkv, &dout),
+                  repeated = RunAttention(*ops, mha, rep, &dout);
+    EXPECT_EQ(grouped.out, repeated.out);
+    EXPECT_EQ(grouped.lse, repeated.lse);
+    std::vector<float> want(qkv.size(), 0.0f);
+    const int64_t hs = tc.head_dim, qw = tc.out_width();
+    for (int64_t r = 0; r < tc.batch * tc.seq; ++r) {
+      const float* g = repeated.dqkv.data() + r * 3 * qw;
+      float* w = want.data() + r * tc.width();
+      std::copy(g, g + qw, w);
+      for (int64_t h = 0; h < tc.heads; ++h) {  // in head order, as the contract's sum
+        for (int64_t d = 0; d < hs; ++d) {
+          w[tc.KCol(h) + d] += g[qw + h * hs + d];
+          w[tc.VCol(h) + d] += g[2 * qw + h * hs + d];
+        }
+      }
+    }
+    EXPECT_EQ(grouped.dqkv, want);
   }
 }
 
@@ -191,6 +305,48 @@ TEST(AttentionTest, RejectsBadHeadsAndShapes) {
                                                    View(lse6, {1, 3, 2}), 3,
                                                    View(dqkv, {1, 2, 36})); },
                       {"AttentionBackward", "dout"});
+}
+
+TEST(AttentionTest, RejectsBadGroupedHeadsAndShapes) {
+  auto ops = MakeCpuOps();
+  // NH = 4, NKV = 2, HS = 3: qkv [1, 2, 24], out [1, 2, 12], lse [1, 4, 2].
+  std::vector<float> qkv(2 * 24), out(2 * 12), lse(8), dqkv(qkv.size()), small(2 * 8);
+  const Tensor qkv_t = View(qkv, {1, 2, 24}), out_t = View(out, {1, 2, 12});
+  const Tensor lse_t = View(lse, {1, 4, 2}), dqkv_t = View(dqkv, {1, 2, 24});
+  auto forward = [&](AttentionHeads h) { ops->AttentionForward(qkv_t, h, out_t, lse_t); };
+  ExpectErrorMentions(
+      [&] {
+        forward({4, 3, 3});
+      },
+      {"AttentionForward", "num_kv_heads = 3", "divide num_heads = 4"});
+  ExpectErrorMentions([&] { forward({4, 0, 3}); }, {"AttentionForward", "num_kv_heads = 0"});
+  ExpectErrorMentions([&] { forward({4, 2, 0}); }, {"AttentionForward", "head_dim = 0"});
+  ExpectErrorMentions(
+      [&] {
+        forward({4, 1, 3});
+      },  // a qkv width of (4 + 2) * 3
+      {"AttentionForward", "qkv", "[1, 2, 24]", "[B, T, 18]"});
+  ExpectErrorMentions(
+      [&] {
+        ops->AttentionForward(qkv_t, {4, 2, 3}, View(small, {1, 2, 8}), lse_t);
+      },
+      {"AttentionForward", "out", "[1, 2, 12]"});
+  ExpectErrorMentions(
+      [&] {
+        ops->AttentionBackward(out_t, qkv_t, out_t, lse_t, {4, 4, 3}, dqkv_t);
+      },
+      {"AttentionBackward", "qkv", "[B, T, 36]"});
+  ExpectErrorMentions(
+      [&] {
+        ops->AttentionBackward(out_t, qkv_t, out_t, lse_t, {4, 2, 3}, View(dqkv, {2, 24}));
+      },
+      {"AttentionBackward", "dqkv"});
+  // GPT-2's form on a 2-D qkv: the shape is what is wrong, not the head_dim it implies.
+  ExpectErrorMentions(
+      [&] {
+        ops->AttentionForward(View(qkv, {2, 24}), 4, out_t, lse_t);
+      },
+      {"AttentionForward", "qkv", "[2, 24]", "[B, T,"});
 }
 
 }  // namespace

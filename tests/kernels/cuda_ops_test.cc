@@ -5,10 +5,22 @@
 // rounded to bf16 and the CPU computes in fp32 on those rounded values; the GPU computes in
 // fp32 from the same values and rounds its outputs to bf16. Tolerances (ExpectClose: relative
 // to |want| + rms(want)): fp32 1e-4 (summation order and exp implementations differ), bf16
-// 1e-2 (one rounding of each output to 8 mantissa bits, 2^-9 relative, plus the rounding of
-// the pre-filled values of accumulated outputs). Accumulating outputs start from the same
+// 1e-2 (one rounding of each output to bf16's 8 significant bits, at most 2^-8 relative,
+// plus fp32 differences small beside it). Accumulating outputs start from the same
 // non-zero values on both sides, so += is checked, and overwritten outputs start as NaN on
 // the GPU, so a skipped element shows. Without a GPU every test skips.
+//
+// The Llama ops follow the same model, with these refinements:
+// - RoPE: both sides take the same fp32 angle (the product t * inv_freq[i]) and the accurate
+//   cosf/sinf (CUDA: within 2 ulp; glibc: within 1), so in fp32 an output differs by a few
+//   2^-24 of |x0| + |x1|, some 5e-7 of the values' scale: 1e-5 holds it with a margin of 20
+//   and is ten times tighter than the generic fp32 tolerance, against the __sinf/__cosf
+//   intrinsics, whose error grows with the angle (positions here reach 2099 radians).
+//   bf16 keeps 1e-2 (one rounding of each output).
+// - Grouped-query attention sums dK and dV over the NH / NKV query heads of a group: more
+//   terms in fp32, no extra rounding in bf16, so the attention tolerances stay.
+// - Outputs that are copies (embedding rows without a position table, the v columns RoPE
+//   leaves alone) must match bit for bit.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -16,6 +28,7 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda_test_util.h"
@@ -157,6 +170,30 @@ TEST_P(CudaOpsTest, EmbeddingForwardAndBackwardMatchCpu) {
   Expect(gdwpe, dwpe, "dwpe (accumulated)");
 }
 
+// Llama's embedding: no position table (wpe and dwpe undefined).
+TEST_P(CudaOpsTest, EmbeddingWithoutPositionTableMatchesCpu) {
+  const EmbeddingData e(8);
+  const int64_t bt = e.batch * e.seq;
+  auto tokens = e.tokens;
+  auto wte = Rand(e.vocab * e.ch, 1), dout = Rand(bt * e.ch, 3), dwte = Rand(wte.size(), 4);
+  std::vector<float> out(bt * e.ch);
+  const Shape act{e.batch, e.seq, e.ch}, te{e.vocab, e.ch};
+  DeviceTensor gtok(tokens, {e.batch, e.seq}), gwte = Dev(wte, te), gout = Out(act);
+  DeviceTensor gdout = Dev(dout, act), gdwte = Dev(dwte, te);
+  const Tensor none;
+  gpu_->EmbeddingForward(gtok, gwte, none, gout);
+  std::vector<float> rows;  // out is the token rows themselves, bit for bit
+  for (int32_t t : tokens) {
+    rows.insert(rows.end(), wte.begin() + t * e.ch, wte.begin() + (t + 1) * e.ch);
+  }
+  EXPECT_EQ(gout.ToHost(), rows) << "out = wte[tokens]";
+  cpu_->EmbeddingForward(View(tokens, {e.batch, e.seq}), View(wte, te), none, View(out, act));
+  EXPECT_EQ(gout.ToHost(), out) << "out against the CPU";
+  cpu_->EmbeddingBackward(View(dout, act), View(tokens, {e.batch, e.seq}), View(dwte, te), none);
+  gpu_->EmbeddingBackward(gdout, gtok, gdwte, none);
+  Expect(gdwte, dwte, "dwte (accumulated)");
+}
+
 TEST_P(CudaOpsTest, LayerNormForwardAndBackwardMatchCpu) {
   const int64_t rows = 11, ch = 40;
   auto x = Rand(rows * ch, 1, -2.0f, 3.0f), w = Rand(ch, 2), b = Rand(ch, 3);
@@ -183,32 +220,48 @@ TEST_P(CudaOpsTest, LayerNormForwardAndBackwardMatchCpu) {
   Expect(gdb, db, "dbias (accumulated)");
 }
 
+std::string HeadsName(int64_t batch, int64_t seq, const AttentionHeads& h) {
+  return "B=" + std::to_string(batch) + " T=" + std::to_string(seq) +
+         " NH=" + std::to_string(h.num_heads) + " NKV=" + std::to_string(h.num_kv_heads) +
+         " HS=" + std::to_string(h.head_dim);
+}
+
 struct AttnCase {
-  int64_t batch, seq, ch;
-  int heads;
-  std::string Name() const {
-    return "B=" + std::to_string(batch) + " T=" + std::to_string(seq) +
-           " C=" + std::to_string(ch) + " NH=" + std::to_string(heads) +
-           " HS=" + std::to_string(ch / heads);
-  }
+  int64_t batch, seq;
+  AttentionHeads heads;
+  Shape qkv() const { return {batch, seq, heads.qkv_width()}; }
+  Shape out() const { return {batch, seq, heads.q_width()}; }
+  Shape lse() const { return {batch, heads.num_heads, seq}; }
+  std::string Name() const { return HeadsName(batch, seq, heads); }
 };
 
-// T never a multiple of the 32- or 64-row tiles; HS 64 (GPT-2), 32, 48 and 128.
-const AttnCase kAttnCases[] = {{2, 45, 128, 2}, {1, 70, 96, 3}, {1, 37, 96, 2}, {2, 33, 256, 2}};
+// T never a multiple of the 32- or 64-row tiles. Multi-head with HS 64 (GPT-2), 32, 48 and
+// 128; grouped-query with groups of 2, 3 and 4 (Llama 3's 32/8 in small); multi-query; and
+// head sizes off the kernels' 32/64/128 tile widths (80, 16, 24), as models whose hidden
+// size is not NH * head_dim have.
+const AttnCase kAttnCases[] = {
+    {2, 45, {2, 2, 64}},  {1, 70, {3, 3, 32}},  {1, 37, {2, 2, 48}}, {2, 33, {2, 2, 128}},
+    {2, 45, {4, 2, 64}},  {1, 70, {6, 2, 32}},  {1, 100, {8, 2, 128}},
+    {2, 37, {4, 1, 48}},  {1, 65, {3, 1, 80}},  {2, 40, {4, 4, 16}}, {1, 50, {6, 3, 24}}};
 
 TEST_P(CudaOpsTest, AttentionForwardAndBackwardMatchCpu) {
   for (const AttnCase& tc : kAttnCases) {
     SCOPED_TRACE(tc.Name());
-    const Shape qkv_shape{tc.batch, tc.seq, 3 * tc.ch}, out_shape{tc.batch, tc.seq, tc.ch};
-    const Shape lse_shape{tc.batch, tc.heads, tc.seq};
+    const Shape qkv_shape = tc.qkv(), out_shape = tc.out(), lse_shape = tc.lse();
     auto qkv = Rand(NumElements(qkv_shape), 1, -2.0f, 2.0f);
     auto dout = Rand(NumElements(out_shape), 2);
     std::vector<float> out(NumElements(out_shape)), lse(NumElements(lse_shape));
     std::vector<float> dqkv(qkv.size(), 123.0f);  // overwritten, not accumulated
     DeviceTensor gqkv = Dev(qkv, qkv_shape), gout = Out(out_shape), glse = OutF32(lse_shape);
+    // Multi-head cases go through GPT-2's form (int num_heads) on the GPU.
+    const bool mha = tc.heads.num_kv_heads == tc.heads.num_heads;
     cpu_->AttentionForward(View(qkv, qkv_shape), tc.heads, View(out, out_shape),
                            View(lse, lse_shape));
-    gpu_->AttentionForward(gqkv, tc.heads, gout, glse);
+    if (mha) {
+      gpu_->AttentionForward(gqkv, tc.heads.num_heads, gout, glse);
+    } else {
+      gpu_->AttentionForward(gqkv, tc.heads, gout, glse);
+    }
     Expect(gout, out, "out");
     Expect(glse, lse, "lse", 1e-4);  // fp32 on both sides from the same inputs
     // Both backwards take the CPU's out (rounded to the dtype) and lse.
@@ -217,9 +270,121 @@ TEST_P(CudaOpsTest, AttentionForwardAndBackwardMatchCpu) {
     DeviceTensor gdout = Dev(dout, out_shape), gdqkv = Dev(dqkv, qkv_shape);
     cpu_->AttentionBackward(View(dout, out_shape), View(qkv, qkv_shape), View(out, out_shape),
                             View(lse, lse_shape), tc.heads, View(dqkv, qkv_shape));
-    gpu_->AttentionBackward(gdout, gqkv, cout, clse, tc.heads, gdqkv);
+    if (mha) {
+      gpu_->AttentionBackward(gdout, gqkv, cout, clse, tc.heads.num_heads, gdqkv);
+    } else {
+      gpu_->AttentionBackward(gdout, gqkv, cout, clse, tc.heads, gdqkv);
+    }
     Expect(gdqkv, dqkv, "dqkv");
   }
+}
+
+struct RopeCase {
+  int64_t batch, seq;
+  AttentionHeads heads;
+  double theta;  // inv_freq[i] = theta^(-2i / HS)
+};
+
+// Positions up to 2099 (angles up to 2099 radians at i = 0); grouped and multi-query heads;
+// HS / 2 odd (3); Llama 3's theta.
+const RopeCase kRopeCases[] = {{2, 300, {4, 2, 64}, 10000.0},
+                               {1, 2100, {1, 1, 8}, 10000.0},
+                               {3, 17, {3, 1, 6}, 10000.0},
+                               {1, 129, {2, 2, 128}, 500000.0}};
+
+std::vector<float> InvFreq(int head_dim, double theta) {
+  std::vector<float> f(head_dim / 2);
+  for (int i = 0; i < head_dim / 2; ++i) {
+    f[i] = static_cast<float>(std::pow(theta, -2.0 * i / head_dim));
+  }
+  return f;
+}
+
+// The v columns of `got` (qkv or dqkv) hold exactly the values of `in`.
+void ExpectVUntouched(const std::vector<float>& got, const std::vector<float>& in,
+                      const AttentionHeads& heads, const std::string& what) {
+  const int64_t width = heads.qkv_width(), v0 = heads.q_width() + heads.kv_width();
+  int64_t changed = 0;
+  for (size_t i = 0; i < in.size(); ++i) {
+    changed += static_cast<int64_t>(i) % width >= v0 && !(got[i] == in[i]);
+  }
+  EXPECT_EQ(changed, 0) << what << ": v elements changed (RoPE turns q and k only)";
+}
+
+TEST_P(CudaOpsTest, RopeForwardAndBackwardMatchCpu) {
+  const double rope_tol = bf16() ? 1e-2 : 1e-5;  // the error model at the top
+  // Turning back the GPU's rounded result: in bf16 two roundings, each at most 2^-8 of
+  // max(|x0|, |x1|) once turned, which 1e-2 of |x| + rms would only just hold.
+  const double round_trip_tol = bf16() ? 2e-2 : 1e-5;
+  for (const RopeCase& tc : kRopeCases) {
+    const AttentionHeads& h = tc.heads;
+    SCOPED_TRACE(HeadsName(tc.batch, tc.seq, h));
+    const Shape shape{tc.batch, tc.seq, h.qkv_width()}, freq_shape{h.head_dim / 2};
+    auto inv_freq = InvFreq(h.head_dim, tc.theta);
+    const auto qkv_in = Rand(NumElements(shape), 1), dqkv_in = Rand(NumElements(shape), 2);
+    auto qkv = qkv_in, dqkv = dqkv_in;
+    DeviceTensor gqkv = Dev(qkv, shape), gdqkv = Dev(dqkv, shape);
+    DeviceTensor gfreq = DevF32(inv_freq, freq_shape);
+    cpu_->RopeForward(View(qkv, shape), h, View(inv_freq, freq_shape));
+    gpu_->RopeForward(gqkv, h, gfreq);
+    Expect(gqkv, qkv, "qkv (turned in place)", rope_tol);
+    ExpectVUntouched(gqkv.ToHost(), qkv_in, h, "RopeForward");
+    cpu_->RopeBackward(View(dqkv, shape), h, View(inv_freq, freq_shape));
+    gpu_->RopeBackward(gdqkv, h, gfreq);
+    Expect(gdqkv, dqkv, "dqkv (turned back in place)", rope_tol);
+    ExpectVUntouched(gdqkv.ToHost(), dqkv_in, h, "RopeBackward");
+    // The backward is the transpose of an orthogonal map, hence its inverse: turning the
+    // GPU's rotated qkv back restores the input (two more roundings in bf16).
+    gpu_->RopeBackward(gqkv, h, gfreq);
+    Expect(gqkv, qkv_in, "RopeBackward(RopeForward(qkv))", round_trip_tol);
+  }
+}
+
+TEST_P(CudaOpsTest, RmsNormForwardAndBackwardMatchCpu) {
+  // 130 rows: three row chunks of the parameter-gradient pass; 264 channels: several per lane.
+  const std::pair<int64_t, int64_t> kCases[] = {{11, 40}, {130, 264}};
+  for (const auto& [rows, ch] : kCases) {
+    SCOPED_TRACE("rows=" + std::to_string(rows) + " C=" + std::to_string(ch));
+    const float eps = 1e-6f;
+    auto x = Rand(rows * ch, 1, -2.0f, 3.0f), w = Rand(ch, 2, 0.5f, 1.5f);
+    auto dy = Rand(rows * ch, 4), dw = Rand(ch, 5);
+    std::vector<float> y(rows * ch), rstd(rows), dx(rows * ch);
+    DeviceTensor gx = Dev(x, {rows, ch}), gw = Dev(w, {ch}), gy = Out({rows, ch});
+    DeviceTensor grstd = OutF32({rows}), gdy = Dev(dy, {rows, ch}), gdx = Out({rows, ch});
+    DeviceTensor gdw = Dev(dw, {ch});
+    cpu_->RmsNormForward(View(x, {rows, ch}), View(w, {ch}), eps, View(y, {rows, ch}),
+                         View(rstd, {rows}));
+    gpu_->RmsNormForward(gx, gw, eps, gy, grstd);
+    Expect(gy, y, "y");
+    Expect(grstd, rstd, "rstd", 1e-4);  // fp32 statistics of the same (rounded) inputs
+    // Both backwards take the CPU's rstd, so only the backward itself is compared.
+    DeviceTensor crstd = DevF32(rstd, {rows});
+    cpu_->RmsNormBackward(View(dy, {rows, ch}), View(x, {rows, ch}), View(w, {ch}),
+                          View(rstd, {rows}), View(dx, {rows, ch}), View(dw, {ch}));
+    gpu_->RmsNormBackward(gdy, gx, gw, crstd, gdx, gdw);
+    Expect(gdx, dx, "dx");
+    Expect(gdw, dw, "dweight (accumulated)");
+  }
+}
+
+TEST_P(CudaOpsTest, SwiGluForwardAndBackwardMatchCpu) {
+  const Shape shape{10, 100};
+  const int64_t n = NumElements(shape);
+  auto gate = Rand(n, 1, -8.0f, 8.0f), up = Rand(n, 2, -2.0f, 2.0f), dh = Rand(n, 3);
+  gate[0] = -100.0f;  // e^-g overflows: silu and its slope must come out 0, not NaN
+  gate[1] = 100.0f;   // sigmoid saturates at 1
+  gate[2] = 0.0f;
+  std::vector<float> h(n), dgate(n), dup(n);
+  DeviceTensor ggate = Dev(gate, shape), gup = Dev(up, shape), gh = Out(shape);
+  DeviceTensor gdh = Dev(dh, shape), gdgate = Out(shape), gdup = Out(shape);
+  cpu_->SwiGluForward(View(gate, shape), View(up, shape), View(h, shape));
+  gpu_->SwiGluForward(ggate, gup, gh);
+  Expect(gh, h, "h");
+  cpu_->SwiGluBackward(View(dh, shape), View(gate, shape), View(up, shape), View(dgate, shape),
+                       View(dup, shape));
+  gpu_->SwiGluBackward(gdh, ggate, gup, gdgate, gdup);
+  Expect(gdgate, dgate, "dgate");
+  Expect(gdup, dup, "dup");
 }
 
 TEST_P(CudaOpsTest, GeluForwardAndBackwardMatchCpu) {
@@ -340,16 +505,26 @@ TEST_P(CudaOpsTest, BackwardsAreBitwiseDeterministic) {
     });
   }
   {
-    SCOPED_TRACE("AttentionBackward");
-    const AttnCase tc{2, 150, 128, 2};
-    const Shape qkv_shape{tc.batch, tc.seq, 3 * tc.ch}, out_shape{tc.batch, tc.seq, tc.ch};
-    const Shape lse_shape{tc.batch, tc.heads, tc.seq};
-    DeviceTensor gqkv = Dev(Rand(NumElements(qkv_shape), 1), qkv_shape);
-    DeviceTensor gout = Out(out_shape), glse = OutF32(lse_shape);
-    DeviceTensor gdout = Dev(Rand(NumElements(out_shape), 2), out_shape);
+    SCOPED_TRACE("RmsNormBackward");
+    const int64_t rows = 300, ch = 96;
+    auto x = Rand(rows * ch, 1), w = Rand(ch, 2), dy = Rand(rows * ch, 3), dw = Rand(ch, 4);
+    DeviceTensor gx = Dev(x, {rows, ch}), gw = Dev(w, {ch}), gdy = Dev(dy, {rows, ch});
+    DeviceTensor grstd = DevF32(Random(rows, 6, 0.5f, 2.0f), {rows});
+    twice([&] {
+      DeviceTensor gdx = Out({rows, ch}), gdw = Dev(dw, {ch});
+      gpu_->RmsNormBackward(gdy, gx, gw, grstd, gdx, gdw);
+      return Blobs{gdx.Bytes(), gdw.Bytes()};
+    });
+  }
+  // Multi-head, and grouped-query (dK and dV summed over a group of query heads).
+  for (const AttnCase& tc : {AttnCase{2, 150, {2, 2, 64}}, AttnCase{2, 150, {4, 1, 64}}}) {
+    SCOPED_TRACE("AttentionBackward " + tc.Name());
+    DeviceTensor gqkv = Dev(Rand(NumElements(tc.qkv()), 1), tc.qkv());
+    DeviceTensor gout = Out(tc.out()), glse = OutF32(tc.lse());
+    DeviceTensor gdout = Dev(Rand(NumElements(tc.out()), 2), tc.out());
     gpu_->AttentionForward(gqkv, tc.heads, gout, glse);
     twice([&] {
-      DeviceTensor gdqkv = Out(qkv_shape);
+      DeviceTensor gdqkv = Out(tc.qkv());
       gpu_->AttentionBackward(gdout, gqkv, gout, glse, tc.heads, gdqkv);
       return Blobs{gdqkv.Bytes()};
     });
@@ -385,6 +560,35 @@ TEST_P(CudaOpsTest, BadInputThrowsNamingIt) {
   DeviceTensor qkv = Out({1, 5, 12}), out = Out({1, 5, 3}), lse = OutF32({1, 2, 5});
   ExpectErrorMentions([&] { gpu_->AttentionForward(qkv, 2, out, lse); },
                       {"AttentionForward", "out"});
+  ExpectErrorMentions(
+      [&] { gpu_->AttentionForward(qkv, AttentionHeads{4, 3, 1}, out, lse); },
+      {"AttentionForward", "num_kv_heads = 3", "divide"});
+  DeviceTensor wide = Out({1, 5, 3 * 256}), wide_out = Out({1, 5, 256});
+  DeviceTensor wide_lse = OutF32({1, 1, 5});
+  ExpectErrorMentions(
+      [&] { gpu_->AttentionForward(wide, AttentionHeads{1, 1, 256}, wide_out, wide_lse); },
+      {"AttentionForward", "head_dim = 256", "128"});
+
+  ExpectErrorMentions([&] { gpu_->RmsNormForward(x, w, 1e-5f, y, rstd); },
+                      {"RmsNormForward", "weight"});
+  DeviceTensor w8 = Out({8}), rstd3 = OutF32({3});
+  ExpectErrorMentions([&] { gpu_->RmsNormForward(x, w8, 1e-5f, y, rstd3); },
+                      {"RmsNormForward", "rstd"});
+
+  const AttentionHeads gqa{2, 1, 4};  // qkv rows of (2 + 2) * 4 = 16
+  DeviceTensor rq = Out({1, 5, 16}), freq = OutF32({2}), freq3 = OutF32({3});
+  ExpectErrorMentions([&] { gpu_->RopeForward(rq, gqa, freq3); }, {"RopeForward", "inv_freq"});
+  ExpectErrorMentions([&] { gpu_->RopeBackward(rq, AttentionHeads{2, 2, 4}, freq); },
+                      {"RopeBackward", "dqkv", "[B, T, 24]"});
+  DeviceTensor odd = Out({1, 5, 12}), freq1 = OutF32({1});
+  ExpectErrorMentions([&] { gpu_->RopeForward(odd, AttentionHeads{2, 1, 3}, freq1); },
+                      {"RopeForward", "head_dim = 3", "even"});
+
+  DeviceTensor g = Out({4, 8}), u = Out({4, 8}), u_bad = Out({8, 4});
+  ExpectErrorMentions([&] { gpu_->SwiGluForward(g, u_bad, y); }, {"SwiGluForward", "up"});
+  ExpectErrorMentions([&] { gpu_->SwiGluBackward(y, g, u, g, u_bad); },
+                      {"SwiGluBackward", "dup"});
+
   DeviceTensor ga = Out({3, 4}), gb = Out({5, 2}), gc = Out({3, 2});
   ExpectErrorMentions([&] { gpu_->Gemm(false, false, 1.0f, ga, gb, 0.0f, gc); }, {"Gemm"});
 }

@@ -2,9 +2,9 @@
 // Device buffers for the cross-backend test (cuda_ops_test.cc): host vectors copied to the
 // GPU as fp32, bf16 or int32 tensors and back as fp32, through plain cudaMalloc/cudaMemcpy.
 //
-// CudaOps enqueue on a non-blocking stream, which the legacy default stream used by
-// cudaMemcpy does not wait for; every copy in either direction therefore synchronises the
-// whole device first and after, so a test never reads a half-written result.
+// CudaOps enqueue on their own stream (a blocking one, kernels/cuda/cuda_ops.h); every copy
+// in either direction still synchronises the whole device first and after, so a test never
+// reads a half-written result whatever stream the ops used.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 

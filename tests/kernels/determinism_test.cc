@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "kernel_test_util.h"
@@ -46,8 +47,16 @@ TEST(DeterminismTest, GradientReductionsDoNotDependOnThreadCount) {
                            View(dx, {batch * seq, ch}), View(dw, {ch}), View(db, {ch}));
     ops->LinearBackward(View(dout, {batch * seq, ch}), xt, View(lin_w, {ch, ch}), Tensor(),
                         View(lin_dw, {ch, ch}), View(lin_db, {ch}));
+    std::vector<float> rms_y(x.size()), rms_rstd(batch * seq), rms_dx(x.size()), rms_dw(ch, 0.0f);
+    ops->RmsNormForward(xt, View(w, {ch}), 1e-5f, View(rms_y, {batch * seq, ch}),
+                        View(rms_rstd, {batch * seq}));
+    ops->RmsNormBackward(View(dout, {batch * seq, ch}), xt, View(w, {ch}),
+                         View(rms_rstd, {batch * seq}), View(rms_dx, {batch * seq, ch}),
+                         View(rms_dw, {ch}));
     std::vector<float> all = dwte;
-    for (const auto* v : {&dwpe, &dx, &dw, &db, &lin_db}) all.insert(all.end(), v->begin(), v->end());
+    for (const auto* v : {&dwpe, &dx, &dw, &db, &lin_db, &rms_dx, &rms_dw}) {
+      all.insert(all.end(), v->begin(), v->end());
+    }
     all.push_back(static_cast<float>(ops->SumSquares(View(dout, {int64_t(dout.size())}))));
     return all;
   };
@@ -55,23 +64,31 @@ TEST(DeterminismTest, GradientReductionsDoNotDependOnThreadCount) {
   EXPECT_EQ(one, three);
 }
 
+// Multi-head (GPT-2), grouped-query and multi-query heads: a KV head's gradient sums over
+// its query heads in one order whatever the thread count.
 TEST(DeterminismTest, AttentionDoesNotDependOnThreadCount) {
   auto ops = MakeCpuOps();
-  const int64_t batch = 2, seq = 130, ch = 48;
-  const int heads = 3;
-  auto qkv = Random(batch * seq * 3 * ch, 7), dout = Random(batch * seq * ch, 8);
-  auto run = [&]() -> std::vector<float> {
-    std::vector<float> out(batch * seq * ch), lse(batch * heads * seq), dqkv(qkv.size());
-    const Tensor qkv_t = View(qkv, {batch, seq, 3 * ch}), out_t = View(out, {batch, seq, ch});
-    const Tensor lse_t = View(lse, {batch, heads, seq});
-    ops->AttentionForward(qkv_t, heads, out_t, lse_t);
-    ops->AttentionBackward(View(dout, {batch, seq, ch}), qkv_t, out_t, lse_t, heads,
-                           View(dqkv, {batch, seq, 3 * ch}));
-    out.insert(out.end(), dqkv.begin(), dqkv.end());
-    return out;
-  };
-  const auto [one, three] = WithOneAndThreeThreads<std::vector<float>>(run);
-  EXPECT_EQ(one, three);
+  const int64_t batch = 2, seq = 130;
+  for (const AttentionHeads heads :
+       {AttentionHeads{3, 3, 16}, AttentionHeads{6, 2, 16}, AttentionHeads{4, 1, 24}}) {
+    SCOPED_TRACE("NH=" + std::to_string(heads.num_heads) +
+                 " NKV=" + std::to_string(heads.num_kv_heads));
+    const int64_t width = heads.qkv_width(), ow = heads.q_width();
+    auto qkv = Random(batch * seq * width, 7), dout = Random(batch * seq * ow, 8);
+    auto run = [&]() -> std::vector<float> {
+      std::vector<float> out(batch * seq * ow), lse(batch * heads.num_heads * seq);
+      std::vector<float> dqkv(qkv.size());
+      const Tensor qkv_t = View(qkv, {batch, seq, width}), out_t = View(out, {batch, seq, ow});
+      const Tensor lse_t = View(lse, {batch, heads.num_heads, seq});
+      ops->AttentionForward(qkv_t, heads, out_t, lse_t);
+      ops->AttentionBackward(View(dout, {batch, seq, ow}), qkv_t, out_t, lse_t, heads,
+                             View(dqkv, {batch, seq, width}));
+      out.insert(out.end(), dqkv.begin(), dqkv.end());
+      return out;
+    };
+    const auto [one, three] = WithOneAndThreeThreads<std::vector<float>>(run);
+    EXPECT_EQ(one, three);
+  }
 }
 
 }  // namespace

@@ -1,4 +1,5 @@
-// Token + position embedding: exact forward, exact (deterministic) backward, token checks.
+// Token + position embedding: exact forward, exact (deterministic) backward, token checks;
+// and the token embedding alone (no position table, an undefined wpe / dwpe).
 #include <vector>
 
 #include "kernel_test_util.h"
@@ -50,6 +51,27 @@ TEST(EmbeddingTest, BackwardAccumulatesRepeatedTokens) {
   }
 }
 
+TEST(EmbeddingTest, WithoutPositionTableCopiesTokenRowsAndSumsTheirGradients) {
+  auto ops = MakeCpuOps();
+  const int64_t batch = 3, seq = 40, ch = 70, vocab = 6;  // many repeats, several threads
+  auto tokens = RandomInts(batch * seq, 8, 0, vocab);
+  auto wte = Random(vocab * ch, 9), dout = Random(batch * seq * ch, 10);
+  std::vector<float> out(batch * seq * ch, 5.0f);
+  ops->EmbeddingForward(View(tokens, {batch, seq}), View(wte, {vocab, ch}), Tensor(),
+                        View(out, {batch, seq, ch}));
+  for (int64_t i = 0; i < batch * seq; ++i) {
+    for (int64_t c = 0; c < ch; ++c) ASSERT_EQ(out[i * ch + c], wte[tokens[i] * ch + c]) << i;
+  }
+  auto dwte = Random(vocab * ch, 11);  // accumulated into
+  std::vector<double> want(dwte.begin(), dwte.end());
+  for (int64_t i = 0; i < batch * seq; ++i) {
+    for (int64_t c = 0; c < ch; ++c) want[tokens[i] * ch + c] += dout[i * ch + c];
+  }
+  ops->EmbeddingBackward(View(dout, {batch, seq, ch}), View(tokens, {batch, seq}),
+                         View(dwte, {vocab, ch}), Tensor());
+  ExpectClose(dwte, want, 1e-6, "dwte");
+}
+
 TEST(EmbeddingTest, RejectsOutOfRangeTokensNamingThem) {
   auto ops = MakeCpuOps();
   std::vector<int32_t> tokens = {0, 1, 2, 3, 4, 9};
@@ -80,6 +102,12 @@ TEST(EmbeddingTest, RejectsWrongShapes) {
                               View(out, {3, 2, 4}));
       },
       {"EmbeddingForward", "wpe"});
+  ExpectErrorMentions(
+      [&] {
+        ops->EmbeddingBackward(View(out, {2, 3, 4}), View(tokens, {2, 3}), View(wte, {9, 4}),
+                               View(wpe, {1, 12}));
+      },
+      {"EmbeddingBackward", "dwpe", "[1, 12]"});
   ExpectErrorMentions(
       [&] {
         ops->EmbeddingForward(View(tokens, {2, 3}), View(wte, {9, 4}), View(wpe, {3, 4}),

@@ -49,6 +49,15 @@ TEST_F(HalfOpsTest, EmbeddingForwardAndBackward) {
                {"dwte", Role::kGrad, {kVp, kC}},
                {"dwpe", Role::kGrad, {kMaxT, kC}}},
               [](Ops& o, const auto& v) { o.EmbeddingBackward(v[0], v[1], v[2], v[3]); });
+  // Without a position table: out is the wte row rounded once, dwte the same sums.
+  ForEveryMix({{"tokens", Role::kIndex, {kB, kT}, kVp},
+               {"wte", Role::kParam, {kVp, kC}},
+               {"out", Role::kOut, {kB, kT, kC}}},
+              [](Ops& o, const auto& v) { o.EmbeddingForward(v[0], v[1], Tensor(), v[2]); });
+  ForEveryMix({{"dout", Role::kAct, {kB, kT, kC}},
+               {"tokens", Role::kIndex, {kB, kT}, 3},
+               {"dwte", Role::kGrad, {kVp, kC}}},
+              [](Ops& o, const auto& v) { o.EmbeddingBackward(v[0], v[1], v[2], Tensor()); });
 }
 
 TEST_F(HalfOpsTest, LayerNormForwardAndBackward) {
@@ -72,6 +81,71 @@ TEST_F(HalfOpsTest, LayerNormForwardAndBackward) {
               [](Ops& o, const auto& v) {
                 o.LayerNormBackward(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]);
               });
+}
+
+TEST_F(HalfOpsTest, RmsNormForwardAndBackward) {
+  const int64_t ch = 96;
+  ForEveryMix({{"x", Role::kAct, {kN, ch}},
+               {"weight", Role::kParam, {ch}},
+               {"y", Role::kOut, {kN, ch}},
+               {"rstd", Role::kStatOut, {kN}}},
+              [](Ops& o, const auto& v) { o.RmsNormForward(v[0], v[1], 1e-5f, v[2], v[3]); });
+  ForEveryMix({{"dy", Role::kAct, {kN, ch}},
+               {"x", Role::kAct, {kN, ch}},
+               {"weight", Role::kParam, {ch}},
+               {"rstd", Role::kStat, {kN}},
+               {"dx", Role::kOut, {kN, ch}},
+               {"dweight", Role::kGrad, {ch}}},
+              [](Ops& o, const auto& v) { o.RmsNormBackward(v[0], v[1], v[2], v[3], v[4], v[5]); });
+}
+
+// Grouped-query heads (NH = 4, NKV = 2, HS = 8): qkv [B, T, 64], out [B, T, 32].
+constexpr AttentionHeads kGqa{4, 2, 8};
+constexpr int64_t kGqaWidth = (4 + 2 * 2) * 8;
+
+TEST_F(HalfOpsTest, RopeForwardAndBackwardInPlace) {  // v's columns come back bit for bit
+  for (bool backward : {false, true}) {
+    SCOPED_TRACE(backward ? "RopeBackward" : "RopeForward");
+    ForEveryMix({{"qkv", Role::kActInOut, {kB, kT, kGqaWidth}}, {"inv_freq", Role::kStat, {4}}},
+                [&](Ops& o, const auto& v) {
+                  if (backward) {
+                    o.RopeBackward(v[0], kGqa, v[1]);
+                  } else {
+                    o.RopeForward(v[0], kGqa, v[1]);
+                  }
+                });
+  }
+}
+
+TEST_F(HalfOpsTest, SwiGluForwardAndBackward) {
+  for (int64_t n : {int64_t{1000}, cpu::kChunkElements + 123}) {  // and more than one chunk
+    SCOPED_TRACE("n=" + std::to_string(n));
+    const bool few = n > 1000;
+    ForEveryMix(
+        {{"gate", Role::kAct, {n}}, {"up", Role::kAct, {n}}, {"h", Role::kOut, {n}}},
+        [](Ops& o, const auto& v) { o.SwiGluForward(v[0], v[1], v[2]); }, few);
+    ForEveryMix(
+        {{"dh", Role::kAct, {n}},
+         {"gate", Role::kAct, {n}},
+         {"up", Role::kAct, {n}},
+         {"dgate", Role::kOut, {n}},
+         {"dup", Role::kOut, {n}}},
+        [](Ops& o, const auto& v) { o.SwiGluBackward(v[0], v[1], v[2], v[3], v[4]); }, few);
+  }
+}
+
+TEST_F(HalfOpsTest, GroupedQueryAttentionForwardAndBackward) {
+  ForEveryMix({{"qkv", Role::kAct, {kB, kT, kGqaWidth}},
+               {"out", Role::kOut, {kB, kT, kGqa.q_width()}},
+               {"lse", Role::kStatOut, {kB, kGqa.num_heads, kT}}},
+              [](Ops& o, const auto& v) { o.AttentionForward(v[0], kGqa, v[1], v[2]); });
+  ForEveryMix(
+      {{"dout", Role::kAct, {kB, kT, kGqa.q_width()}},
+       {"qkv", Role::kAct, {kB, kT, kGqaWidth}},
+       {"out", Role::kAct, {kB, kT, kGqa.q_width()}},
+       {"lse", Role::kStat, {kB, kGqa.num_heads, kT}},
+       {"dqkv", Role::kOut, {kB, kT, kGqaWidth}}},
+      [](Ops& o, const auto& v) { o.AttentionBackward(v[0], v[1], v[2], v[3], kGqa, v[4]); });
 }
 
 TEST_F(HalfOpsTest, AttentionForwardAndBackward) {  // T = 70 spans two key tiles

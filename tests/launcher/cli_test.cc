@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -17,6 +18,7 @@
 
 #include "core/config.h"
 #include "core/memory_tracker.h"
+#include "data/token_shard.h"
 #include "nn/gpt2.h"
 #include "nn/llmc_model_file.h"
 #include "tests/launcher/cli_test_util.h"
@@ -169,6 +171,73 @@ TEST_F(CliTest, DataTurnsTextIntoAShard) {
   f.read(reinterpret_cast<char*>(tokens.data()), 2 * tokens.size());
   for (size_t i = 0; i < text.size(); ++i)
     EXPECT_EQ(tokens[i], static_cast<unsigned char>(text[i]));
+}
+
+// --token-format uint32 writes llm.c's llama-3 shard (magic 20240801, version 7, 4 bytes a
+// token) of the same byte tokens; auto picks uint16 for the byte tokenizer's 256 ids.
+TEST_F(CliTest, DataWritesUint32ShardsOnRequest) {
+  const std::string text = "h\xC3\xA9llo, w\xC3\xB6rld\n";
+  std::ofstream(dir_ + "/t.txt") << text;
+  const std::string in = " --text " + dir_ + "/t.txt";
+  const Result r = RunZtrain("data" + in + " --out " + dir_ + "/t32.bin --token-format uint32");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.out, "wrote 15 uint32 tokens from " + dir_ + "/t.txt to " + dir_ +
+                       "/t32.bin (byte-level tokens: use vocab_size >= 256)\n");
+  std::ifstream f(dir_ + "/t32.bin", std::ios::binary);
+  int32_t header[256];
+  f.read(reinterpret_cast<char*>(header), sizeof header);
+  EXPECT_EQ(header[0], 20240801);
+  EXPECT_EQ(header[1], 7);
+  ASSERT_EQ(header[2], 15);
+  std::vector<uint32_t> tokens(16, 0xdeadbeef);
+  f.read(reinterpret_cast<char*>(tokens.data()), 4 * 16);
+  EXPECT_EQ(f.gcount(), 4 * 15);  // nothing after the last token
+  for (size_t i = 0; i < text.size(); ++i)
+    EXPECT_EQ(tokens[i], static_cast<unsigned char>(text[i])) << i;
+  const data::TokenShard shard = data::TokenShard::Open(dir_ + "/t32.bin");
+  EXPECT_EQ(shard.format(), data::TokenFormat::kUint32);
+  EXPECT_EQ(shard.tokens()[1], 0xC3u);
+
+  const Result automatic =
+      RunZtrain("data" + in + " --out " + dir_ + "/t16.bin --token-format auto");
+  ASSERT_EQ(automatic.code, 0) << automatic.out;
+  EXPECT_NE(automatic.out.find("wrote 15 uint16 tokens"), std::string::npos) << automatic.out;
+  EXPECT_EQ(data::TokenShard::Open(dir_ + "/t16.bin").format(), data::TokenFormat::kUint16);
+  const Result bad = RunZtrain("data" + in + " --out " + dir_ + "/x.bin --token-format int8");
+  EXPECT_EQ(bad.code, 2) << bad.out;
+  EXPECT_NE(bad.out.find("--token-format"), std::string::npos) << bad.out;
+  EXPECT_FALSE(fs::exists(dir_ + "/x.bin"));
+}
+
+// The same text as uint16 and as uint32 shards trains the same model: equal losses and
+// gradient norms at every step.
+TEST_F(CliTest, TrainsTheSameOnUint16AndUint32Shards) {
+  std::string text;
+  for (int i = 0; text.size() < 3000; ++i) text += "line " + std::to_string(i * i) + " ok\n";
+  std::ofstream(dir_ + "/t.txt") << text;
+  std::vector<std::string> losses;
+  for (const std::string format : {"uint16", "uint32"}) {
+    const std::string shard = dir_ + "/" + format + ".bin";
+    const Result d =
+        RunZtrain("data --text " + dir_ + "/t.txt --out " + shard + " --token-format " + format);
+    ASSERT_EQ(d.code, 0) << d.out;
+    nlohmann::json j = DefaultConfigJson();
+    j["data"]["train"] = shard;
+    j["training"]["steps"] = 4;
+    j["training"]["output_dir"] = dir_ + "/out_" + format;
+    j["csv_monitor"] = {{"enabled", true}, {"output_path", dir_}, {"job_name", format}};
+    const Result r = RunZtrain("--config " + WriteConfig(j, format + ".json"));
+    ASSERT_EQ(r.code, 0) << r.out;
+    std::string columns;  // step,loss,lr,grad_norm of every row
+    for (const std::string& row : Lines(dir_ + "/" + format + "/train.csv")) {
+      size_t at = 0;
+      for (int comma = 0; comma < 4 && at != std::string::npos; ++comma) at = row.find(',', at + 1);
+      columns += row.substr(0, at) + "\n";
+    }
+    losses.push_back(columns);
+  }
+  EXPECT_EQ(std::count(losses[0].begin(), losses[0].end(), '\n'), 5) << losses[0];
+  EXPECT_EQ(losses[1], losses[0]);
 }
 
 TEST_F(CliTest, TrainsTheDefaultModelAndWritesCsvAndModel) {

@@ -1,10 +1,10 @@
-// Tensor-parallel GPT-2 layers against the single-process ones (DESIGN.md "The equivalence
+// GPT-2's layers on MegatronLinears against the same layers on the single-process linears (DESIGN.md "The equivalence
 // rule"), under mpirun at 2 and 4 ranks (at 4 also as two tp groups of 2). Each rank builds
 // the single-process layer with the whole parameter values and the tp layer with its slices
 // of the same values, runs both on the same batch and upstream gradient, and compares the
 // outputs, input gradients and every parameter gradient (the local gradient against the same
 // slice of the whole one), and counts the collectives.
-#include "parallel/tensor/tp_layers.h"
+#include "parallel/tensor/megatron_linears.h"
 
 #include <gtest/gtest.h>
 
@@ -32,6 +32,11 @@ namespace {
 constexpr int64_t kB = 2, kT = 8;
 const double kTol = testing::OpsTolerance(128, 12);
 
+std::shared_ptr<const nn::LinearProvider> Whole() { return nn::MakeWholeLinears(); }
+std::shared_ptr<const nn::LinearProvider> Megatron(comm::Communicator& tp) {
+  return std::make_shared<const MegatronLinears>(tp);
+}
+
 std::vector<nn::Layer*> Raw(const std::vector<std::unique_ptr<nn::Layer>>& layers) {
   std::vector<nn::Layer*> raw;
   for (const auto& l : layers) raw.push_back(l.get());
@@ -58,8 +63,9 @@ TEST(TensorParallelTest, EmbeddingMatchesSingleProcess) {
   for (int tp_size : TpSizes()) {
     SCOPED_TRACE("tp size " + std::to_string(tp_size));
     const auto tp = TpGroup(tp_size);
-    nn::Embedding single(m.padded_vocab_size, m.max_seq_len, m.n_embd);
-    VocabParallelEmbedding par(m.padded_vocab_size, m.max_seq_len, m.n_embd, *tp);
+    const auto single_layer = nn::Gpt2Embedding(m, Whole());
+    const auto par_layer = nn::Gpt2Embedding(m, Megatron(*tp));
+    nn::Layer &single = *single_layer, &par = *par_layer;
     const ParamStore ref_params({&single}), tp_params({&par});
     const Batch batch(kB, kT, m.vocab_size);
     const std::vector<float> dout = Normal("dout", kB * kT * m.n_embd);
@@ -80,8 +86,9 @@ TEST(TensorParallelTest, TransformerBlockMatchesSingleProcess) {
   for (int tp_size : TpSizes()) {
     SCOPED_TRACE("tp size " + std::to_string(tp_size));
     const auto tp = TpGroup(tp_size);
-    nn::TransformerBlock single(1, m.n_layer, m.n_embd, m.n_head);
-    ParallelTransformerBlock par(1, m.n_layer, m.n_embd, m.n_head, *tp);
+    const auto single_layer = nn::Gpt2Block(m, 1, Whole());
+    const auto par_layer = nn::Gpt2Block(m, 1, Megatron(*tp));
+    nn::Layer &single = *single_layer, &par = *par_layer;
     const ParamStore ref_params({&single}), tp_params({&par});
     const Batch batch(kB, kT, m.vocab_size);
     const std::vector<float> x = Normal("x", kB * kT * m.n_embd);
@@ -106,8 +113,9 @@ TEST(TensorParallelTest, LmHeadMatchesSingleProcessWithoutGatheringLogits) {
   for (int tp_size : TpSizes()) {
     SCOPED_TRACE("tp size " + std::to_string(tp_size));
     const auto tp = TpGroup(tp_size);
-    nn::LmHead single(m.vocab_size, m.padded_vocab_size, m.n_embd);
-    VocabParallelLmHead par(m.vocab_size, m.padded_vocab_size, m.n_embd, *tp);
+    const auto single_layer = nn::Gpt2Head(m, Whole());
+    const auto par_layer = nn::Gpt2Head(m, Megatron(*tp));
+    nn::Layer &single = *single_layer, &par = *par_layer;
     const ParamStore ref_params({&single}), tp_params({&par});
     const Batch batch(kB, kT, m.vocab_size);
     const std::vector<float> x = Normal("x", n * m.n_embd, 3.0f);
@@ -136,7 +144,7 @@ TEST(TensorParallelTest, WholeModelMatchesSingleProcess) {
     SCOPED_TRACE("tp size " + std::to_string(tp_size));
     const auto tp = TpGroup(tp_size);
     const auto single = nn::BuildGpt2(m);
-    const auto par = BuildParallelGpt2(m, *tp);
+    const auto par = BuildParallelModel(m, *tp);
     const ParamStore ref_params(Raw(single)), tp_params(Raw(par));
     const Batch batch(kB, kT, m.vocab_size);
     const std::vector<float> dloss(kB * kT, 1.0f / (kB * kT));  // d(mean loss)
@@ -167,7 +175,7 @@ TEST(TensorParallelTest, ParamsKeepNamesAndDescribeTheirSlices) {
     SCOPED_TRACE("tp size " + std::to_string(tp_size));
     const auto tp = TpGroup(tp_size);
     const auto single = nn::BuildGpt2(m);
-    const auto par = BuildParallelGpt2(m, *tp);
+    const auto par = BuildParallelModel(m, *tp);
     ASSERT_EQ(par.size(), single.size());
     for (size_t l = 0; l < par.size(); ++l) {
       EXPECT_EQ(par[l]->Name(), single[l]->Name());
@@ -215,36 +223,30 @@ TEST(TensorParallelTest, RefusesModelsThatDoNotSplitNamingTheKeys) {
     ModelConfig heads = TinyModel();
     heads.n_head = 3;
     heads.n_embd = 48;
-    ExpectErrorWith<ConfigError>([&] { BuildParallelGpt2(heads, *tp); },
+    ExpectErrorWith<ConfigError>([&] { BuildParallelModel(heads, *tp); },
                                  {"model.n_head 3" + size, "(1, 3)"});
-    ExpectErrorWith<ConfigError>(
-        [&] { ParallelTransformerBlock(0, 1, heads.n_embd, heads.n_head, *tp); },
-        {"model.n_head 3" + size});
     ModelConfig vocab = TinyModel();
     vocab.padded_vocab_size = 129;
-    ExpectErrorWith<ConfigError>([&] { BuildParallelGpt2(vocab, *tp); },
+    ExpectErrorWith<ConfigError>([&] { BuildParallelModel(vocab, *tp); },
                                  {"model.padded_vocab_size 129" + size, "e.g. 128"});
-    ExpectErrorWith<ConfigError>(
-        [&] { VocabParallelLmHead(vocab.vocab_size, vocab.padded_vocab_size, 32, *tp); },
-        {"model.padded_vocab_size 129" + size});
     ModelConfig both = heads;
     both.padded_vocab_size = 129;
-    ExpectErrorWith<ConfigError>([&] { BuildParallelGpt2(both, *tp); },
+    ExpectErrorWith<ConfigError>([&] { BuildParallelModel(both, *tp); },
                                  {"model.n_head 3" + size, "\nmodel.padded_vocab_size 129"});
   }
-  EXPECT_NO_THROW(CheckTensorParallelModel(TinyModel(), 4));
-  ExpectErrorWith<ConfigError>([] { CheckTensorParallelModel(TinyModel(), 5); },
+  EXPECT_NO_THROW(nn::CheckTensorParallelModel(TinyModel(), 4));
+  ExpectErrorWith<ConfigError>([] { nn::CheckTensorParallelModel(TinyModel(), 5); },
                                {"model.n_head 4 does not divide by tensor_parallel.size 5",
                                 "model.n_embd 32 does not divide", "e.g. 640"});
 }
 
-// A group of one: BuildParallelGpt2 is BuildGpt2, and the tp layer classes themselves (no
-// split, collectives of one rank) compute what the single-process layers do.
+// A group of one: BuildParallelModel is BuildModel, and MegatronLinears itself (no split,
+// collectives of one rank) computes what the single-process linears do.
 TEST(TensorParallelTest, GroupOfOneIsTheSingleProcessModel) {
   const ModelConfig m = TinyModel();
   const auto self = comm::MakeSelfCommunicator();
   const auto single = nn::BuildGpt2(m);
-  const auto built = BuildParallelGpt2(m, *self);
+  const auto built = BuildParallelModel(m, *self);
   ASSERT_EQ(built.size(), single.size());
   for (size_t l = 0; l < built.size(); ++l) {
     const auto got = built[l]->Params(), want = single[l]->Params();
@@ -255,15 +257,7 @@ TEST(TensorParallelTest, GroupOfOneIsTheSingleProcessModel) {
       EXPECT_FALSE(got[i].tp.split()) << got[i].name;
     }
   }
-  std::vector<std::unique_ptr<nn::Layer>> par;
-  par.push_back(std::make_unique<VocabParallelEmbedding>(m.padded_vocab_size, m.max_seq_len,
-                                                         m.n_embd, *self));
-  for (int l = 0; l < m.n_layer; ++l) {
-    par.push_back(
-        std::make_unique<ParallelTransformerBlock>(l, m.n_layer, m.n_embd, m.n_head, *self));
-  }
-  par.push_back(
-      std::make_unique<VocabParallelLmHead>(m.vocab_size, m.padded_vocab_size, m.n_embd, *self));
+  const auto par = nn::FindModelFamily(m.type).build(m, Megatron(*self));
   const ParamStore ref_params(Raw(single)), tp_params(Raw(par));
   const Batch batch(kB, kT, m.vocab_size);
   const std::vector<float> dloss = Normal("dloss", kB * kT);
@@ -272,6 +266,53 @@ TEST(TensorParallelTest, GroupOfOneIsTheSingleProcessModel) {
   EXPECT_TRUE(Close(got.output, ref.output, kTol));
   for (const auto& [name, e] : tp_params.entries()) {
     EXPECT_TRUE(Close(e.grad, ref_params.at(name).grad, kTol)) << name;
+  }
+}
+
+}  // namespace
+}  // namespace ztrain::tensor::test
+
+namespace ztrain::tensor::test {
+namespace {
+
+// The Llama family's layers (no position table, grouped-query attention with q/k/v packed,
+// RoPE, SwiGLU, an untied head) on MegatronLinears against the single-process ones.
+ModelConfig TinyLlama() {
+  ModelConfig m = TinyModel();
+  m.type = "llama";
+  m.n_kv_head = 2;
+  m.head_dim = 6;
+  m.intermediate_size = 20;
+  m.rope_theta = 100.0;
+  m.tie_word_embeddings = false;
+  m.qkv_bias = true;
+  return m;
+}
+
+TEST(TensorParallelTest, LlamaLayersMatchSingleProcess) {
+  const ModelConfig m = TinyLlama();
+  for (int tp_size : TpSizes()) {
+    if (m.n_kv_head % tp_size != 0) continue;
+    SCOPED_TRACE("tp size " + std::to_string(tp_size));
+    const auto tp = TpGroup(tp_size);
+    const auto single = nn::BuildModel(m);
+    const auto par = BuildParallelModel(m, *tp);
+    const Batch batch(kB, kT, m.vocab_size);
+    for (size_t l = 0; l < single.size(); ++l) {
+      SCOPED_TRACE(single[l]->Name());
+      const ParamStore ref_params({single[l].get()}), tp_params({par[l].get()});
+      const bool first = l == 0, last = l + 1 == single.size();
+      const std::vector<float> x = first ? std::vector<float>() : Normal("x", kB * kT * m.n_embd);
+      const std::vector<float> dy =
+          last ? std::vector<float>(kB * kT, 1.0f / (kB * kT)) : Normal("dy", kB * kT * m.n_embd);
+      const Pass ref = RunPass({single[l].get()}, batch.mb, x, dy, nullptr);
+      const Pass got = RunPass({par[l].get()}, batch.mb, x, dy, tp.get());
+      EXPECT_TRUE(Close(got.output, ref.output, kTol));
+      if (!first) EXPECT_TRUE(Close(got.dinput, ref.dinput, kTol));
+      for (const auto& [name, e] : tp_params.entries()) {
+        EXPECT_TRUE(Close(e.grad, LocalSlice(e.spec, ref_params.at(name).grad), kTol)) << name;
+      }
+    }
   }
 }
 

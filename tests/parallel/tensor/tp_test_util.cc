@@ -62,14 +62,46 @@ std::vector<float> LocalSlice(const nn::ParamSpec& spec, const std::vector<float
 
 ParamStore::ParamStore(const std::vector<nn::Layer*>& layers) {
   for (nn::Layer* layer : layers) {
+    const std::vector<nn::ParamSpec> specs = layer->Params();
     std::vector<Tensor> params, grads;
-    for (const nn::ParamSpec& spec : layer->Params()) {
+    for (size_t i = 0; i < specs.size(); ++i) {
+      const nn::ParamSpec& spec = specs[i];
       Entry& e = Get(spec);
       EXPECT_EQ(e.spec.shape, spec.shape) << spec.name << " tied to " << e.spec.name;
       params.emplace_back(e.value.data(), DType::kF32, e.spec.shape);
       grads.emplace_back(e.grad.data(), DType::kF32, e.spec.shape);
+      const bool run_ends = i + 1 == specs.size() || !specs[i + 1].packed;
+      if (!spec.packed || !run_ends) continue;
+      // The run [first, i] moves into one buffer.
+      size_t first = i;
+      while (specs[first].packed) --first;
+      PackedRun& run = runs_.emplace_back();
+      for (size_t k = first; k <= i; ++k) {
+        const Entry& part = entries_.at(specs[k].name);
+        run.names.push_back(specs[k].name);
+        run.values.insert(run.values.end(), part.value.begin(), part.value.end());
+      }
+      run.grads.assign(run.values.size(), 0.0f);
+      size_t offset = 0;
+      for (size_t k = first; k <= i; ++k) {
+        params[k] = Tensor(run.values.data() + offset, DType::kF32, specs[k].shape);
+        grads[k] = Tensor(run.grads.data() + offset, DType::kF32, specs[k].shape);
+        offset += static_cast<size_t>(NumElements(specs[k].shape));
+      }
     }
     layer->Bind(std::move(params), std::move(grads));
+  }
+}
+
+void ParamStore::SyncPacked() const {
+  for (const PackedRun& run : runs_) {
+    size_t offset = 0;
+    for (const std::string& name : run.names) {
+      std::vector<float>& grad = entries_.at(name).grad;
+      std::copy_n(run.grads.begin() + static_cast<std::ptrdiff_t>(offset), grad.size(),
+                  grad.begin());
+      offset += grad.size();
+    }
   }
 }
 

@@ -4,6 +4,7 @@
 // the collectives, and the comparison criterion.
 #include <gtest/gtest.h>
 
+#include <deque>
 #include <map>
 #include <string>
 #include <vector>
@@ -43,12 +44,23 @@ class ParamStore {
     std::vector<float> value, grad;
   };
   explicit ParamStore(const std::vector<nn::Layer*>& layers);
-  const std::map<std::string, Entry>& entries() const { return entries_; }
-  const Entry& at(const std::string& name) const { return entries_.at(name); }
+  const std::map<std::string, Entry>& entries() const {
+    SyncPacked();
+    return entries_;
+  }
+  const Entry& at(const std::string& name) const { return entries().at(name); }
 
  private:
+  // A run of packed parameters (nn::ParamSpec::packed) bound, as the engine binds them, to
+  // one contiguous buffer; their entries' gradients are copied back from it when read.
+  struct PackedRun {
+    std::vector<std::string> names;
+    std::vector<float> values, grads;
+  };
   Entry& Get(const nn::ParamSpec& spec);
-  std::map<std::string, Entry> entries_;  // node-based: views stay valid
+  void SyncPacked() const;
+  mutable std::map<std::string, Entry> entries_;  // node-based: views stay valid
+  std::deque<PackedRun> runs_;                    // stable addresses
 };
 
 // A micro-batch of fixed pseudo-random tokens and targets in [0, vocab).

@@ -1,13 +1,14 @@
-// VocabParallelEmbedding: each rank looks up the tokens of its vocabulary slice, writes zero
-// rows for the others, and one all-reduce assembles the whole token embedding. Exactly one
-// rank contributes each row and the others add +0, so the sum is bit-exact.
+// MegatronLinears' vocabulary-parallel embedding: each rank looks up the tokens of its
+// vocabulary slice, writes zero rows for the others, and one all-reduce assembles the whole
+// token embedding. Exactly one rank contributes each row and the others add +0, so the sum is
+// bit-exact.
 #include <algorithm>
 #include <vector>
 
 #include "core/error.h"
 #include "nn/layer_context.h"
 #include "parallel/tensor/tp_common.h"
-#include "parallel/tensor/tp_layers.h"
+#include "parallel/tensor/megatron_linears.h"
 
 namespace ztrain::tensor {
 namespace {
@@ -19,12 +20,12 @@ constexpr int64_t kChannelBlock = 32;  // channels one backward task owns (two c
 // waiting in a collective.
 void CheckTokens(const Tensor& tokens, int64_t padded_vocab) {
   ZTRAIN_CHECK(tokens.dtype() == DType::kI32 && tokens.dim() == 2,
-               "VocabParallelEmbedding: tokens must be int32 [B, T], got ",
+               "vocabulary-parallel embedding: tokens must be int32 [B, T], got ",
                ShapeToString(tokens.shape()));
   const int32_t* tok = tokens.data<int32_t>();
   const int64_t seq = tokens.size(1);
   for (int64_t i = 0; i < tokens.numel(); ++i) {
-    ZTRAIN_CHECK(tok[i] >= 0 && tok[i] < padded_vocab, "VocabParallelEmbedding: token ", tok[i],
+    ZTRAIN_CHECK(tok[i] >= 0 && tok[i] < padded_vocab, "vocabulary-parallel embedding: token ", tok[i],
                  " at position [b=", i / seq, ", t=", i % seq, "] is outside [0, ", padded_vocab,
                  "); the embedding table wte has ", padded_vocab, " rows");
   }
@@ -32,35 +33,15 @@ void CheckTokens(const Tensor& tokens, int64_t padded_vocab) {
 
 }  // namespace
 
-VocabParallelEmbedding::VocabParallelEmbedding(int64_t padded_vocab, int64_t max_seq_len,
-                                               int64_t channels, comm::Communicator& tp)
-    : tp_(tp), vp_(padded_vocab), max_t_(max_seq_len), c_(channels) {
-  detail::CheckDivides("model.padded_vocab_size", vp_, tp.size(),
-                       "make the padded vocabulary a multiple of the tp size");
-  local_vocab_ = vp_ / tp.size();
-  vocab_begin_ = local_vocab_ * tp.rank();
-}
-
-std::vector<nn::ParamSpec> VocabParallelEmbedding::Params() const {
-  return {detail::Split(detail::Weight("wte", {vp_, c_}), 0, 1, tp_),
-          detail::Weight("wpe", {max_t_, c_})};
-}
-
-Shape VocabParallelEmbedding::OutputShape(const Shape& tokens_shape) const {
-  ZTRAIN_CHECK(tokens_shape.size() == 2 && tokens_shape[1] <= max_t_, "sequence length ",
-               tokens_shape.size() == 2 ? tokens_shape[1] : -1, " exceeds model.max_seq_len ",
-               max_t_, "; lower data.seq_len or raise model.max_seq_len");
-  return {tokens_shape[0], tokens_shape[1], c_};
-}
-
-void VocabParallelEmbedding::Forward(const nn::MicroBatch& mb, const Tensor&, const Tensor& output,
-                                     nn::LayerContext& ctx) {
-  detail::CheckHostOps(ctx, Name());
-  CheckTokens(mb.tokens, vp_);
-  CheckTensor(output, ctx.dtype(), OutputShape(mb.tokens.shape()), "embedding output");
+void MegatronLinears::EmbeddingForward(nn::LayerContext& ctx, const nn::MicroBatch& mb,
+                                       const Tensor& wte, const Tensor& wpe,
+                                       const Tensor& output) const {
+  detail::CheckHostOps(ctx, "the vocabulary-parallel embedding");
+  const int64_t local_vocab = wte.size(0), vocab_begin = local_vocab * tp_.rank();
+  CheckTokens(mb.tokens, local_vocab * tp_.size());
+  const int64_t rows = mb.tokens.numel(), seq = mb.T(), c = wte.size(1);
+  CheckTensor(output, ctx.dtype(), {mb.B(), seq, c}, "embedding output");
   const int32_t* tok = mb.tokens.data<int32_t>();
-  const Tensor wte = param(0), wpe = param(1);
-  const int64_t rows = mb.tokens.numel(), seq = mb.T(), c = c_;
   // The rows are summed in fp32 and rounded once, with the position embedding (Note [Tensor
   // parallelism in 16 bits]).
   Buffer hold;
@@ -68,8 +49,8 @@ void VocabParallelEmbedding::Forward(const nn::MicroBatch& mb, const Tensor&, co
   float* s = sum.data<float>();
 #pragma omp parallel for schedule(static) if (rows * c >= detail::kParallelGrain)
   for (int64_t i = 0; i < rows; ++i) {
-    const int64_t local = tok[i] - vocab_begin_;
-    if (local >= 0 && local < local_vocab_) {
+    const int64_t local = tok[i] - vocab_begin;
+    if (local >= 0 && local < local_vocab) {
       detail::LoadElements(wte, local * c, c, s + i * c);
     } else {
       std::fill(s + i * c, s + (i + 1) * c, 0.0f);
@@ -82,7 +63,11 @@ void VocabParallelEmbedding::Forward(const nn::MicroBatch& mb, const Tensor&, co
     std::vector<float> row(static_cast<size_t>(c));
 #pragma omp for schedule(static)
     for (int64_t i = 0; i < rows; ++i) {
-      detail::LoadElements(wpe, (i % seq) * c, c, row.data());
+      if (wpe.defined()) {
+        detail::LoadElements(wpe, (i % seq) * c, c, row.data());
+      } else {
+        std::fill(row.begin(), row.end(), 0.0f);  // no position table: the rows alone
+      }
       for (int64_t j = 0; j < c; ++j) row[j] = s[i * c + j] + row[j];
       detail::StoreElements(row.data(), output, i * c, c);
     }
@@ -92,10 +77,13 @@ void VocabParallelEmbedding::Forward(const nn::MicroBatch& mb, const Tensor&, co
 // No collective: doutput is replicated, so each rank accumulates its own wte rows and the
 // same (whole) wpe gradient as every other rank. 16-bit arguments are widened into fp32
 // workspace and the gradients rounded back once, as the CPU kernel's adapter does.
-void VocabParallelEmbedding::Backward(const nn::MicroBatch& mb, const Tensor&,
-                                      const Tensor& doutput, const Tensor&, nn::LayerContext& ctx) {
-  detail::CheckHostOps(ctx, Name());
-  CheckTensor(doutput, ctx.dtype(), OutputShape(mb.tokens.shape()), "embedding doutput");
+void MegatronLinears::EmbeddingBackward(nn::LayerContext& ctx, const nn::MicroBatch& mb,
+                                        const Tensor& doutput, const Tensor& dwte_slice,
+                                        const Tensor& dwpe_whole) const {
+  detail::CheckHostOps(ctx, "the vocabulary-parallel embedding");
+  const int64_t local_vocab = dwte_slice.size(0), vocab_begin = local_vocab * tp_.rank();
+  const int64_t c = dwte_slice.size(1);
+  CheckTensor(doutput, ctx.dtype(), {mb.B(), mb.T(), c}, "embedding doutput");
   kernels::Ops& ops = ctx.ops();
   const auto fp32 = [&](const Tensor& t) {
     if (t.dtype() == DType::kF32) return t;
@@ -103,12 +91,14 @@ void VocabParallelEmbedding::Backward(const nn::MicroBatch& mb, const Tensor&,
     ops.Copy(t, w);
     return w;
   };
-  const Tensor g32 = fp32(doutput), dwte32 = fp32(grad(0)), dwpe32 = fp32(grad(1));
+  const bool positions = dwpe_whole.defined();
+  const Tensor g32 = fp32(doutput), dwte32 = fp32(dwte_slice);
+  const Tensor dwpe32 = positions ? fp32(dwpe_whole) : Tensor();
   const int32_t* tok = mb.tokens.data<int32_t>();
   const float* g = g32.data<float>();
   float* dwte = dwte32.data<float>();
-  float* dwpe = dwpe32.data<float>();
-  const int64_t rows = mb.tokens.numel(), batch = mb.B(), seq = mb.T(), c = c_;
+  float* dwpe = positions ? dwpe32.data<float>() : nullptr;
+  const int64_t rows = mb.tokens.numel(), batch = mb.B(), seq = mb.T();
   // Parallel over blocks of channels: every task walks the tokens in order, so repeated
   // tokens add up in the same order whatever the thread count (deterministic, like the CPU
   // kernel), and no two tasks touch the same element.
@@ -117,18 +107,18 @@ void VocabParallelEmbedding::Backward(const nn::MicroBatch& mb, const Tensor&,
   for (int64_t blk = 0; blk < blocks; ++blk) {
     const int64_t j0 = blk * kChannelBlock, j1 = std::min(c, j0 + kChannelBlock);
     for (int64_t i = 0; i < rows; ++i) {
-      const int64_t local = tok[i] - vocab_begin_;
-      if (local < 0 || local >= local_vocab_) continue;
+      const int64_t local = tok[i] - vocab_begin;
+      if (local < 0 || local >= local_vocab) continue;
       for (int64_t j = j0; j < j1; ++j) dwte[local * c + j] += g[i * c + j];
     }
-    for (int64_t t = 0; t < seq; ++t) {
+    for (int64_t t = 0; t < seq && positions; ++t) {
       for (int64_t b = 0; b < batch; ++b) {
         for (int64_t j = j0; j < j1; ++j) dwpe[t * c + j] += g[(b * seq + t) * c + j];
       }
     }
   }
-  if (dwte32.data() != grad(0).data()) ops.Copy(dwte32, grad(0));
-  if (dwpe32.data() != grad(1).data()) ops.Copy(dwpe32, grad(1));
+  if (dwte32.data() != dwte_slice.data()) ops.Copy(dwte32, dwte_slice);
+  if (positions && dwpe32.data() != dwpe_whole.data()) ops.Copy(dwpe32, dwpe_whole);
 }
 
 }  // namespace ztrain::tensor

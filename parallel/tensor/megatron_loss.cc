@@ -1,5 +1,5 @@
-// VocabParallelLmHead: final layernorm, this rank's slice of the logits, and the
-// vocabulary-parallel cross-entropy (Megatron's), which never gathers the logits.
+// MegatronLinears' LM head: this rank's slice of the logits and the vocabulary-parallel
+// cross-entropy (Megatron's), which never gathers the logits.
 //
 // For a row with logits z over the whole real vocabulary and target y:
 //   loss = log(sum_j exp(z_j - m)) + m - z_y,   m = max_j z_j,
@@ -19,7 +19,7 @@
 #include "core/error.h"
 #include "nn/layer_context.h"
 #include "parallel/tensor/tp_common.h"
-#include "parallel/tensor/tp_layers.h"
+#include "parallel/tensor/megatron_linears.h"
 
 namespace ztrain::tensor {
 namespace {
@@ -27,10 +27,10 @@ namespace {
 // Checks every target before any collective is issued: the ranks see the same targets, so
 // they all throw together and none is left waiting.
 void CheckTargets(const Tensor& targets, int64_t vocab) {
-  ZTRAIN_CHECK(targets.dtype() == DType::kI32, "VocabParallelLmHead: targets must be int32");
+  ZTRAIN_CHECK(targets.dtype() == DType::kI32, "vocabulary-parallel loss: targets must be int32");
   const int32_t* tgt = targets.data<int32_t>();
   for (int64_t r = 0; r < targets.numel(); ++r) {
-    ZTRAIN_CHECK(tgt[r] >= 0 && tgt[r] < vocab, "VocabParallelLmHead: target ", tgt[r], " at row ",
+    ZTRAIN_CHECK(tgt[r] >= 0 && tgt[r] < vocab, "vocabulary-parallel loss: target ", tgt[r], " at row ",
                  r, " is outside [0, ", vocab, ")");
   }
 }
@@ -48,48 +48,31 @@ CeStats StatsOf(const Tensor& stats) {
   return {p, p + n, p + 2 * n};
 }
 
+// This rank's rows of the padded vocabulary: [begin, begin + local), of which the first
+// `real` are real tokens (< vocab).
+struct VocabSlice {
+  int64_t begin, local, real;
+};
+
+VocabSlice SliceOf(const Tensor& weight, int64_t vocab, const comm::Communicator& tp) {
+  const int64_t local = weight.size(0), begin = local * tp.rank();
+  return {begin, local, std::clamp<int64_t>(vocab - begin, 0, local)};
+}
+
 }  // namespace
 
-// Parameter order as nn::LmHead: 0 ln_f.weight, 1 ln_f.bias, 2 lm_head.weight (tied to wte).
-
-VocabParallelLmHead::VocabParallelLmHead(int64_t vocab, int64_t padded_vocab, int64_t channels,
-                                         comm::Communicator& tp)
-    : tp_(tp), v_(vocab), vp_(padded_vocab), c_(channels) {
-  ZTRAIN_CHECK(vocab > 0 && vocab <= padded_vocab, "model.vocab_size ", vocab,
-               " must be in [1, model.padded_vocab_size = ", padded_vocab, "]");
-  detail::CheckDivides("model.padded_vocab_size", vp_, tp.size(),
-                       "make the padded vocabulary a multiple of the tp size");
-  local_vocab_ = vp_ / tp.size();
-  vocab_begin_ = local_vocab_ * tp.rank();
-  local_real_ = std::clamp<int64_t>(v_ - vocab_begin_, 0, local_vocab_);
-}
-
-std::vector<nn::ParamSpec> VocabParallelLmHead::Params() const {
-  // The same slice as the embedding's "wte", so the tied storage is shared rank by rank.
-  nn::ParamSpec wte = detail::Split(detail::Weight("lm_head.weight", {vp_, c_}), 0, 1, tp_);
-  wte.tied_to = "wte";
-  return {detail::NormWeight("ln_f.weight", c_), detail::Bias("ln_f.bias", c_), wte};
-}
-
-Shape VocabParallelLmHead::OutputShape(const Shape& input_shape) const {
-  return {input_shape.at(0), input_shape.at(1)};
-}
-
-double VocabParallelLmHead::ForwardFlopsPerToken(int64_t) const {
-  return 2.0 * static_cast<double>(c_) * static_cast<double>(local_vocab_);
-}
-
-void VocabParallelLmHead::Forward(const nn::MicroBatch& mb, const Tensor& input,
-                                  const Tensor& output, nn::LayerContext& ctx) {
-  detail::CheckHostOps(ctx, Name());
-  const int64_t n = input.size(0) * input.size(1), vl = local_vocab_, real = local_real_;
-  CheckTargets(mb.targets, v_);
-  CheckTensor(output, DType::kF32, OutputShape(input.shape()), "lm_head output");
-  const Tensor lnf = detail::SavedLayerNorm(ctx, "lnf", input.View({n, c_}), param(0), param(1));
-  // The logits are the compute dtype, as nn::LmHead's; the statistics are fp32 (of the
+void MegatronLinears::HeadLossForward(nn::LayerContext& ctx, const nn::MicroBatch& mb,
+                                      const Tensor& h, const Tensor& weight, int64_t vocab,
+                                      const Tensor& output) const {
+  detail::CheckHostOps(ctx, "the vocabulary-parallel loss");
+  const VocabSlice slice = SliceOf(weight, vocab, tp_);
+  const int64_t n = h.size(0), vl = slice.local, real = slice.real, vocab_begin = slice.begin;
+  CheckTargets(mb.targets, vocab);
+  CheckTensor(output, DType::kF32, {n}, "lm_head output");
+  // The logits are the compute dtype, as the whole head's; the statistics are fp32 (of the
   // rounded logits, as the single-process softmax's).
   const Tensor logits = ctx.Save("logits", ctx.dtype(), {n, vl});
-  ctx.ops().LinearForward(lnf, param(2), Tensor(), logits);
+  ctx.ops().LinearForward(h, weight, Tensor(), logits);
 
   const Tensor stats = ctx.Save("ce_stats", DType::kF32, {3, n});
   const CeStats s = StatsOf(stats);
@@ -116,7 +99,7 @@ void VocabParallelLmHead::Forward(const nn::MicroBatch& mb, const Tensor& input,
       double sum = 0.0;
       for (int64_t j = 0; j < real; ++j) sum += std::exp(z[j] - s.max[r]);
       s.sum_exp[r] = static_cast<float>(sum);
-      const int64_t local = tgt[r] - vocab_begin_;
+      const int64_t local = tgt[r] - vocab_begin;
       s.target_logit[r] = local >= 0 && local < real ? z[local] : 0.0f;
     }
   }
@@ -128,12 +111,14 @@ void VocabParallelLmHead::Forward(const nn::MicroBatch& mb, const Tensor& input,
   }
 }
 
-void VocabParallelLmHead::Backward(const nn::MicroBatch& mb, const Tensor& input,
-                                   const Tensor& doutput, const Tensor& dinput,
-                                   nn::LayerContext& ctx) {
-  detail::CheckHostOps(ctx, Name());
-  const int64_t n = input.size(0) * input.size(1), vl = local_vocab_, real = local_real_;
-  CheckTensor(doutput, DType::kF32, OutputShape(input.shape()), "lm_head doutput");
+void MegatronLinears::HeadLossBackward(nn::LayerContext& ctx, const nn::MicroBatch& mb,
+                                       const Tensor& h, const Tensor& weight, int64_t vocab,
+                                       const Tensor& doutput, const Tensor& dh,
+                                       const Tensor& dweight) const {
+  detail::CheckHostOps(ctx, "the vocabulary-parallel loss");
+  const VocabSlice slice = SliceOf(weight, vocab, tp_);
+  const int64_t n = h.size(0), vl = slice.local, real = slice.real, vocab_begin = slice.begin;
+  CheckTensor(doutput, DType::kF32, {n}, "lm_head doutput");
   // The saved logits become dlogits in place (as nn::LmHead does): no second [N, Vp/P].
   const Tensor logits = ctx.Saved("logits");
   const CeStats s = StatsOf(ctx.Saved("ce_stats"));
@@ -148,17 +133,15 @@ void VocabParallelLmHead::Backward(const nn::MicroBatch& mb, const Tensor& input
       const float scale = dloss[r] / s.sum_exp[r];
       for (int64_t j = 0; j < real; ++j) row[j] = std::exp(row[j] - s.max[r]) * scale;
       std::fill(row.begin() + real, row.end(), 0.0f);
-      const int64_t local = tgt[r] - vocab_begin_;
+      const int64_t local = tgt[r] - vocab_begin;
       if (local >= 0 && local < real) row[local] -= dloss[r];
       detail::StoreElements(row.data(), logits, r * vl, vl);
     }
   }
-  // dlnf = dlogits @ W_local is this rank's partial sum over its vocabulary slice.
-  const Tensor dlnf = ctx.Scratch(ctx.dtype(), {n, c_});
-  detail::LinearBackwardAllReduceDx(ctx, tp_, logits, ctx.Saved("lnf"), param(2), dlnf, grad(2),
-                                    Tensor());
-  detail::SavedLayerNormBackward(ctx, "lnf", dlnf, input.View({n, c_}), param(0),
-                                 dinput.View({n, c_}), grad(0), grad(1));
+  // dh = dlogits @ W_local is this rank's partial sum over its vocabulary slice (the head is
+  // column-parallel over the vocabulary: Megatron's f).
+  const nn::LinearGrad g{logits, weight, dweight, Tensor()};
+  ColumnBackward(ctx, std::span<const nn::LinearGrad>(&g, 1), h, dh);
 }
 
 }  // namespace ztrain::tensor

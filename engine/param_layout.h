@@ -1,0 +1,32 @@
+#pragma once
+// Where a layer's own parameters lie in its flat buffer (Engine::BuildStorage): each starts on
+// a 16-element (64-byte) boundary, except a packed one (nn::ParamSpec::packed), which follows
+// its predecessor with no gap. The pipeline's tie layout and the memory estimate place them
+// the same way through this one class.
+#include <cstdint>
+
+#include "core/tensor.h"
+#include "nn/layer.h"
+
+namespace ztrain::detail {
+
+inline constexpr int64_t kParamAlignment = 16;  // elements
+inline int64_t AlignUp(int64_t n, int64_t a) { return (n + a - 1) / a * a; }
+
+class ParamPacker {
+ public:
+  // The offset of the next parameter, `spec`; size() grows past it (aligned).
+  int64_t Place(const nn::ParamSpec& spec) {
+    const int64_t offset = spec.packed && last_end_ >= 0 ? last_end_ : size_;
+    last_end_ = offset + NumElements(spec.shape);
+    size_ = AlignUp(last_end_, kParamAlignment);
+    return offset;
+  }
+  int64_t size() const { return size_; }
+
+ private:
+  int64_t size_ = 0;
+  int64_t last_end_ = -1;
+};
+
+}  // namespace ztrain::detail

@@ -1,0 +1,110 @@
+#pragma once
+// LinearProvider: how a model's linears, token embedding and LM head compute — whole, on one
+// process (WholeLinears), or split over a tensor-parallel group (tensor::MegatronLinears,
+// parallel/tensor/megatron_linears.h). A family's builder hands one to the shared modules
+// (nn/modules.h), so one block class serves every layout (DESIGN.md "Model families").
+//
+// Note [Linears handed to the builder]
+// Megatron's split, in the words the modules use:
+//   column-parallel linear: weight rows split; each piece computes its slice of the output
+//     features from the whole input. Its backward sums the input gradient over the pieces
+//     (Megatron's f).
+//   row-parallel linear: weight columns split; each piece consumes its slice of the input
+//     features. The output is the sum over the pieces, then the bias and the residual are
+//     added once (Megatron's g). Its backward needs nothing from the group: the output
+//     gradient is whole on every piece and each piece's input gradient is its own slice.
+//   vocabulary-parallel embedding and LM head: rows of the table split; the loss is computed
+//     without gathering the logits.
+// A module declares a split parameter with its whole shape and asks the provider for its
+// local spec (Column, Row, VocabRows): shape becomes this piece's, ParamSpec::tp says which
+// slice of the whole it holds (nn/layer.h). With one piece every spec stays whole and every
+// computation is the single-process op sequence, bit for bit.
+//
+// Providers are shared by the layers of one model (std::shared_ptr) and must be used by one
+// thread at a time, as layers are. Errors: ztrain::Error from the ops; a Megatron provider's
+// collectives fail as its communicator's do.
+#include <memory>
+#include <span>
+
+#include "nn/layer.h"
+#include "nn/layer_context.h"
+
+namespace ztrain::nn {
+
+// One linear of several that read the same input x (SwiGLU's gate and up): its output
+// gradient, weight, and gradients.
+struct LinearGrad {
+  Tensor dy;
+  Tensor weight;
+  Tensor dweight;
+  Tensor dbias;  // undefined without a bias
+};
+
+class LinearProvider {
+ public:
+  virtual ~LinearProvider() = default;
+  // Pieces every split parameter is cut into, and this process's piece.
+  virtual int size() const = 0;
+  virtual int rank() const = 0;
+
+  // The local spec of a column-parallel weight [out, in] or bias [out] (rows of `groups`
+  // equal blocks split piece by piece: a fused q/k/v weight is 3 blocks), of a row-parallel
+  // weight [out, in] (columns split), of a vocabulary-split table [rows, C].
+  ParamSpec Column(ParamSpec whole, int groups = 1) const;
+  ParamSpec Row(ParamSpec whole) const;
+  ParamSpec VocabRows(ParamSpec whole) const { return Column(std::move(whole)); }
+
+  // Backward of column-parallel linears that read the same whole input x:
+  // dx = sum over the linears (and the pieces) of dy @ weight, overwritten; each dweight +=
+  // dy^T x and dbias += the column sums of dy.
+  virtual void ColumnBackward(LayerContext& ctx, std::span<const LinearGrad> linears,
+                              const Tensor& x, const Tensor& dx) const = 0;
+  // Forward of a row-parallel linear: y = residual + (x @ weight^T summed over the pieces) +
+  // bias (bias may be undefined). y may be neither x nor residual.
+  virtual void RowForward(LayerContext& ctx, const Tensor& x, const Tensor& weight,
+                          const Tensor& bias, const Tensor& residual, const Tensor& y) const = 0;
+
+  // out[B,T,C] = wte[tokens] (+ wpe[t] when wpe is defined); wte is this piece's rows.
+  virtual void EmbeddingForward(LayerContext& ctx, const MicroBatch& mb, const Tensor& wte,
+                                const Tensor& wpe, const Tensor& out) const = 0;
+  // dwte (this piece's rows) and dwpe (when defined) accumulate from dout.
+  virtual void EmbeddingBackward(LayerContext& ctx, const MicroBatch& mb, const Tensor& dout,
+                                 const Tensor& dwte, const Tensor& dwpe) const = 0;
+
+  // The LM head and its loss: logits = h[N,C] @ weight^T over this piece's rows of the padded
+  // vocabulary (saved in ctx as "logits"), losses[N] = the cross-entropy of each row's target
+  // over the real vocabulary [0, vocab).
+  virtual void HeadLossForward(LayerContext& ctx, const MicroBatch& mb, const Tensor& h,
+                               const Tensor& weight, int64_t vocab,
+                               const Tensor& losses) const = 0;
+  // dh[N,C] (overwritten) and dweight (accumulated) from dlosses[N] (fp32); the saved logits
+  // are turned into their gradient in place.
+  virtual void HeadLossBackward(LayerContext& ctx, const MicroBatch& mb, const Tensor& h,
+                                const Tensor& weight, int64_t vocab, const Tensor& dlosses,
+                                const Tensor& dh, const Tensor& dweight) const = 0;
+};
+
+// The single-process provider: every parameter whole, every computation the plain op.
+class WholeLinears final : public LinearProvider {
+ public:
+  int size() const override { return 1; }
+  int rank() const override { return 0; }
+  void ColumnBackward(LayerContext& ctx, std::span<const LinearGrad> linears, const Tensor& x,
+                      const Tensor& dx) const override;
+  void RowForward(LayerContext& ctx, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                  const Tensor& residual, const Tensor& y) const override;
+  void EmbeddingForward(LayerContext& ctx, const MicroBatch& mb, const Tensor& wte,
+                        const Tensor& wpe, const Tensor& out) const override;
+  void EmbeddingBackward(LayerContext& ctx, const MicroBatch& mb, const Tensor& dout,
+                         const Tensor& dwte, const Tensor& dwpe) const override;
+  void HeadLossForward(LayerContext& ctx, const MicroBatch& mb, const Tensor& h,
+                       const Tensor& weight, int64_t vocab, const Tensor& losses) const override;
+  void HeadLossBackward(LayerContext& ctx, const MicroBatch& mb, const Tensor& h,
+                        const Tensor& weight, int64_t vocab, const Tensor& dlosses,
+                        const Tensor& dh, const Tensor& dweight) const override;
+};
+
+// A shared WholeLinears.
+std::shared_ptr<const LinearProvider> MakeWholeLinears();
+
+}  // namespace ztrain::nn

@@ -1,0 +1,282 @@
+#include "nn/modules.h"
+
+#include <cmath>
+
+#include "core/error.h"
+
+namespace ztrain::nn {
+namespace {
+
+ParamSpec Spec(std::string name, Shape shape, Init init, float std, bool decay) {
+  ParamSpec s;
+  s.name = std::move(name);
+  s.shape = std::move(shape);
+  s.init = init;
+  s.init_std = std;
+  s.weight_decay = decay;
+  return s;
+}
+
+}  // namespace
+
+int ParamTable::Add(ParamSpec spec) {
+  specs_.push_back(std::move(spec));
+  return static_cast<int>(specs_.size()) - 1;
+}
+
+ParamSpec Weight(std::string name, Shape shape, float std) {
+  return Spec(std::move(name), std::move(shape), Init::kNormal, std, true);
+}
+
+ParamSpec Bias(std::string name, int64_t n) {
+  return Spec(std::move(name), {n}, Init::kZeros, 0.0f, false);
+}
+
+ParamSpec NormWeight(std::string name, int64_t n) {
+  return Spec(std::move(name), {n}, Init::kOnes, 0.0f, false);
+}
+
+// ---- Norm ----------------------------------------------------------------------------------
+
+Norm::Norm(const NormSpec& spec, const std::string& name, int64_t channels, ParamTable& table)
+    : spec_(spec) {
+  ZTRAIN_CHECK(spec.kind == NormKind::kRmsNorm || spec.eps == 1e-5f, name,
+               ": LayerNorm computes with eps 1e-5, not ", spec.eps);
+  weight_ = table.Add(NormWeight(name + ".weight", channels));
+  if (spec.kind == NormKind::kLayerNorm) bias_ = table.Add(Bias(name + ".bias", channels));
+}
+
+Tensor Norm::Forward(LayerContext& ctx, const ParamViews& v, const std::string& key,
+                     const Tensor& x) const {
+  const int64_t n = x.size(0);
+  const Tensor y = ctx.Save(key, ctx.dtype(), x.shape());
+  if (spec_.kind == NormKind::kLayerNorm) {
+    ctx.ops().LayerNormForward(x, v.param(weight_), v.param(bias_), y,
+                               ctx.Save(key + ".mean", DType::kF32, {n}),
+                               ctx.Save(key + ".rstd", DType::kF32, {n}));
+  } else {
+    ctx.ops().RmsNormForward(x, v.param(weight_), spec_.eps, y,
+                             ctx.Save(key + ".rstd", DType::kF32, {n}));
+  }
+  return y;
+}
+
+void Norm::Backward(LayerContext& ctx, const ParamViews& v, const std::string& key,
+                    const Tensor& dy, const Tensor& x, const Tensor& dx) const {
+  if (spec_.kind == NormKind::kLayerNorm) {
+    ctx.ops().LayerNormBackward(dy, x, v.param(weight_), ctx.Saved(key + ".mean"),
+                                ctx.Saved(key + ".rstd"), dx, v.grad(weight_), v.grad(bias_));
+  } else {
+    ctx.ops().RmsNormBackward(dy, x, v.param(weight_), ctx.Saved(key + ".rstd"), dx,
+                              v.grad(weight_));
+  }
+}
+
+// ---- Linear --------------------------------------------------------------------------------
+
+Linear::Linear(std::vector<LinearSpec> specs, LinearSplit split, const LinearProvider& provider,
+               ParamTable& table, int groups) {
+  ZTRAIN_ASSERT(!specs.empty() && (specs.size() == 1 || split == LinearSplit::kColumn));
+  local_in_ = split == LinearSplit::kRow ? specs[0].in / provider.size() : specs[0].in;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const LinearSpec& s = specs[i];
+    ZTRAIN_ASSERT(s.in == specs[0].in && s.bias == specs[0].bias);
+    ParamSpec w = Weight(s.name + ".weight", {s.out, s.in}, s.std);
+    w = split == LinearSplit::kColumn ? provider.Column(std::move(w), groups)
+                                      : provider.Row(std::move(w));
+    w.packed = i > 0;
+    local_out_ += w.shape[0];
+    weights_.push_back(table.Add(std::move(w)));
+  }
+  for (size_t i = 0; i < specs.size() && specs[0].bias; ++i) {
+    ParamSpec b = Bias(specs[i].name + ".bias", specs[i].out);
+    // A row-parallel bias is whole: added once, after the sum over the pieces.
+    if (split == LinearSplit::kColumn) b = provider.Column(std::move(b), groups);
+    b.packed = i > 0;
+    biases_.push_back(table.Add(std::move(b)));
+  }
+}
+
+namespace {
+
+// A run of packed views as one tensor (ParamSpec::packed): they lie back to back, which the
+// engine guarantees and this checks; the rows add up.
+Tensor Packed(const ParamViews& v, const std::vector<int>& indices, bool grads) {
+  if (indices.empty()) return Tensor();
+  const Tensor first = grads ? v.grad(indices[0]) : v.param(indices[0]);
+  if (indices.size() == 1) return first;
+  const char* end = static_cast<const char*>(first.data());
+  Shape shape = first.shape();
+  shape[0] = 0;
+  for (int i : indices) {
+    const Tensor t = grads ? v.grad(i) : v.param(i);
+    ZTRAIN_ASSERT(t.data() == end, "packed parameter views are not contiguous");
+    end += t.nbytes();
+    shape[0] += t.size(0);
+  }
+  return Tensor(first.data(), first.dtype(), shape, first.device());
+}
+
+}  // namespace
+
+Tensor Linear::weight(const ParamViews& v) const { return Packed(v, weights_, false); }
+Tensor Linear::dweight(const ParamViews& v) const { return Packed(v, weights_, true); }
+Tensor Linear::bias(const ParamViews& v) const { return Packed(v, biases_, false); }
+Tensor Linear::dbias(const ParamViews& v) const { return Packed(v, biases_, true); }
+
+LinearGrad Linear::Grad(const ParamViews& v, const Tensor& dy) const {
+  return {dy, weight(v), dweight(v), dbias(v)};
+}
+
+void Linear::Forward(LayerContext& ctx, const ParamViews& v, const Tensor& x,
+                     const Tensor& y) const {
+  ctx.ops().LinearForward(x, weight(v), bias(v), y);
+}
+
+void Linear::ForwardAdd(LayerContext& ctx, const LinearProvider& p, const ParamViews& v,
+                        const Tensor& x, const Tensor& residual, const Tensor& y) const {
+  p.RowForward(ctx, x, weight(v), bias(v), residual, y);
+}
+
+void Linear::BackwardRow(LayerContext& ctx, const ParamViews& v, const Tensor& dy,
+                         const Tensor& x, const Tensor& dx) const {
+  ctx.ops().LinearBackward(dy, x, weight(v), dx, dweight(v), dbias(v));
+}
+
+// ---- Attention -----------------------------------------------------------------------------
+
+namespace {
+
+std::vector<LinearSpec> QkvSpecs(const AttentionSpec& s, int64_t c) {
+  const int64_t q = int64_t{s.n_head} * s.head_dim, kv = int64_t{s.n_kv_head} * s.head_dim;
+  if (!s.qkv.empty()) return {{s.qkv, c, q + 2 * kv, s.qkv_bias}};
+  return {{s.q, c, q, s.qkv_bias}, {s.k, c, kv, s.qkv_bias}, {s.v, c, kv, s.qkv_bias}};
+}
+
+}  // namespace
+
+Attention::Attention(const AttentionSpec& s, int64_t channels, const LinearProvider& provider,
+                     ParamTable& table)
+    : inv_freq_(s.rope_inv_freq) {
+  ZTRAIN_ASSERT(s.n_head > 0 && s.n_kv_head > 0 && s.n_head % s.n_kv_head == 0 &&
+                s.n_kv_head % provider.size() == 0 && s.head_dim > 0);
+  ZTRAIN_ASSERT(inv_freq_.empty() || static_cast<int>(inv_freq_.size()) * 2 == s.head_dim);
+  // A fused GPT-2 c_attn is 3 equal blocks (q, k, v) split piece by piece; separate q, k and v
+  // are each split, and packed.
+  qkv_ = Linear(QkvSpecs(s, channels), LinearSplit::kColumn, provider, table,
+                s.qkv.empty() ? 1 : 3);
+  o_ = Linear({{s.o, int64_t{s.n_head} * s.head_dim, channels, s.o_bias, s.o_std}},
+              LinearSplit::kRow, provider, table);
+  heads_ = {s.n_head / provider.size(), s.n_kv_head / provider.size(), s.head_dim};
+}
+
+Tensor Attention::InvFreq(LayerContext& ctx) const {
+  const auto half = static_cast<int64_t>(inv_freq_.size());
+  const Tensor host(const_cast<float*>(inv_freq_.data()), DType::kF32, {half});
+  if (ctx.ops().device().is_cpu()) return host;
+  const Tensor on_device = ctx.Scratch(DType::kF32, {half});
+  ctx.ops().Copy(host, on_device);
+  return on_device;
+}
+
+void Attention::Forward(LayerContext& ctx, const LinearProvider& p, const ParamViews& v,
+                        int64_t batch, const Tensor& x, const Tensor& residual,
+                        const Tensor& y) const {
+  kernels::Ops& ops = ctx.ops();
+  const int64_t n = x.size(0), t = n / batch, width = heads_.qkv_width();
+  const Tensor qkv = ctx.Save("qkv", ctx.dtype(), {n, width});
+  qkv_.Forward(ctx, v, x, qkv);
+  const Tensor qkv3 = qkv.View({batch, t, width});
+  if (!inv_freq_.empty()) ops.RopeForward(qkv3, heads_, InvFreq(ctx));
+  const Tensor att = ctx.Save("att", ctx.dtype(), {n, heads_.q_width()});
+  const Tensor lse = ctx.Save("lse", DType::kF32, {batch, heads_.num_heads, t});
+  ops.AttentionForward(qkv3, heads_, att.View({batch, t, heads_.q_width()}), lse);
+  o_.ForwardAdd(ctx, p, v, att, residual, y);
+}
+
+void Attention::Backward(LayerContext& ctx, const LinearProvider& p, const ParamViews& v,
+                         int64_t batch, const Tensor& dy, const Tensor& x,
+                         const Tensor& dx) const {
+  kernels::Ops& ops = ctx.ops();
+  const int64_t n = x.size(0), t = n / batch, width = heads_.qkv_width();
+  const int64_t qw = heads_.q_width();
+  const Tensor datt = ctx.Scratch(ctx.dtype(), {n, qw});
+  o_.BackwardRow(ctx, v, dy, ctx.Saved("att"), datt);
+  const Tensor dqkv = ctx.Scratch(ctx.dtype(), {n, width});
+  const Tensor dqkv3 = dqkv.View({batch, t, width});
+  ops.AttentionBackward(datt.View({batch, t, qw}), ctx.Saved("qkv").View({batch, t, width}),
+                        ctx.Saved("att").View({batch, t, qw}), ctx.Saved("lse"), heads_, dqkv3);
+  if (!inv_freq_.empty()) ops.RopeBackward(dqkv3, heads_, InvFreq(ctx));
+  const LinearGrad g = qkv_.Grad(v, dqkv);
+  p.ColumnBackward(ctx, std::span<const LinearGrad>(&g, 1), x, dx);
+}
+
+double Attention::ForwardFlopsPerToken(int64_t seq_len) const {
+  // The projections, plus causal attention: q.k and p.v over on average T/2 keys.
+  const double matmuls = static_cast<double>(qkv_.local_weight_elements() +
+                                             o_.local_weight_elements());
+  return 2.0 * matmuls +
+         2.0 * 2.0 * static_cast<double>(heads_.q_width()) * static_cast<double>(seq_len) / 2.0;
+}
+
+// ---- Mlp -----------------------------------------------------------------------------------
+
+Mlp::Mlp(const MlpSpec& s, int64_t channels, const LinearProvider& provider, ParamTable& table)
+    : kind_(s.kind) {
+  if (s.kind == MlpKind::kSwiGlu) {
+    gate_ = Linear({{s.gate, channels, s.hidden, s.bias}}, LinearSplit::kColumn, provider, table);
+  }
+  up_ = Linear({{s.up, channels, s.hidden, s.bias}}, LinearSplit::kColumn, provider, table);
+  down_ = Linear({{s.down, s.hidden, channels, s.bias, s.down_std}}, LinearSplit::kRow, provider,
+                 table);
+}
+
+void Mlp::Forward(LayerContext& ctx, const LinearProvider& p, const ParamViews& v,
+                  const Tensor& x, const Tensor& residual, const Tensor& y) const {
+  kernels::Ops& ops = ctx.ops();
+  const int64_t n = x.size(0), h = up_.local_out();
+  if (kind_ == MlpKind::kGelu) {
+    const Tensor fch = ctx.Save("fch", ctx.dtype(), {n, h});
+    up_.Forward(ctx, v, x, fch);
+    const Tensor act = ctx.Save("fch_gelu", ctx.dtype(), {n, h});
+    ops.GeluForward(fch, act);
+    down_.ForwardAdd(ctx, p, v, act, residual, y);
+    return;
+  }
+  const Tensor gate = ctx.Save("gate", ctx.dtype(), {n, h});
+  gate_.Forward(ctx, v, x, gate);
+  const Tensor up = ctx.Save("up", ctx.dtype(), {n, h});
+  up_.Forward(ctx, v, x, up);
+  const Tensor act = ctx.Save("swiglu", ctx.dtype(), {n, h});
+  ops.SwiGluForward(gate, up, act);
+  down_.ForwardAdd(ctx, p, v, act, residual, y);
+}
+
+void Mlp::Backward(LayerContext& ctx, const LinearProvider& p, const ParamViews& v,
+                   const Tensor& dy, const Tensor& x, const Tensor& dx) const {
+  kernels::Ops& ops = ctx.ops();
+  const int64_t n = x.size(0), h = up_.local_out();
+  const Tensor dact = ctx.Scratch(ctx.dtype(), {n, h});
+  if (kind_ == MlpKind::kGelu) {
+    down_.BackwardRow(ctx, v, dy, ctx.Saved("fch_gelu"), dact);
+    const Tensor dfch = ctx.Scratch(ctx.dtype(), {n, h});
+    ops.GeluBackward(dact, ctx.Saved("fch"), dfch);
+    const LinearGrad g = up_.Grad(v, dfch);
+    p.ColumnBackward(ctx, std::span<const LinearGrad>(&g, 1), x, dx);
+    return;
+  }
+  down_.BackwardRow(ctx, v, dy, ctx.Saved("swiglu"), dact);
+  const Tensor dgate = ctx.Scratch(ctx.dtype(), {n, h});
+  const Tensor dup = ctx.Scratch(ctx.dtype(), {n, h});
+  ops.SwiGluBackward(dact, ctx.Saved("gate"), ctx.Saved("up"), dgate, dup);
+  const LinearGrad g[] = {gate_.Grad(v, dgate), up_.Grad(v, dup)};
+  p.ColumnBackward(ctx, g, x, dx);
+}
+
+double Mlp::ForwardFlopsPerToken() const {
+  const int64_t gate = kind_ == MlpKind::kSwiGlu ? gate_.local_weight_elements() : 0;
+  return 2.0 * static_cast<double>(gate + up_.local_weight_elements() +
+                                   down_.local_weight_elements());
+}
+
+}  // namespace ztrain::nn

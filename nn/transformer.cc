@@ -1,0 +1,142 @@
+#include "nn/transformer.h"
+
+#include "core/error.h"
+
+namespace ztrain::nn {
+namespace {
+
+Shape Rows(const Tensor& t) { return {t.size(0) * t.size(1), t.size(2)}; }
+
+}  // namespace
+
+// ---- Embedding -----------------------------------------------------------------------------
+
+Embedding::Embedding(const EmbeddingSpec& spec, std::shared_ptr<const LinearProvider> provider)
+    : provider_(std::move(provider)), spec_(spec) {
+  wte_ = table_.Add(provider_->VocabRows(Weight(spec.tokens, {spec.padded_vocab, spec.channels})));
+  if (!spec.positions.empty()) {
+    wpe_ = table_.Add(Weight(spec.positions, {spec.max_seq_len, spec.channels}));
+  }
+}
+
+Shape Embedding::OutputShape(const Shape& tokens_shape) const {
+  ZTRAIN_CHECK(tokens_shape.size() == 2 && tokens_shape[1] <= spec_.max_seq_len,
+               "sequence length ", tokens_shape.size() == 2 ? tokens_shape[1] : -1,
+               " exceeds model.max_seq_len ", spec_.max_seq_len,
+               "; lower data.seq_len or raise model.max_seq_len");
+  return {tokens_shape[0], tokens_shape[1], spec_.channels};
+}
+
+void Embedding::Forward(const MicroBatch& mb, const Tensor&, const Tensor& output,
+                        LayerContext& ctx) {
+  const ParamViews v = views();
+  provider_->EmbeddingForward(ctx, mb, v.param(wte_), v.param(wpe_), output);
+}
+
+void Embedding::Backward(const MicroBatch& mb, const Tensor&, const Tensor& doutput,
+                         const Tensor&, LayerContext& ctx) {
+  const ParamViews v = views();
+  provider_->EmbeddingBackward(ctx, mb, doutput, v.grad(wte_), v.grad(wpe_));
+}
+
+// ---- TransformerBlock ------------------------------------------------------------------------
+
+TransformerBlock::TransformerBlock(const BlockSpec& spec,
+                                   std::shared_ptr<const LinearProvider> provider)
+    : provider_(std::move(provider)),
+      name_(spec.prefix.substr(0, spec.prefix.size() - 1)),
+      index_(spec.index),
+      c_(spec.channels) {
+  const std::string& p = spec.prefix;
+  AttentionSpec attention = spec.attention;
+  for (std::string* name : {&attention.qkv, &attention.q, &attention.k, &attention.v,
+                            &attention.o}) {
+    if (!name->empty()) *name = p + *name;
+  }
+  MlpSpec mlp = spec.mlp;
+  for (std::string* name : {&mlp.gate, &mlp.up, &mlp.down}) {
+    if (!name->empty()) *name = p + *name;
+  }
+  norm1_ = Norm(spec.norm, p + spec.norm1, c_, table_);
+  attention_ = Attention(attention, c_, *provider_, table_);
+  norm2_ = Norm(spec.norm, p + spec.norm2, c_, table_);
+  mlp_ = Mlp(mlp, c_, *provider_, table_);
+}
+
+double TransformerBlock::ForwardFlopsPerToken(int64_t seq_len) const {
+  return attention_.ForwardFlopsPerToken(seq_len) + mlp_.ForwardFlopsPerToken();
+}
+
+void TransformerBlock::Forward(const MicroBatch&, const Tensor& input, const Tensor& output,
+                               LayerContext& ctx) {
+  const ParamViews v = views();
+  const int64_t b = input.size(0), n = b * input.size(1);
+  const Tensor x = input.View({n, c_});
+  const Tensor ln1 = norm1_.Forward(ctx, v, "ln1", x);
+  const Tensor res = ctx.Save("res", ctx.dtype(), {n, c_});
+  attention_.Forward(ctx, *provider_, v, b, ln1, x, res);
+  const Tensor ln2 = norm2_.Forward(ctx, v, "ln2", res);
+  mlp_.Forward(ctx, *provider_, v, ln2, res, output.View({n, c_}));
+}
+
+void TransformerBlock::Backward(const MicroBatch&, const Tensor& input, const Tensor& doutput,
+                                const Tensor& dinput, LayerContext& ctx) {
+  kernels::Ops& ops = ctx.ops();
+  const ParamViews v = views();
+  const int64_t b = input.size(0), n = b * input.size(1);
+  const Tensor dy = doutput.View({n, c_});
+  // MLP branch: y = res + mlp(ln2(res)).
+  const Tensor dln2 = ctx.Scratch(ctx.dtype(), {n, c_});
+  mlp_.Backward(ctx, *provider_, v, dy, ctx.Saved("ln2"), dln2);
+  const Tensor dres = ctx.Scratch(ctx.dtype(), {n, c_});
+  norm2_.Backward(ctx, v, "ln2", dln2, ctx.Saved("res"), dres);
+  ops.AddInPlace(dres, dy);
+  // Attention branch: res = x + attention(ln1(x)).
+  const Tensor dln1 = ctx.Scratch(ctx.dtype(), {n, c_});
+  attention_.Backward(ctx, *provider_, v, b, dres, ctx.Saved("ln1"), dln1);
+  const Tensor dx = dinput.View({n, c_});
+  norm1_.Backward(ctx, v, "ln1", dln1, input.View({n, c_}), dx);
+  ops.AddInPlace(dx, dres);
+}
+
+// ---- LmHead --------------------------------------------------------------------------------
+
+LmHead::LmHead(const HeadSpec& spec, std::shared_ptr<const LinearProvider> provider)
+    : provider_(std::move(provider)), spec_(spec) {
+  ZTRAIN_CHECK(spec.vocab > 0 && spec.vocab <= spec.padded_vocab, "model.vocab_size ",
+               spec.vocab, " must be in [1, model.padded_vocab_size = ", spec.padded_vocab, "]");
+  norm_ = Norm(spec.norm, spec.norm_name, spec.channels, table_);
+  // Tied: the same slice as the embedding's table, so the storage is shared piece by piece.
+  ParamSpec w = provider_->VocabRows(Weight(spec.weight, {spec.padded_vocab, spec.channels}));
+  w.tied_to = spec.tied_to;
+  local_vocab_ = w.shape[0];
+  weight_ = table_.Add(std::move(w));
+}
+
+Shape LmHead::OutputShape(const Shape& input_shape) const {
+  return {input_shape.at(0), input_shape.at(1)};
+}
+
+double LmHead::ForwardFlopsPerToken(int64_t) const {
+  return 2.0 * static_cast<double>(spec_.channels) * static_cast<double>(local_vocab_);
+}
+
+void LmHead::Forward(const MicroBatch& mb, const Tensor& input, const Tensor& output,
+                     LayerContext& ctx) {
+  const ParamViews v = views();
+  const int64_t n = input.size(0) * input.size(1);
+  const Tensor lnf = norm_.Forward(ctx, v, "lnf", input.View(Rows(input)));
+  provider_->HeadLossForward(ctx, mb, lnf, v.param(weight_), spec_.vocab, output.View({n}));
+}
+
+void LmHead::Backward(const MicroBatch& mb, const Tensor& input, const Tensor& doutput,
+                      const Tensor& dinput, LayerContext& ctx) {
+  const ParamViews v = views();
+  const int64_t n = input.size(0) * input.size(1);
+  const Tensor dlnf = ctx.Scratch(ctx.dtype(), {n, spec_.channels});
+  provider_->HeadLossBackward(ctx, mb, ctx.Saved("lnf"), v.param(weight_), spec_.vocab,
+                              doutput.View({n}), dlnf, v.grad(weight_));
+  norm_.Backward(ctx, v, "lnf", dlnf, input.View(Rows(input)), dinput.View(Rows(input)));
+}
+
+}  // namespace ztrain::nn
