@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <sstream>
 #include <utility>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "engine/device_select.h"
 #include "engine/tune.h"
 #include "kernels/ops.h"
+#include "nn/family.h"
 #include "nn/llmc_model_file.h"
 
 namespace ztrain {
@@ -207,6 +209,17 @@ Config ResolveRunConfig(json j, int world_size, const LaunchEnv& launch) {
   HardwareAutos(j, world_size, launch, r);
   Config config;
   std::vector<std::string> problems = ConfigProblems(j, world_size, &config);
+  if (problems.empty()) {  // what the model's family refuses, as building it would
+    try {
+      nn::CheckModel(config.model);
+      if (config.tensor_parallel_size > 1) {
+        nn::CheckTensorParallelModel(config.model, config.tensor_parallel_size);
+      }
+    } catch (const ConfigError& e) {  // one problem a line
+      std::istringstream lines(e.what());
+      for (std::string line; std::getline(lines, line);) problems.push_back("model: " + line);
+    }
+  }
   problems.insert(problems.begin(), r.problems.begin(), r.problems.end());
   if (!problems.empty()) throw InvalidConfig(problems);
   config.auto_choices.insert(config.auto_choices.begin(), r.choices.begin(), r.choices.end());

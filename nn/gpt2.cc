@@ -75,6 +75,7 @@ std::vector<std::string> ConfigProblems(const ModelConfig& m) {
          detail::StrCat("model.intermediate_size ", m.mlp_hidden(), " (GPT-2: 4 n_embd)"));
   refuse(m.norm_eps != 1e-5, detail::StrCat("model.norm_eps ", m.norm_eps, " (GPT-2: 1e-5)"));
   refuse(m.rope_scaling.type != "none", "model.rope_scaling (GPT-2 has learned positions)");
+  refuse(m.rope_theta != 10000.0, "model.rope_theta (GPT-2 has learned positions)");
   refuse(m.attention_bias || m.qkv_bias || m.mlp_bias,
          "a model.*_bias flag (GPT-2 has every bias)");
   refuse(!m.tie_word_embeddings, "model.tie_word_embeddings false (GPT-2 ties them)");

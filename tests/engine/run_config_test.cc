@@ -185,3 +185,33 @@ TEST(RunConfigTest, AHuggingFaceTrainerConfigResolvesEveryAuto) {
 
 }  // namespace
 }  // namespace ztrain
+
+namespace ztrain {
+namespace {
+
+// check-config and train resolve a config through ResolveRunConfig: what the model's family
+// refuses (a shape it cannot build, a split over tp it cannot make) is refused there, before
+// anything is built, with every reason.
+TEST(RunConfigTest, TheFamilysRefusalsComeBeforeTheRun) {
+  nlohmann::json j = testing::TinyLlamaConfigJson();
+  j["model"]["n_kv_head"] = 3;
+  testing::ExpectErrorWith<ConfigError>(
+      [&] { ResolveRunConfig(j, 1, LaunchEnv()); },
+      {"model: model.n_kv_head 3 must divide model.n_head 4"});
+  j = testing::TinyLlamaConfigJson();
+  j["tensor_parallel"] = {{"size", 4}};
+  testing::ExpectErrorWith<ConfigError>(
+      [&] { ResolveRunConfig(j, 4, LaunchEnv()); },
+      {"model.n_kv_head 2 does not divide by tensor_parallel.size 4", "(1, 2)"});
+  j = testing::TinyConfigJson();  // GPT-2 takes no Llama knob, not even a harmless one
+  EXPECT_NO_THROW(ResolveRunConfig(j, 1, LaunchEnv()));
+  j["model"]["rope_theta"] = 500000.0;
+  j["model"]["head_dim"] = 3;
+  testing::ExpectErrorWith<ConfigError>(
+      [&] { ResolveRunConfig(j, 1, LaunchEnv()); },
+      {"model.head_dim 3", "model.rope_theta (GPT-2 has learned positions)",
+       "model.type \"llama\""});
+}
+
+}  // namespace
+}  // namespace ztrain
