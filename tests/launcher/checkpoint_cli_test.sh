@@ -4,11 +4,12 @@
 # losses in train.csv and the saved final weights must equal one process training 20 steps
 # straight (within Note [Equivalence tolerances], tests/rounding_model.h). A layout is
 # np:zero_stage:pp:tp:offload (offload none|nvme); every layout sees the same global batch
-# (16 rows x 2 micro-batches).
-#   checkpoint_cli_test.sh <ztrain> <mpiexec> <layout A> <layout B>
+# (16 rows x 2 micro-batches). With family llama the model is a small Llama (grouped-query
+# attention, untied head) and only the losses are compared (its weights are not llm.c's).
+#   checkpoint_cli_test.sh <ztrain> <mpiexec> <layout A> <layout B> [gpt2|llama]
 set -euo pipefail
 source "$(dirname "$0")/compare_runs.sh"
-ztrain=$1 mpiexec=$2 a=$3 b=$4
+ztrain=$1 mpiexec=$2 a=$3 b=$4 family=${5:-gpt2}
 work=$(mktemp -d /tmp/ztrain_ckpt_cli_XXXXXX)
 trap '[ -n "${KEEP:-}" ] || rm -rf "$work"' EXIT
 config() {  # layout, steps, job -> JSON
@@ -20,15 +21,22 @@ config() {  # layout, steps, job -> JSON
     [ "$stage" = 3 ] && zero="$zero, \"offload_param\": $nvme"
     zero="$zero}"
   fi
+  local model='{"n_layer": 2, "n_head": 4, "n_embd": 64, "vocab_size": 256, "max_seq_len": 32}'
+  local save_final=", \"save_final\": \"$work/$3.bin\""
+  if [ "$family" = llama ]; then
+    model='{"type": "llama", "n_layer": 2, "n_head": 4, "n_kv_head": 2, "n_embd": 64,
+            "intermediate_size": 96, "vocab_size": 256, "max_seq_len": 32,
+            "tie_word_embeddings": false}'
+    save_final=""
+  fi
   cat <<JSON
 {"train_micro_batch_size_per_gpu": $((16 / dp)), "gradient_accumulation_steps": 2,
  "steps_per_print": 10, "gradient_clipping": 1.0, "zero_optimization": $zero,
  "pipeline": {"stages": $pp}, "tensor_parallel": {"size": $tp},
  "optimizer": {"type": "AdamW", "params": {"lr": 0.003, "weight_decay": 0.1, "eps": 1e-6}},
  "scheduler": {"type": "WarmupCosineLR", "params": {"warmup_num_steps": 5, "total_num_steps": 20}},
- "model": {"n_layer": 2, "n_head": 4, "n_embd": 64, "vocab_size": 256, "max_seq_len": 32},
- "training": {"steps": $2, "eval_interval": 0, "output_dir": "$work/out_$3",
-              "save_final": "$work/$3.bin"},
+ "model": $model,
+ "training": {"steps": $2, "eval_interval": 0, "output_dir": "$work/out_$3"$save_final},
  "checkpoint": {"dir": "$work/ckpt_$3", "interval": 10},
  "csv_monitor": {"enabled": true, "output_path": "$work", "job_name": "$3"}}
 JSON
@@ -49,6 +57,13 @@ run "$a" "$work/a.json" "$work/a.log"
 [ -f "$work/ckpt_resumed/step10/meta.json" ] || { cat "$work/a.log"; echo "no checkpoint step10"; exit 1; }
 run "$b" "$work/b.json" "$work/b.log" --resume
 grep -q "resumed from .*step10" "$work/b.log" || { cat "$work/b.log"; echo "did not resume"; exit 1; }
-compare_runs "$work/single.json" "$work/single/train.csv" "$work/resumed/train.csv" 20 \
-  "$work/single.bin" "$work/resumed.bin"
-echo "$a -> $b: 20 losses and the final weights equal 20 straight steps in one process"
+if [ "$family" = llama ]; then
+  "$ZTRAIN_COMPARE_RUNS" --config "$work/single.json" --csv "$work/single/train.csv" \
+    "$work/resumed/train.csv" --steps 20
+else
+  compare_runs "$work/single.json" "$work/single/train.csv" "$work/resumed/train.csv" 20 \
+    "$work/single.bin" "$work/resumed.bin"
+fi
+what="20 losses and the final weights equal"
+[ "$family" = llama ] && what="20 losses and gradient norms equal"
+echo "$family $a -> $b: $what 20 straight steps in one process"
