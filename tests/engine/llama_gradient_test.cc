@@ -13,6 +13,7 @@
 
 #include "engine/engine.h"
 #include "nn/family.h"
+#include "finite_differences.h"
 #include "test_model.h"
 
 namespace ztrain {
@@ -32,42 +33,10 @@ TEST_P(LlamaGradientTest, MatchesFiniteDifferences) {
   j["model"].update(GetParam().model);
   const Config cfg = ParseConfig(j);
   Engine engine(cfg, nn::BuildModel(cfg.model));
-  // Larger weights than the init make every gradient large enough for fp32 differences.
-  std::mt19937 rng(5);
-  std::normal_distribution<float> d(0.f, 0.3f);
-  for (const std::string& name : engine.ParameterNames()) {
-    Tensor p = engine.Parameter(name);
-    for (int64_t i = 0; i < p.numel(); ++i) p.data<float>()[i] += d(rng);
-  }
   testing::OwnedBatch batch(2, 7, 11, 9);
-  engine.ZeroGrad();
-  const double loss = engine.ForwardBackward(batch.mb, 1.0f);
-  EXPECT_NEAR(loss, engine.EvalLoss(batch.mb), 1e-6);
-  std::set<std::string> checked;
-  const int64_t c = cfg.model.n_embd;
-  for (const std::string& name : engine.ParameterNames()) {
-    Tensor p = engine.Parameter(name);
-    Tensor g = engine.Gradient(name);
-    std::uniform_int_distribution<int64_t> pick(0, p.numel() - 1);
-    for (int k = 0; k < 6; ++k) {
-      // For the token table, rows of tokens that occur (the others get no gradient).
-      const int64_t i = name == "embed_tokens.weight" ? batch.tokens[k] * c + k % c : pick(rng);
-      float* x = p.data<float>() + i;
-      const float saved = *x;
-      const float eps = 1e-2f;
-      *x = saved + eps;
-      const double up = engine.EvalLoss(batch.mb);
-      *x = saved - eps;
-      const double down = engine.EvalLoss(batch.mb);
-      *x = saved;
-      const double fd = (up - down) / (2.0 * eps);
-      const double an = g.data<float>()[i];
-      EXPECT_NEAR(an, fd, 2e-2 * std::max(std::fabs(fd), std::fabs(an)) + 3e-4)
-          << name << "[" << i << "]";
-    }
-    checked.insert(name);
-  }
-  EXPECT_EQ(checked.size(), engine.ParameterNames().size());
+  const int checked = testing::ExpectGradientsMatchFiniteDifferences(
+      engine, batch, "embed_tokens.weight", cfg.model.n_embd);
+  EXPECT_EQ(checked, static_cast<int>(engine.ParameterNames().size()));
 }
 
 // Parameters per block: 2 norms, q, k, v, o, gate, up, down, plus the biases a variant adds.
