@@ -6,9 +6,7 @@
 // inverse rotation, a KV head's sum over its query heads) moves a gradient by O(1).
 #include <gtest/gtest.h>
 
-#include <cmath>
-#include <random>
-#include <set>
+#include <map>
 #include <string>
 
 #include "engine/engine.h"
