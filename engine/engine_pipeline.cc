@@ -50,18 +50,6 @@ constexpr int kTieTag = 30000;  // above every activation tag 2m, 2m+1 of a step
 int ActivationTag(int micro_batch) { return 2 * micro_batch; }
 int GradTag(int micro_batch) { return 2 * micro_batch + 1; }
 
-
-// The flat size of a layer whose parameter `first` (tied across stages) is stored at offset
-// 0 and whose other own parameters follow, each aligned to 16 elements as BuildStorage lays
-// them out.
-int64_t TiedLayoutSize(const std::vector<nn::ParamSpec>& specs, const std::string& first) {
-  detail::ParamPacker packer;
-  for (const nn::ParamSpec& s : specs) {
-    if (s.tied_to.empty() || s.name == first) packer.Place(s);
-  }
-  return packer.size();
-}
-
 }  // namespace
 
 void Engine::SelectStage(std::vector<std::unique_ptr<nn::Layer>> model) {
@@ -109,8 +97,8 @@ void Engine::SelectStage(std::vector<std::unique_ptr<nn::Layer>> model) {
                      "pipeline stages; ztrain ties one weight per layer across stages");
       }
       const int64_t elements = NumElements(s.shape);
-      const int64_t size = std::max(TiedLayoutSize(model_specs_[o], s.tied_to),
-                                    TiedLayoutSize(model_specs_[l], s.name));
+      const int64_t size = std::max(detail::TiedLayoutSize(model_specs_[o], s.tied_to),
+                                    detail::TiedLayoutSize(model_specs_[l], s.name));
       if (sl == stage) {
         stage_ties_.push_back({l - begin, elements, so, /*copy=*/true, s.tied_to});
         min_padded_[l - begin] = std::max(min_padded_[l - begin], size);

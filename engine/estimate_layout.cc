@@ -63,15 +63,6 @@ LayerLayout::Kind KindOf(const nn::Layer& layer, int* block) {
   return LayerLayout::Kind::kBlock;
 }
 
-// As engine_pipeline.cc's TiedLayoutSize: the flat size of a layer storing `first` (tied
-// across stages) at offset 0 and its other own parameters after it.
-int64_t TiedLayoutSize(const std::vector<nn::ParamSpec>& specs, const std::string& first) {
-  detail::ParamPacker packer;
-  for (const nn::ParamSpec& s : specs) {
-    if (s.tied_to.empty() || s.name == first) packer.Place(s);
-  }
-  return packer.size();
-}
 
 std::vector<int> StageBounds(const Config& config,
                              const std::vector<std::vector<nn::ParamSpec>>& specs) {

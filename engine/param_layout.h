@@ -4,6 +4,8 @@
 // its predecessor with no gap. The pipeline's tie layout and the memory estimate place them
 // the same way through this one class.
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "core/tensor.h"
 #include "nn/layer.h"
@@ -28,5 +30,15 @@ class ParamPacker {
   int64_t size_ = 0;
   int64_t last_end_ = -1;
 };
+
+// The flat size of a layer whose parameter `first` (tied across pipeline stages) is stored at
+// offset 0 and whose other own parameters follow, placed as BuildStorage places them.
+inline int64_t TiedLayoutSize(const std::vector<nn::ParamSpec>& specs, const std::string& first) {
+  ParamPacker packer;
+  for (const nn::ParamSpec& s : specs) {
+    if (s.tied_to.empty() || s.name == first) packer.Place(s);
+  }
+  return packer.size();
+}
 
 }  // namespace ztrain::detail

@@ -80,7 +80,6 @@ class Linear {
   Linear(std::vector<LinearSpec> specs, LinearSplit split, const LinearProvider& provider,
          ParamTable& table, int groups = 1);
   int64_t local_out() const { return local_out_; }
-  int64_t local_in() const { return local_in_; }
   // The weight elements this piece multiplies per token (for FLOP counts).
   int64_t local_weight_elements() const { return local_out_ * local_in_; }
   Tensor weight(const ParamViews& v) const;
