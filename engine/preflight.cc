@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "data/token_source.h"
 #include "engine/checkpoint.h"
+#include "nn/hf_checkpoint.h"
 
 namespace ztrain {
 namespace {
@@ -105,7 +106,12 @@ void Outputs(const Config& c, const PreflightOptions& o, Problems& problems) {
   const bool create = o.create_outputs;
   const std::string& final_model = c.training.save_final;
   if (!final_model.empty()) {
-    OutputFile("training.save_final", final_model, create, problems);
+    // A directory (ending in '/', or existing) gets a Hugging Face model directory.
+    if (nn::NamesHfModelDir(final_model)) {
+      OutputDir("training.save_final", final_model, create, problems);
+    } else {
+      OutputFile("training.save_final", final_model, create, problems);
+    }
     if (!c.model.init_from.empty() && SameFile(final_model, c.model.init_from)) {
       problems.push_back(StrCat("training.save_final: '", final_model,
                                 "' is model.init_from, the weights this run starts from; save "
