@@ -17,6 +17,7 @@
 
 #include "../expect_error.h"
 #include "core/dtype.h"
+#include "engine/preflight.h"
 #include "engine/run_config.h"
 #include "nn/family.h"
 #include "nn/hf_checkpoint.h"
@@ -342,6 +343,13 @@ TEST(HfConfigTest, RunConfigTakesTheModelFromTheDirectory) {
   EXPECT_EQ(c.model.head_size(), m.head_size());
   EXPECT_EQ(c.model.tie_word_embeddings, false);
   EXPECT_EQ(c.model.attention_bias, true);
+  EXPECT_TRUE(PreflightProblems(c, {.open_data = false}).empty());
+  // Weights that do not hold the model are found before the run, by check-config too.
+  fs::remove(dir.path() / "model.safetensors");
+  const std::vector<std::string> problems = PreflightProblems(c, {.open_data = false});
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_NE(problems[0].find("model.init_from: Hugging Face directory"), std::string::npos)
+      << problems[0];
   j["model"]["n_kv_head"] = 4;
   j["model"]["type"] = "gpt2";
   ExpectErrorWith<ConfigError>([&] { ResolveRunConfig(j, 1, LaunchEnv{}); },
