@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine/run_config.h"
 #include "estimate_check.h"
 #include "nn/gpt2.h"
 #include "test_model.h"
@@ -417,6 +418,29 @@ TEST(EstimateTableTest, CoversEveryStageAndOffloadChoice) {
   EXPECT_GT(rows[7].plain.device_total_peak, rows[9].plain.device_total_peak);
   // The table's row for the config's own layout is the config's estimate.
   EXPECT_EQ(rows[0].plain.device_total_peak, EstimateMemory(cfg).device_total_peak);
+}
+
+// Every shipped config resolves and is estimated; the Llama recipes have the parameter counts
+// of the models they are named after (Hugging Face's Llama-3.2-1B: 1,235,814,400 with the
+// tied head; Llama-3.1-8B: 8,030,261,248).
+TEST(EstimateRecipeTest, ShippedConfigsResolveAndTheLlamaRecipesHaveTheRealShapes) {
+  int configs = 0;
+  for (const auto& entry : fs::directory_iterator(ZTRAIN_CONFIGS_DIR)) {
+    if (entry.path().extension() != ".json") continue;
+    const Config c = LoadRunConfig(entry.path().string(), 8, LaunchEnv{});
+    EstimateOptions options;
+    options.gpu = true;
+    const MemoryEstimate e = EstimateMemory(c, options);
+    EXPECT_GT(e.total_peak, 0) << entry.path();
+    ++configs;
+  }
+  EXPECT_GE(configs, 10);
+  const auto parameters = [](const char* name) {
+    const Config c = LoadRunConfig(std::string(ZTRAIN_CONFIGS_DIR) + "/" + name, 8, LaunchEnv{});
+    return EstimateMemory(c).model_parameters;
+  };
+  EXPECT_EQ(parameters("llama3_2_1b.json"), 1235814400);
+  EXPECT_EQ(parameters("llama3_1_8b.json"), 8030261248);
 }
 
 }  // namespace
