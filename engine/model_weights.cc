@@ -66,8 +66,8 @@ LoadedWeights LoadHf(const std::string& dir, const ModelConfig& model, Engine& e
     ZTRAIN_CHECK(it != by_param.end() && it->second->param_shape == full_shape,
                  "the Hugging Face layout of model.type '", model.type,
                  "' does not describe parameter '", name, "' ", ShapeToString(full_shape));
-    nn::ReadHfParameter(ckpt, *it->second, begin, count, out);
-    loaded.bytes_read += count * element_bytes[name];
+    loaded.bytes_read +=
+        nn::ReadHfParameter(ckpt, *it->second, begin, count, out) * element_bytes[name];
   });
   return loaded;
 }

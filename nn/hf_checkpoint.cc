@@ -254,14 +254,14 @@ std::vector<std::string> CheckHfTensors(const HfCheckpoint& ckpt,
   return unused;
 }
 
-void ReadHfParameter(const HfCheckpoint& ckpt, const HfTensor& t, int64_t begin, int64_t count,
-                     float* out) {
+int64_t ReadHfParameter(const HfCheckpoint& ckpt, const HfTensor& t, int64_t begin,
+                        int64_t count, float* out) {
   if (!t.transposed) {
     // The HF tensor is a row-major prefix of the parameter (rows beyond it are padding).
     const int64_t held = std::clamp<int64_t>(NumElements(t.hf_shape) - begin, 0, count);
     if (held > 0) ckpt.Read(t.hf_name, begin, held, out);
     std::fill(out + held, out + count, 0.0f);
-    return;
+    return held;
   }
   // Parameter [rows, cols] is HF [cols, rows] transposed: parameter rows r0..r1 are HF
   // columns r0..r1, read as one column band, row by row.
@@ -275,6 +275,7 @@ void ReadHfParameter(const HfCheckpoint& ckpt, const HfTensor& t, int64_t begin,
     const int64_t p = begin + i;
     out[i] = block[static_cast<size_t>((p % cols) * band + (p / cols - r0))];
   }
+  return count;
 }
 
 std::vector<char> HfTensorBytes(const HfTensor& t, const float* param, DType dtype) {

@@ -86,8 +86,9 @@ std::vector<std::string> CheckHfTensors(const HfCheckpoint& ckpt,
                                         const HfFamily& family);
 
 // Elements [begin, begin + count) of parameter `t.param` (row-major in t.param_shape) from
-// `ckpt`: padding rows are zero, a transposed tensor is read column by column.
-void ReadHfParameter(const HfCheckpoint& ckpt, const HfTensor& t, int64_t begin, int64_t count,
+// `ckpt`: padding rows are zero, a transposed tensor is read column by column. Returns how
+// many of them the file holds (the rest are padding).
+int64_t ReadHfParameter(const HfCheckpoint& ckpt, const HfTensor& t, int64_t begin, int64_t count,
                      float* out);
 
 // The HF tensor's bytes (`dtype`: kF32, kBF16 or kF16) from the whole fp32 parameter.

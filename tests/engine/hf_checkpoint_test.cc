@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -17,6 +18,8 @@
 
 #include "../expect_error.h"
 #include "core/dtype.h"
+#include "engine/engine.h"
+#include "engine/model_weights.h"
 #include "engine/preflight.h"
 #include "engine/run_config.h"
 #include "nn/family.h"
@@ -355,6 +358,33 @@ TEST(HfConfigTest, RunConfigTakesTheModelFromTheDirectory) {
   ExpectErrorWith<ConfigError>([&] { ResolveRunConfig(j, 1, LaunchEnv{}); },
                                {"model.n_kv_head: the config says 4", "has 2",
                                 "model.type: the config says \"gpt2\"", "\"llama\""});
+}
+
+// Both families through the engine: a trained model saved as a HF directory (save_final's
+// writer) loads into a fresh engine as the same model, to the bit.
+TEST(HfCheckpointTest, EngineSavesAndLoadsEitherFamily) {
+  for (const json& model_json : {testing::TinyConfigJson(), testing::TinyLlamaConfigJson()}) {
+    TempDir dir;
+    const Config cfg = ParseConfig(model_json);
+    Engine trained(cfg, nn::BuildModel(cfg.model));
+    testing::OwnedBatch batch(2, 8, 11, 3);
+    for (int step = 0; step < 3; ++step) trained.TrainStep({&batch.mb, 1});
+    const std::string out = dir.path().string() + "/model/";
+    SaveModelWeights(out, cfg.model, trained);
+    EXPECT_TRUE(nn::IsHfModelDir(out));
+    Engine loaded(cfg, nn::BuildModel(cfg.model));
+    const LoadedWeights w = LoadModelWeights(out, cfg.model, loaded);
+    EXPECT_EQ(w.format, "Hugging Face directory");
+    EXPECT_EQ(w.bytes_read, w.bytes_in_file);
+    EXPECT_EQ(loaded.EvalLoss(batch.mb), trained.EvalLoss(batch.mb)) << cfg.model.type;
+    // Every element the HF tensors hold (not the vocabulary's padding rows, which no token
+    // reaches and which load as zero).
+    for (const nn::HfTensor& t : nn::FindModelFamily(cfg.model.type).hf.layout(cfg.model)) {
+      const Tensor a = trained.Parameter(t.param), b = loaded.Parameter(t.param);
+      ASSERT_EQ(0, std::memcmp(a.data(), b.data(), NumElements(t.hf_shape) * sizeof(float)))
+          << cfg.model.type << " " << t.param;
+    }
+  }
 }
 
 }  // namespace
