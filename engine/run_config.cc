@@ -102,6 +102,14 @@ void ShapeFromModelFile(json& j, Resolution& r) {
                                 "key to start from random weights"));
     return;
   }
+  const json type = model.value("type", json("auto"));
+  if (type != "auto" && type != "gpt2") {
+    r.problems.push_back(StrCat("model.type: the config says ", type.dump(),
+                                " but model.init_from '", path,
+                                "' is an llm.c model file, which holds GPT-2; give a Hugging "
+                                "Face model directory for other families"));
+    return;
+  }
   const std::pair<const char*, int64_t> shape[] = {{"n_layer", file.n_layer},
                                                    {"n_head", file.n_head},
                                                    {"n_embd", file.n_embd},

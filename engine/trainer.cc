@@ -78,7 +78,7 @@ Trainer::Trainer(Config config, comm::Communicator* world, const LaunchEnv& laun
   }
   if (!config_.model.init_from.empty()) {
     const LoadedWeights w = LoadModelWeights(config_.model.init_from, config_.model, *engine_);
-    Log().info("loaded weights from {} ({}): this rank read {} of its {} tensor bytes "
+    Log().info("loaded weights from {} ({}): this rank read {} of the model's {} tensor bytes "
                "({:.1f} %)",
                config_.model.init_from, w.format, w.bytes_read, w.bytes_in_file,
                100.0 * static_cast<double>(w.bytes_read) /

@@ -387,5 +387,21 @@ TEST(HfCheckpointTest, EngineSavesAndLoadsEitherFamily) {
   }
 }
 
+// An llm.c file holds GPT-2: another model.type beside it is refused by name.
+TEST(HfConfigTest, AnLlmcFileIsGpt2) {
+  TempDir dir;
+  const Config gpt2 = ParseConfig(testing::TinyConfigJson());
+  Engine engine(gpt2, nn::BuildModel(gpt2.model));
+  const std::string file = (dir.path() / "model.bin").string();
+  SaveModelWeights(file, gpt2.model, engine);
+  json j = DefaultConfigJson();
+  j["model"] = {{"init_from", file}};
+  j["data"] = {{"seq_len", 8}};
+  EXPECT_EQ(ResolveRunConfig(j, 1, LaunchEnv{}).model.n_embd, gpt2.model.n_embd);
+  j["model"]["type"] = "llama";
+  ExpectErrorWith<ConfigError>([&] { ResolveRunConfig(j, 1, LaunchEnv{}); },
+                               {"is an llm.c model file, which holds GPT-2"});
+}
+
 }  // namespace
 }  // namespace ztrain

@@ -44,7 +44,7 @@ echo "$line"
 "$python" - "$work" "$share" "$line" <<'PY'
 import csv, json, re, sys
 work, share, line = sys.argv[1], float(sys.argv[2]), sys.argv[3]
-read, held = map(int, re.search(r"read (\d+) of its (\d+) tensor bytes", line).groups())
+read, held = map(int, re.search(r"read (\d+) of the model's (\d+) tensor bytes", line).groups())
 assert read <= share / 100 * held, f"rank 0 read {read} of {held} bytes, more than {share} %"
 assert read > 0
 ref = json.load(open(f"{work}/ref.json"))["losses"]
