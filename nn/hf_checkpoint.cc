@@ -95,6 +95,10 @@ std::string HfString(const json& hf, const char* key, const std::string& path,
   return v->get<std::string>();
 }
 
+std::string HfTorchDType(DType dtype) {
+  return dtype == DType::kBF16 ? "bfloat16" : dtype == DType::kF16 ? "float16" : "float32";
+}
+
 bool IsHfModelDir(const std::string& path) {
   std::error_code ec;
   return !path.empty() && fs::is_directory(path, ec) &&

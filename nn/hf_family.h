@@ -44,6 +44,9 @@ struct HfFamily {
   std::vector<std::string> buffers;
 };
 
+// config.json's torch_dtype for tensors stored as `dtype`: "float32", "bfloat16", "float16".
+std::string HfTorchDType(DType dtype);
+
 // config.json's value of `key` as an integer, number or bool; ConfigError naming the key and
 // the file when it is missing (without a fallback) or of another type. A JSON null counts as
 // missing, as transformers treats it.

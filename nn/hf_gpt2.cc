@@ -53,9 +53,7 @@ json WriteConfig(const ModelConfig& m, DType dtype) {
           {"scale_attn_weights", true},
           {"tie_word_embeddings", true},
           {"use_cache", true},
-          {"torch_dtype", dtype == DType::kBF16 ? "bfloat16"
-                          : dtype == DType::kF16 ? "float16"
-                                                 : "float32"}};
+          {"torch_dtype", HfTorchDType(dtype)}};
 }
 
 }  // namespace

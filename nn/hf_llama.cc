@@ -115,9 +115,7 @@ json WriteConfig(const ModelConfig& m, DType dtype) {
             {"initializer_range", 0.02},
             {"attention_dropout", 0.0},
             {"use_cache", true},
-            {"torch_dtype", dtype == DType::kBF16 ? "bfloat16"
-                            : dtype == DType::kF16 ? "float16"
-                                                   : "float32"}};
+            {"torch_dtype", HfTorchDType(dtype)}};
   if (qwen2) {
     c["use_sliding_window"] = false;
   } else {
