@@ -121,12 +121,20 @@ struct ParallelGroups {
   comm::Communicator* tp = nullptr;  // the ranks splitting each layer (tensor parallel)
 };
 
+// How the engine's parameters start.
+enum class InitialParameters {
+  kRandom,  // from training.seed (nn/init.h): every layout starts from the single-process model
+  kZero,    // zero, for a caller that sets them next (SetHeldParameters from model.init_from):
+            // a large model does not pay for random values it overwrites
+};
+
 class Engine {
  public:
   // `layers` is the whole model; with a pipeline group of P > 1 ranks the engine keeps its
   // stage's layers only. With a tp group the layers are the tensor-parallel ones
   // (tensor::BuildParallelModel): each parameter is the rank's slice (ParamSpec::tp).
-  Engine(Config config, std::vector<std::unique_ptr<nn::Layer>> layers, ParallelGroups groups);
+  Engine(Config config, std::vector<std::unique_ptr<nn::Layer>> layers, ParallelGroups groups,
+         InitialParameters initial = InitialParameters::kRandom);
   // `dp` is the data-parallel group (not owned; must outlive the engine); null = one process.
   Engine(Config config, std::vector<std::unique_ptr<nn::Layer>> layers,
          comm::Communicator* dp = nullptr)

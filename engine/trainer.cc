@@ -72,7 +72,8 @@ Trainer::Trainer(Config config, comm::Communicator* world, const LaunchEnv& laun
       config_,
       groups.tp != nullptr ? tensor::BuildParallelModel(config_.model, *groups.tp)
                            : nn::BuildModel(config_.model),
-      groups);
+      groups,
+      config_.model.init_from.empty() ? InitialParameters::kRandom : InitialParameters::kZero);
   if (!config_.checkpoint.dir.empty()) {
     checkpointer_ = std::make_unique<Checkpointer>(config_, *engine_, world_);
   }
