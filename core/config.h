@@ -32,7 +32,7 @@ struct RopeScalingConfig {
 
 struct ModelConfig {
   std::string type = "gpt2";  // a registered family (nn/family.h)
-  std::string init_from;      // llm.c model file; empty = random init
+  std::string init_from;      // HF model directory or llm.c model file; empty = random init
   int n_layer = 12;
   int n_head = 12;
   int n_embd = 768;
@@ -72,7 +72,7 @@ struct TrainingConfig {
   uint64_t seed = 1337;
   int64_t eval_interval = 0;  // 0 = no periodic eval
   int64_t eval_batches = 8;
-  std::string save_final;                  // llm.c model file written at the end; empty = none
+  std::string save_final;  // HF directory (ends in '/' or exists) or llm.c file; empty = none
   std::string output_dir = "runs/ztrain";  // reports (memory, comm); "runs/<job_name>"
   std::string job_name = "ztrain";
   double comm_timeout_s = 300.0;  // a collective waiting longer ends the job

@@ -122,8 +122,12 @@ std::vector<ConfigKey> ZtrainKeys() {
           "Hugging Face GPT2LMHeadModel) or `llama` (Llama 2/3, Mistral, Qwen2).")
           .Choices({"gpt2", "llama"}),
       Key("model.init_from", T::kString, "",
-          "llm.c model file (`gpt2_124M.bin`) to start from; empty = random init from "
-          "`training.seed`. Its header must match the shape keys below."),
+          "Weights to start from: a Hugging Face model directory (config.json with "
+          "model.safetensors, or sharded files with model.safetensors.index.json; F32, BF16 or "
+          "F16), whose config.json sets `type` and every shape key below, or an llm.c model "
+          "file (`gpt2_124M.bin`), whose header sets the GPT-2 shape. A key given here that "
+          "disagrees is an error naming both values. Each rank reads only the elements it "
+          "holds. Empty = random init from `training.seed`."),
       Key("model.n_layer", T::kInt, 12, "Number of transformer blocks."),
       Key("model.n_head", T::kInt, 12, "Attention heads per block; must divide `n_embd`."),
       Key("model.n_embd", T::kInt, 768, "Hidden size."),
@@ -188,7 +192,10 @@ std::vector<ConfigKey> ZtrainKeys() {
           "Evaluate the validation loss every this many steps (0 = never)."),
       Key("training.eval_batches", T::kInt, 8, "Micro-batches per evaluation."),
       Key("training.save_final", T::kString, "",
-          "llm.c model file written at the end; empty = none."),
+          "The model written at the end: a path ending in `/` or an existing directory "
+          "gets a Hugging Face model directory (config.json, fp32 safetensors, sharded above "
+          "5 GB with an index, generation_config.json, the tokenizer files of a HF "
+          "`model.init_from`); any other path an llm.c model file (GPT-2); empty = none."),
       Key("training.job_name", T::kString, "ztrain",
           "Name of the run: names its output directory (and, with offload, its swap files)."),
       Key("training.output_dir", T::kString, "",

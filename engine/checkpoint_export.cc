@@ -9,6 +9,8 @@
 #include "core/error.h"
 #include "core/logging.h"
 #include "engine/checkpoint.h"
+#include "nn/family.h"
+#include "nn/hf_checkpoint.h"
 #include "nn/llmc_model_file.h"
 #include "nn/model_export.h"
 
@@ -96,34 +98,22 @@ void CheckOutputIsNoInput(const std::string& out, const std::string& checkpoint_
                  "weights it started from; write the export to another file");
 }
 
-// config.json for transformers' GPT2LMHeadModel.
-void WriteHfConfig(const std::string& dir, const ModelConfig& m, DType dtype) {
-  const nlohmann::json config = {{"architectures", {"GPT2LMHeadModel"}},
-                                 {"model_type", "gpt2"},
-                                 {"vocab_size", m.vocab_size},
-                                 {"n_positions", m.max_seq_len},
-                                 {"n_ctx", m.max_seq_len},
-                                 {"n_embd", m.n_embd},
-                                 {"n_layer", m.n_layer},
-                                 {"n_head", m.n_head},
-                                 {"activation_function", "gelu_new"},
-                                 {"layer_norm_epsilon", 1e-5},
-                                 {"tie_word_embeddings", true},
-                                 {"torch_dtype", dtype == DType::kBF16 ? "bfloat16" : "float32"}};
-  const std::string path = (fs::path(dir) / "config.json").string();
+void WriteJson(const std::string& path, const nlohmann::json& j) {
   std::ofstream out(path);
-  out << config.dump(2) << "\n";
+  out << j.dump(2) << "\n";
   ZTRAIN_CHECK_T(IoError, out.good(), "cannot write ", path);
 }
 
 }  // namespace
 
 ExportResult ExportCheckpoint(const std::string& checkpoint, const std::string& format,
-                              const std::string& out, DType dtype) {
-  ZTRAIN_CHECK_T(ConfigError, format == "llmc" || format == "safetensors",
-                 "--format must be llmc or safetensors, got '", format, "'");
-  ZTRAIN_CHECK_T(ConfigError, dtype == DType::kF32 || dtype == DType::kBF16,
-                 "--dtype must be fp32 or bf16");
+                              const std::string& out, DType dtype, int64_t max_shard_bytes) {
+  ZTRAIN_CHECK_T(ConfigError, format == "llmc" || format == "safetensors" || format == "hf",
+                 "--format must be hf, llmc or safetensors, got '", format, "'");
+  ZTRAIN_CHECK_T(ConfigError,
+                 dtype == DType::kF32 || dtype == DType::kBF16 ||
+                     (format == "hf" && dtype == DType::kF16),
+                 "--dtype must be fp32 or bf16", format == "hf" ? " or fp16" : "");
   ExportResult result;
   const Chosen chosen = ChooseCheckpoint(checkpoint);
   const nlohmann::json& meta = chosen.meta;
@@ -131,15 +121,26 @@ ExportResult ExportCheckpoint(const std::string& checkpoint, const std::string& 
   result.step = meta.at("step");
   const Config config = ParseConfig(meta.at("config"), meta.at("layout").at("world"));
   CheckOutputIsNoInput(out, checkpoint, chosen, config);
+  ZTRAIN_CHECK_T(ConfigError, format == "hf" || config.model.type == "gpt2", "--format ", format,
+                 " writes GPT-2 models; this checkpoint's model.type is '", config.model.type,
+                 "': use --format hf");
   const checkpoint::ModelIndex index(result.checkpoint, meta);
-  std::map<std::string, std::pair<Shape, std::vector<float>>> values;
-  for (const auto& [name, shape] : index.parameters()) {
-    std::vector<float>& v = values[name].second;
-    values[name].first = shape;
-    v.resize(static_cast<size_t>(NumElements(shape)));
+  const auto read = [&](const std::string& name, const Shape& shape) {
+    std::vector<float> v(static_cast<size_t>(NumElements(shape)));
     index.Read(name, checkpoint::Kind::kParam, 0, NumElements(shape), v.data());
     result.parameters += NumElements(shape);
+    return v;
+  };
+  if (format == "hf") {
+    // One parameter in memory at a time (and one shard of output bytes).
+    nn::HfModelWriter writer(out, config.model, dtype, max_shard_bytes);
+    for (const auto& [name, shape] : index.parameters()) writer.Add(name, read(name, shape).data());
+    nn::CopyHfCompanionFiles(config.model.init_from, out);
+    result.files = writer.Finish();
+    return result;
   }
+  std::map<std::string, std::pair<Shape, std::vector<float>>> values;
+  for (const auto& [name, shape] : index.parameters()) values[name] = {shape, read(name, shape)};
   const nn::ParamLookup lookup = [&values](const std::string& name) {
     auto it = values.find(name);
     ZTRAIN_CHECK_T(IoError, it != values.end(), "the checkpoint has no parameter '", name, "'");
@@ -153,8 +154,10 @@ ExportResult ExportCheckpoint(const std::string& checkpoint, const std::string& 
     nn::SaveLlmcModel(out, config.model, lookup, dtype);
   } else {
     nn::SaveHfGpt2Safetensors(out, config.model, lookup, dtype);
-    WriteHfConfig(parent.string(), config.model, dtype);
+    WriteJson((parent / "config.json").string(),
+              nn::FindModelFamily("gpt2").hf.write_config(config.model, dtype));
   }
+  result.files = 1;
   return result;
 }
 

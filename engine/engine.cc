@@ -38,7 +38,8 @@ bool SameDirectory(const std::string& a, const std::string& b) {
 }
 }  // namespace
 
-Engine::Engine(Config config, std::vector<std::unique_ptr<nn::Layer>> layers, ParallelGroups groups)
+Engine::Engine(Config config, std::vector<std::unique_ptr<nn::Layer>> layers, ParallelGroups groups,
+               InitialParameters initial)
     : config_(std::move(config)),
       device_(ResolveDevice(config_.device)),
       host_(&tracker_),
@@ -84,7 +85,7 @@ Engine::Engine(Config config, std::vector<std::unique_ptr<nn::Layer>> layers, Pa
   SetUpCheckpointing();
   BuildStorage();
   SetUpOffload();
-  InitParameters();
+  if (initial == InitialParameters::kRandom) InitParameters();
 }
 
 Engine::~Engine() {
@@ -326,37 +327,11 @@ void Engine::SetUpOffload() {
 void Engine::InitParameters() {
   // Each rank initialises the elements it holds; the values depend on (seed, name, index)
   // only, so every layout starts from the single-process model.
-  for (size_t l = 0; l < states_.size(); ++l) {
-    const LayerState& st = *states_[l];
-    const int64_t held_begin = st.sharded ? st.opt_begin : 0;
-    const int64_t held_len = st.sharded ? st.shard : st.padded;
-    Buffer staged;  // parameters on NVMe or a device: made here, then stored
-    float* held = nullptr;
-    if (!param_swap_ && st.params.device().is_cpu()) {
-      held = st.params.data<float>();
-    } else {
-      staged = Buffer(staging(), DType::kF32, {held_len}, MemoryCategory::kParameters);
-      staged.Zero();
-      held = staged.data<float>();
-    }
-    for (size_t slot : st.owned) {
-      const Slot& s = slots_[slot];
-      const int64_t begin = std::max(s.offset, held_begin);
-      const int64_t end = std::min(s.offset + NumElements(s.spec.shape), held_begin + held_len);
-      if (begin >= end) continue;
-      // A tensor-parallel slice takes the whole parameter's values at its runs' indices.
-      nn::ForEachSliceRun(s.spec.tp, s.spec.shape, [&](int64_t local, int64_t full, int64_t n) {
-        const int64_t a = std::max(begin - s.offset, local);
-        const int64_t b = std::min(end - s.offset, local + n);
-        if (a >= b) return;
-        const Tensor out(held + (s.offset + a - held_begin), DType::kF32, {b - a});
-        nn::InitParam(s.spec, config_.training.seed, out, full + (a - local));
-      });
-    }
-    if (staged.data() != nullptr) WriteHeld(l, held);  // (and the host master, if any)
-  }
-  if (param_swap_) param_swap_->Flush();
-  RefreshLowPrecision();
+  SetHeldParameters([this](const std::string& name, const Shape&, int64_t begin, int64_t count,
+                           float* out) {
+    nn::InitParam(FindSlot(name).spec, config_.training.seed, Tensor(out, DType::kF32, {count}),
+                  begin);
+  });
 }
 
 // All-gathers layer l's shard into `whole` (its padded size). With parameters on NVMe the

@@ -121,12 +121,20 @@ struct ParallelGroups {
   comm::Communicator* tp = nullptr;  // the ranks splitting each layer (tensor parallel)
 };
 
+// How the engine's parameters start.
+enum class InitialParameters {
+  kRandom,  // from training.seed (nn/init.h): every layout starts from the single-process model
+  kZero,    // zero, for a caller that sets them next (SetHeldParameters from model.init_from):
+            // a large model does not pay for random values it overwrites
+};
+
 class Engine {
  public:
   // `layers` is the whole model; with a pipeline group of P > 1 ranks the engine keeps its
   // stage's layers only. With a tp group the layers are the tensor-parallel ones
   // (tensor::BuildParallelModel): each parameter is the rank's slice (ParamSpec::tp).
-  Engine(Config config, std::vector<std::unique_ptr<nn::Layer>> layers, ParallelGroups groups);
+  Engine(Config config, std::vector<std::unique_ptr<nn::Layer>> layers, ParallelGroups groups,
+         InitialParameters initial = InitialParameters::kRandom);
   // `dp` is the data-parallel group (not owned; must outlive the engine); null = one process.
   Engine(Config config, std::vector<std::unique_ptr<nn::Layer>> layers,
          comm::Communicator* dp = nullptr)
@@ -174,6 +182,14 @@ class Engine {
   // must write the same values; at stage 3 each keeps its shard, under tensor parallelism
   // its slice. Not collective.
   void SetFullParameters(const std::function<void(const std::string&, const Tensor&)>& fill);
+  // Sets the parameter elements this rank holds and no others (Note [Reading only what a
+  // rank holds], engine_params.cc): fill(name, full_shape, begin, count, out) writes elements
+  // [begin, begin + count) of the whole parameter `name` (row-major in full_shape) to `out`,
+  // once for each contiguous run of them in this rank's stage, tp slice and ZeRO-3 shard.
+  // Every rank must write the values of the same whole model. Not collective.
+  using HeldParameterFill = std::function<void(const std::string& name, const Shape& full_shape,
+                                               int64_t begin, int64_t count, float* out)>;
+  void SetHeldParameters(const HeldParameterFill& fill);
   std::vector<std::string> ParameterNames() const;  // owned parameters, model order
   // The whole model's parameters (every stage's, each tied weight once), in model order.
   std::vector<std::pair<std::string, Shape>> ModelParameters() const;

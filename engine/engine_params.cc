@@ -1,6 +1,7 @@
 // Whole-parameter access to the engine's state: parameters and gradients by name, every
 // parameter whole (gathering ZeRO-3 shards over the dp group and tensor-parallel slices over
 // the tp group), setting parameters from whole values, and the names and counts.
+#include <algorithm>
 #include <cstring>
 
 #include "engine/engine.h"
@@ -115,6 +116,49 @@ void Engine::SetFullParameters(
       CopySlice(s.spec.tp, s.spec.shape, base + s.offset, full.data<float>(), /*to_full=*/false);
     }
     if (whole.data() != nullptr) WriteHeld(l, base + (st.sharded ? st.opt_begin : 0));
+  }
+  if (param_swap_) param_swap_->Flush();
+  RefreshLowPrecision();
+}
+
+// Note [Reading only what a rank holds]: a model file larger than one rank's memory loads
+// when each rank asks only for its own elements; random initialisation (InitParameters)
+// walks the same way. Layer l's held range is [held_begin, held_begin + held_len) of its flat
+// buffer: the whole layer, or at ZeRO-3 this rank's shard. A parameter occupies
+// [offset, offset + numel) of that buffer in its local (tp-sliced) shape; each run of the
+// slice (nn::ForEachSliceRun) maps local elements to whole-parameter elements, so the
+// intersection of a run with the held range is one contiguous request to `fill`. Parameters
+// in host memory are written in place; elsewhere (a device, NVMe) the held range is staged
+// on the host, one layer at a time, and stored where they live (WriteHeld, which also
+// refreshes the fp32 master).
+void Engine::SetHeldParameters(const HeldParameterFill& fill) {
+  for (size_t l = 0; l < states_.size(); ++l) {
+    const LayerState& st = *states_[l];
+    const int64_t held_begin = st.sharded ? st.opt_begin : 0;
+    const int64_t held_len = st.sharded ? st.shard : st.padded;
+    Buffer staged;
+    float* held = nullptr;
+    if (!param_swap_ && st.params.device().is_cpu()) {
+      held = st.params.data<float>();
+    } else {
+      staged = Buffer(staging(), DType::kF32, {held_len}, MemoryCategory::kParameters);
+      staged.Zero();
+      held = staged.data<float>();
+    }
+    for (size_t slot : st.owned) {
+      const Slot& s = slots_[slot];
+      const int64_t lo = std::max(s.offset, held_begin) - s.offset;
+      const int64_t hi = std::min(s.offset + NumElements(s.spec.shape), held_begin + held_len) -
+                         s.offset;
+      if (lo >= hi) continue;
+      const Shape full_shape = FullShape(s.spec);
+      nn::ForEachSliceRun(s.spec.tp, s.spec.shape, [&](int64_t local, int64_t full, int64_t n) {
+        const int64_t a = std::max(local, lo), b = std::min(local + n, hi);
+        if (a < b) fill(s.spec.name, full_shape, full + (a - local), b - a,
+                        held + (s.offset + a - held_begin));
+      });
+    }
+    if (staged.data() != nullptr) WriteHeld(l, held);
   }
   if (param_swap_) param_swap_->Flush();
   RefreshLowPrecision();

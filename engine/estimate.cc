@@ -50,7 +50,7 @@ detail::EstimateInput ResolveInput(const Config& config, const EstimateOptions& 
 }
 
 MemoryEstimate EstimateStage(const detail::EstimateInput& in) {
-  const detail::StageLayout layout = detail::LayOutStage(*in.config, in.pp_stage, in.dp, in.tp);
+  const detail::StageLayout layout = detail::LayOutStage(in);
   MemoryEstimate e = detail::ReplayRank(in, layout);
   e.dp = in.dp;
   e.pp = in.pp;
@@ -78,12 +78,6 @@ MemoryEstimate EstimateStage(const detail::EstimateInput& in) {
 }  // namespace
 
 MemoryEstimate EstimateMemory(const Config& config, const EstimateOptions& options) {
-  // The replay (Note [Memory estimate]) follows GPT-2's layers; the Llama family's are not
-  // replayed yet, and a wrong figure is worse than none.
-  ZTRAIN_CHECK_T(ConfigError, config.model.type == "gpt2", "the memory estimate follows ",
-                 "GPT-2's layers only so far; model.type \"", config.model.type,
-                 "\" is not estimated yet: give train_micro_batch_size_per_gpu instead of "
-                 "\"auto\" and read the measured peak in the run's memory report");
   detail::EstimateInput in = ResolveInput(config, options);
   ZTRAIN_CHECK_T(ConfigError, options.pp_stage < in.pp, "pipeline stage ", options.pp_stage,
                  " does not exist with pipeline.stages ", in.pp);

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <deque>
 #include <limits>
+#include <map>
 #include <unordered_map>
 #include <utility>
 
@@ -93,7 +94,9 @@ class RankReplay {
   struct Flight {
     std::vector<Id> outputs;
     std::vector<Id> kept;  // a checkpointed block's input in parts or in host memory
-    std::vector<std::vector<Id>> saved;
+    // Per layer: what its Forward and Backward allocated and have not freed (Note [Memory
+    // estimate]), by the recorded allocation id, until the layer's context is released.
+    std::vector<std::map<int, Id>> live;
     Id received = 0;
   };
   size_t n() const { return layers_.size(); }
@@ -108,10 +111,23 @@ class RankReplay {
     Id id = ledger_.Alloc(c, bytes, where);
     ledger_.Free(id);
   }
-  std::vector<Id> AllocAll(MemoryCategory c, const std::vector<int64_t>& sizes) {
-    std::vector<Id> ids;
-    for (int64_t bytes : sizes) ids.push_back(ledger_.Alloc(c, bytes, Where::kDevice));
-    return ids;
+  // Plays a layer's recorded allocations and frees; what stays allocated is in `live`.
+  void Play(const std::vector<AllocEvent>& events, std::map<int, Id>& live) {
+    for (const AllocEvent& e : events) {
+      if (!e.free) {
+        live[e.id] = ledger_.Alloc(e.category, e.bytes, Where::kDevice);
+        continue;
+      }
+      auto it = live.find(e.id);
+      ZTRAIN_ASSERT(it != live.end(), "a layer freed allocation ", e.id, " twice");
+      ledger_.Free(it->second);
+      live.erase(it);
+    }
+  }
+  // LayerContext::Release.
+  void Release(std::map<int, Id>& live) {
+    for (auto& [event, id] : live) ledger_.Free(id);
+    live.clear();
   }
 
   void BuildStorage();
@@ -140,7 +156,6 @@ class RankReplay {
   const Config& config_;
   const ZeroConfig& z_;
   const std::vector<LayerLayout>& layers_;
-  std::vector<LayerActivations> acts_;
   Ledger ledger_;
   int stage_;
   bool overlap_, host_adam_, param_nvme_, opt_nvme_, param_offload_, grads16_;
@@ -167,7 +182,6 @@ RankReplay::RankReplay(const EstimateInput& in, const StageLayout& layout)
       grads_(layout.layers.size(), 0),
       grads32_(layout.layers.size(), 0),
       grad_recv_(layout.layers.size(), 0) {
-  for (const LayerLayout& l : layers_) acts_.push_back(ActivationsOf(l, in));
   const OffloadParamConfig& op = z_.offload_param;
   const OffloadOptimizerConfig& oo = z_.offload_optimizer;
   // As the Engine's constructor and BuildStorage decide.
@@ -377,7 +391,7 @@ void RankReplay::TrainStepPipelined() {
         break;
       case pipeline::OpType::kRecvGrad:
         received_grads[mb] =
-            ledger_.Alloc(MemoryCategory::kActivations, acts_.back().output, Where::kDevice);
+            ledger_.Alloc(MemoryCategory::kActivations, layers_.back().acts.output, Where::kDevice);
         break;
       case pipeline::OpType::kBackward: {
         const Id dout =
@@ -412,21 +426,21 @@ void RankReplay::TrainStepPipelined() {
 void RankReplay::Forward(Flight& run) {
   run.outputs.assign(n(), 0);
   run.kept.assign(n(), 0);
-  run.saved.assign(n(), {});
+  run.live.assign(n(), {});
   for (size_t i = 0; i < n(); ++i) {
-    run.outputs[i] = ledger_.Alloc(MemoryCategory::kActivations, acts_[i].output, Where::kDevice);
+    run.outputs[i] =
+        ledger_.Alloc(MemoryCategory::kActivations, layers_[i].acts.output, Where::kDevice);
     if (stage_ == 3) GatherForUse(i);
-    run.saved[i] = AllocAll(MemoryCategory::kActivations, acts_[i].saved);
-    Transient(MemoryCategory::kWorkspace, acts_[i].forward_scratch, Where::kDevice);
+    Play(layers_[i].acts.forward, run.live[i]);
     if (stage_ == 3) ReleaseAfterUse();
     if (checkpointed(i)) KeepOnlyInput(i, run);
   }
 }
 
 void RankReplay::KeepOnlyInput(size_t i, Flight& run) {
-  ledger_.Free(run.saved[i]);
+  Release(run.live[i]);
   if (i == 0 || (!in_.partition_checkpoints && !in_.offload_checkpoints)) return;
-  const int64_t bytes = acts_[i - 1].output;
+  const int64_t bytes = layers_[i - 1].acts.output;
   run.kept[i - 1] =
       in_.partition_checkpoints
           ? ledger_.Alloc(MemoryCategory::kActivations, PartBytes(bytes), Where::kDevice)
@@ -437,7 +451,7 @@ void RankReplay::KeepOnlyInput(size_t i, Flight& run) {
 // Engine::RestoreInput: the whole input again (all-gathered parts are padded to tp equal
 // ones), before layer i's backward.
 void RankReplay::RestoreInput(size_t i, Flight& run) {
-  const int64_t bytes = acts_[i - 1].output;
+  const int64_t bytes = layers_[i - 1].acts.output;
   run.outputs[i - 1] =
       ledger_.Alloc(MemoryCategory::kActivations,
                     in_.partition_checkpoints ? PartBytes(bytes) * in_.tp : bytes, Where::kDevice);
@@ -463,19 +477,18 @@ RankReplay::Id RankReplay::Backward(Flight& run, Id dout, bool reduce) {
     if (stage_ == 3) GatherForUse(i);
     if (stage_ >= 2) AllocateFullGradients(i);
     Id din = i > 0 || in_.pp_stage > 0
-                 ? ledger_.Alloc(MemoryCategory::kActivations, acts_[i].input_grad, Where::kDevice)
+                 ? ledger_.Alloc(MemoryCategory::kActivations, layers_[i].acts.input_grad, Where::kDevice)
                  : 0;
     if (checkpointed(i)) {  // Engine::Recompute: Forward again into a throwaway output
-      Id out = ledger_.Alloc(MemoryCategory::kActivations, acts_[i].output, Where::kDevice);
-      run.saved[i] = AllocAll(MemoryCategory::kActivations, acts_[i].saved);
-      Transient(MemoryCategory::kWorkspace, acts_[i].forward_scratch, Where::kDevice);
+      Id out =
+          ledger_.Alloc(MemoryCategory::kActivations, layers_[i].acts.output, Where::kDevice);
+      Play(layers_[i].acts.forward, run.live[i]);
       ledger_.Free(out);
     }
-    std::vector<Id> scratch = AllocAll(MemoryCategory::kWorkspace, acts_[i].scratch);
+    Play(layers_[i].acts.backward, run.live[i]);
     if (stage_ == 3) ReleaseAfterUse();
     if (reduce) OnGradientsReady(i);
-    ledger_.Free(run.saved[i]);
-    ledger_.Free(scratch);
+    Release(run.live[i]);
     ledger_.Free(run.outputs[i]);
     ledger_.Free(dout);
     dout = din;

@@ -14,25 +14,30 @@
 //     resident shards and swap buffers, the OptimizerSwapper's tile buffers; one layer's
 //     staging copy at a time while initialising;
 //   - one train step (Engine::TrainStep, RunForward, RunBackward, engine_zero.cc): the staged
-//     micro-batches on a GPU; per micro-batch each layer's output, then what its Forward saves
-//     (nn/gpt2.cc, parallel/tensor), the loss gradient, then per layer in reverse the input
-//     gradient and the Backward scratch, released with the saved context; stage 3 gathers and
+//     micro-batches on a GPU; per micro-batch each layer's output, then what its Forward
+//     allocates, the loss gradient, then per layer in reverse the input gradient and what its
+//     Backward allocates, released with the saved context; stage 3 gathers and
 //     releases by zero::PlanGathers; stage 2-3 full gradients per layer, reduced in buckets of
 //     reduce_bucket_size with a communication buffer per layer shard, at most two buckets
 //     alive with overlap_comm; the pipeline schedule's instruction list at pp > 1; the
 //     optimizer step's one-shard staging with parameters on NVMe; the stage 1-2 parameter
 //     all-gather's send buffers within allgather_bucket_size.
-// Sizes come from the layers' ParamSpecs and from the shapes nn/gpt2.cc's Forward and
-// Backward allocate. Whoever changes what the engine or a GPT-2 layer allocates changes this
-// replay with it; estimate_test measures the engine against it for every stage and offload
-// mode. What it leaves out: the MPI backend's ring scratch (not counted by the engine's
-// tracker either), memory the kernels or libraries take outside the tracker (cuBLAS
+// What the layers allocate is not listed here: each layer of the stage runs its own Forward
+// and Backward once on a shape-only device (ShapeOps: every op a no-op; a TraceAllocator
+// handing out untouched address space and recording each allocation and free; a tp group
+// that moves nothing), and the replay plays those recorded events where the engine calls the
+// layer. So a new layer or family needs no estimate code. The engine-level allocations above
+// are replayed here; whoever changes what the engine allocates changes this replay with it,
+// and estimate_test measures the engine against it for every stage and offload mode, for
+// GPT-2 and Llama. What it leaves out: the MPI backend's ring scratch (not counted by the
+// engine's tracker either), memory the kernels or libraries take outside the tracker (cuBLAS
 // workspaces, the CUDA context, NCCL's buffers), and caching-allocator blocks held but unused.
 #include <cstdint>
 #include <vector>
 
 #include "core/config.h"
 #include "core/dtype.h"
+#include "core/memory_tracker.h"
 #include "engine/estimate.h"
 
 namespace ztrain::detail {
@@ -52,9 +57,29 @@ struct EstimateInput {
   int64_t micro_batch = 1, seq_len = 1, grad_accum = 1;
 };
 
+// One allocation or free a layer made through its LayerContext's allocator.
+struct AllocEvent {
+  int64_t bytes = 0;  // of the allocation (the same on its free)
+  MemoryCategory category = MemoryCategory::kActivations;
+  int id = 0;  // which allocation: numbered from 0 per phase
+  bool free = false;
+};
+
+// What one layer allocates for one micro-batch, measured by running its own Forward and
+// Backward on a shape-only device (MeasureActivations). The allocations a phase does not free
+// live until the layer's context is released after its Backward: what Forward saved, the
+// scratch Backward keeps.
+struct LayerActivations {
+  std::vector<AllocEvent> forward;   // in order
+  std::vector<AllocEvent> backward;  // in order
+  int64_t output = 0;      // the output the engine allocates for it
+  int64_t input_grad = 0;  // the gradient of its input (the engine allocates it; 0: tokens)
+};
+
 // One layer of the rank's pipeline stage as Engine::BuildStorage lays it out.
 struct LayerLayout {
   enum class Kind { kEmbedding, kBlock, kLmHead };
+  LayerActivations acts;
   Kind kind = Kind::kBlock;
   int block = -1;             // the model block index (kBlock)
   int64_t owned = 0;          // parameter elements stored in its flat buffer, no padding
@@ -71,21 +96,11 @@ struct StageLayout {
   int64_t rank_parameters = 0;   // the stage's owned elements (Engine::NumParameters)
 };
 
-// The layers of pipeline stage `stage` of config.model split over `tp` ranks, padded for
-// `dp` ranks. Throws ConfigError where the engine would refuse the layout.
-StageLayout LayOutStage(const Config& config, int stage, int dp, int tp);
-
-// What one layer allocates for one micro-batch, in bytes (nn/gpt2.cc; parallel/tensor at
-// tp > 1). Activations are in the compute dtype except what ops.h fixes as fp32: layernorm
-// mean and rstd, attention's lse, the per-token losses.
-struct LayerActivations {
-  std::vector<int64_t> saved;    // LayerContext::Save in Forward, in order
-  int64_t forward_scratch = 0;   // workspace its Forward holds until it returns
-  int64_t output = 0;            // the output the engine allocates for it
-  std::vector<int64_t> scratch;  // LayerContext::Scratch in Backward, in order
-  int64_t input_grad = 0;        // the gradient of its input (the engine allocates it)
-};
-LayerActivations ActivationsOf(const LayerLayout& layer, const EstimateInput& in);
+// The layers of pipeline stage in.pp_stage of the model split over in.tp ranks, padded for
+// in.dp ranks, each with what it allocates for a micro-batch of in.micro_batch x in.seq_len
+// tokens in in.compute (its own Forward and Backward run on a shape-only device). Throws
+// ConfigError where the engine would refuse the layout.
+StageLayout LayOutStage(const EstimateInput& in);
 
 // The rank's memory: construction, initialisation and one train step replayed.
 MemoryEstimate ReplayRank(const EstimateInput& in, const StageLayout& layout);

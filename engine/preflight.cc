@@ -11,6 +11,8 @@
 #include "core/error.h"
 #include "data/token_source.h"
 #include "engine/checkpoint.h"
+#include "nn/family.h"
+#include "nn/hf_checkpoint.h"
 
 namespace ztrain {
 namespace {
@@ -83,14 +85,8 @@ void OutputDir(const std::string& key, const std::string& dir, bool create, Prob
   }
 }
 
-// An output file: not a directory, in a directory OutputDir accepts.
+// An output file, in a directory OutputDir accepts.
 void OutputFile(const std::string& key, const std::string& path, bool create, Problems& problems) {
-  std::error_code ec;
-  if (fs::is_directory(path, ec)) {
-    problems.push_back(StrCat(key, ": '", path, "' is a directory; give a file name, e.g. '",
-                              (fs::path(path) / "model.bin").string(), "'"));
-    return;
-  }
   const fs::path parent = fs::path(path).parent_path();
   OutputDir(key, parent.empty() ? "." : parent.string(), create, problems);
 }
@@ -105,7 +101,12 @@ void Outputs(const Config& c, const PreflightOptions& o, Problems& problems) {
   const bool create = o.create_outputs;
   const std::string& final_model = c.training.save_final;
   if (!final_model.empty()) {
-    OutputFile("training.save_final", final_model, create, problems);
+    // A directory (ending in '/', or existing) gets a Hugging Face model directory.
+    if (nn::NamesHfModelDir(final_model)) {
+      OutputDir("training.save_final", final_model, create, problems);
+    } else {
+      OutputFile("training.save_final", final_model, create, problems);
+    }
     if (!c.model.init_from.empty() && SameFile(final_model, c.model.init_from)) {
       problems.push_back(StrCat("training.save_final: '", final_model,
                                 "' is model.init_from, the weights this run starts from; save "
@@ -162,11 +163,25 @@ void Inputs(const Config& c, Problems& problems) {
   }
 }
 
+// A Hugging Face model.init_from: its index and every safetensors header are valid and it
+// holds every tensor the model needs, in its shape (headers only: no tensor data is read).
+void Weights(const Config& c, Problems& problems) {
+  if (!nn::IsHfModelDir(c.model.init_from)) return;
+  try {
+    const nn::HfCheckpoint ckpt(c.model.init_from);
+    const nn::HfFamily& family = nn::FindModelFamily(c.model.type).hf;
+    nn::CheckHfTensors(ckpt, family.layout(c.model), family);
+  } catch (const Error& e) {
+    problems.push_back(StrCat("model.init_from: ", e.what()));
+  }
+}
+
 }  // namespace
 
 std::vector<std::string> PreflightProblems(const Config& config, const PreflightOptions& options) {
   Problems problems;
   Outputs(config, options, problems);
+  Weights(config, problems);
   if (options.open_data) Inputs(config, problems);
   return problems;
 }

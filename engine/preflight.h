@@ -3,12 +3,15 @@
 // Everything a run will read or write, checked before it trains, so that a run never trains to
 // its end and then loses the weights to a missing directory, and `ztrain check-config` refuses
 // what `ztrain train` would:
-//   outputs   training.save_final (its directory creatable and writable, the path not a
-//             directory, not model.init_from), checkpoint.dir (also: not locked by a live
+//   outputs   training.save_final (its directory creatable and writable; the path not a
+//             directory unless it names a Hugging Face directory to write, nn/hf_checkpoint.h;
+//             not model.init_from), checkpoint.dir (also: not locked by a live
 //             run), training.output_dir and the csv_monitor's directory (directories, not
 //             regular files, creatable and writable), each offload nvme_path (an existing,
 //             writable directory);
-//   inputs    model.init_from (an llm.c model file, read by Note [A run's config]),
+//   inputs    model.init_from (an llm.c model file, read by Note [A run's config]; a
+//             Hugging Face directory: its index and headers valid, every tensor the model
+//             needs there in its shape — headers only, checked even without open_data),
 //             data.train and data.val (shards that match, are valid and hold only tokens
 //             below model.vocab_size).
 // "Writable" is tried, not inferred from permission bits (which root ignores): a probe file is

@@ -16,6 +16,7 @@
 #include "engine/tune.h"
 #include "kernels/ops.h"
 #include "nn/family.h"
+#include "nn/hf_checkpoint.h"
 #include "nn/llmc_model_file.h"
 
 namespace ztrain {
@@ -34,6 +35,52 @@ struct Resolution {
   std::vector<AutoChoice> choices;
 };
 
+// Takes the file's model keys `file` into the config's `model` where it leaves them out or
+// "auto"; a value it gives that differs is a problem naming both. `prefix` is the key path
+// below model ("rope_scaling.").
+void TakeModelKeys(json& model, const json& file, const std::string& prefix,
+                   const std::string& path, json& taken, Resolution& r) {
+  for (const auto& [key, value] : file.items()) {
+    if (value.is_object()) {
+      if (!model.contains(key) || model[key] == "auto") model[key] = json::object();
+      if (model[key].is_object()) TakeModelKeys(model[key], value, prefix + key + ".", path, taken, r);
+      continue;
+    }
+    const json given = model.value(key, json("auto"));
+    if (given == "auto") {
+      model[key] = value;
+      taken[prefix + key] = value;
+    } else if (given != value && !(given.is_number() && value.is_number() &&
+                                   given.get<double>() == value.get<double>())) {
+      r.problems.push_back(StrCat("model.", prefix, key, ": the config says ", given.dump(),
+                                  " but model.init_from '", path, "' has ", value.dump(),
+                                  "; remove model.", prefix, key,
+                                  " (the model directory sets it) or make them agree"));
+    }
+  }
+}
+
+// Step 1 for a Hugging Face directory: its config.json through its family's adapter.
+void ShapeFromHfDir(json& model, const std::string& path, Resolution& r) {
+  json keys, notes = json::object();
+  try {
+    const json hf = nn::ReadHfConfig(path);
+    keys = nn::FindHfFamily(hf, path + "/config.json").hf.read_config(hf, path + "/config.json",
+                                                                       &notes);
+  } catch (const Error& e) {
+    r.problems.push_back(StrCat("model.init_from: ", e.what()));
+    return;
+  }
+  json taken = json::object();
+  TakeModelKeys(model, keys, "", path, taken, r);
+  if (taken.empty()) return;
+  std::string why = StrCat("from the config.json of model.init_from '", path, "'");
+  for (const auto& [key, note] : notes.items()) {
+    why += StrCat("; ", key, " from ", note.get<std::string>());
+  }
+  r.choices.push_back({"model", taken, why});
+}
+
 // Step 1 of Note [A run's config].
 void ShapeFromModelFile(json& j, Resolution& r) {
   if (!j.is_object() || !j.contains("model") || !j["model"].is_object()) return;
@@ -41,13 +88,26 @@ void ShapeFromModelFile(json& j, Resolution& r) {
   const json init = model.value("init_from", json(""));
   if (!init.is_string() || init.get<std::string>().empty()) return;
   const std::string path = init.get<std::string>();
+  if (nn::NamesHfModelDir(path)) {
+    ShapeFromHfDir(model, path, r);
+    return;
+  }
   ModelConfig file;
   try {
     file = nn::ReadLlmcModelHeader(path);
   } catch (const Error& e) {
     r.problems.push_back(StrCat("model.init_from: ", e.what(),
-                                "; give an llm.c model file (ztrain's training.save_final "
-                                "writes one) or remove the key to start from random weights"));
+                                "; give an llm.c model file or a Hugging Face model directory "
+                                "(ztrain's training.save_final writes either) or remove the "
+                                "key to start from random weights"));
+    return;
+  }
+  const json type = model.value("type", json("auto"));
+  if (type != "auto" && type != "gpt2") {
+    r.problems.push_back(StrCat("model.type: the config says ", type.dump(),
+                                " but model.init_from '", path,
+                                "' is an llm.c model file, which holds GPT-2; give a Hugging "
+                                "Face model directory for other families"));
     return;
   }
   const std::pair<const char*, int64_t> shape[] = {{"n_layer", file.n_layer},

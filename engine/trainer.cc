@@ -1,5 +1,6 @@
 #include "engine/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -10,6 +11,7 @@
 
 #include "core/logging.h"
 #include "engine/config_agreement.h"
+#include "engine/model_weights.h"
 #include "engine/preflight.h"
 #include "nn/gpt2.h"
 #include "nn/llmc_model_file.h"
@@ -48,43 +50,6 @@ std::string MemoryBreakdown(const MemorySnapshot& mem, bool with_current) {
   return out;
 }
 
-// The whole model as name -> fp32 values: llm.c files are read and written whole, while at
-// ZeRO stage 3 no rank holds whole parameters.
-using StagedModel = std::map<std::string, std::vector<float>>;
-
-nn::ParamLookup LookupIn(StagedModel& staged, const Engine& e) {
-  std::map<std::string, Shape> shapes;
-  for (const auto& [name, shape] : e.ModelParameters()) shapes[name] = shape;
-  return [&staged, shapes](const std::string& name) {
-    auto it = staged.find(name);
-    ZTRAIN_CHECK(it != staged.end(), "the model has no parameter '", name, "'");
-    return Tensor(it->second.data(), DType::kF32, shapes.at(name));
-  };
-}
-
-// Every rank reads the whole file; each keeps what its stage holds.
-void LoadWeights(const std::string& path, const ModelConfig& model, Engine& e) {
-  StagedModel staged;
-  for (const auto& [name, shape] : e.ModelParameters()) staged[name].resize(NumElements(shape));
-  nn::LoadLlmcModel(path, model, LookupIn(staged, e));
-  e.SetFullParameters([&staged](const std::string& name, const Tensor& out) {
-    std::memcpy(out.data(), staged.at(name).data(), out.nbytes());
-  });
-}
-
-// Collective over the dp and pp groups: the first rank of the first stage collects the whole
-// model (Engine::ForEachModelParameter) and writes it.
-void SaveWeights(const std::string& path, const ModelConfig& model, Engine& e) {
-  StagedModel staged;
-  bool writer = false;
-  e.ForEachModelParameter([&](const std::string& name, const Tensor& value) {
-    writer = true;
-    const float* p = value.data<float>();
-    staged[name].assign(p, p + value.numel());
-  });
-  if (writer) nn::SaveLlmcModel(path, model, LookupIn(staged, e));
-}
-
 }  // namespace
 
 Trainer::Trainer(Config config, comm::Communicator* world)
@@ -107,13 +72,18 @@ Trainer::Trainer(Config config, comm::Communicator* world, const LaunchEnv& laun
       config_,
       groups.tp != nullptr ? tensor::BuildParallelModel(config_.model, *groups.tp)
                            : nn::BuildModel(config_.model),
-      groups);
+      groups,
+      config_.model.init_from.empty() ? InitialParameters::kRandom : InitialParameters::kZero);
   if (!config_.checkpoint.dir.empty()) {
     checkpointer_ = std::make_unique<Checkpointer>(config_, *engine_, world_);
   }
   if (!config_.model.init_from.empty()) {
-    LoadWeights(config_.model.init_from, config_.model, *engine_);
-    Log().info("loaded weights from {}", config_.model.init_from);
+    const LoadedWeights w = LoadModelWeights(config_.model.init_from, config_.model, *engine_);
+    Log().info("loaded weights from {} ({}): this rank read {} of the model's {} tensor bytes "
+               "({:.1f} %)",
+               config_.model.init_from, w.format, w.bytes_read, w.bytes_in_file,
+               100.0 * static_cast<double>(w.bytes_read) /
+                   static_cast<double>(std::max<int64_t>(1, w.bytes_in_file)));
   }
   // The loaders check every shard as they open them (Note [Preflight]): a problem there names
   // the key, as check-config does.
@@ -403,8 +373,9 @@ void Trainer::WriteReports() const {
 
 void Trainer::Finish(const TrainSummary& s) {
   if (!config_.training.save_final.empty()) {
-    SaveWeights(config_.training.save_final, config_.model, *engine_);
-    Log().info("saved the model to {} (llm.c format)", config_.training.save_final);
+    const std::string what =
+        SaveModelWeights(config_.training.save_final, config_.model, *engine_);
+    Log().info("saved the model to {} ({})", config_.training.save_final, what);
   }
   WriteReports();
   const MemorySnapshot mem = engine_->memory().Snapshot();

@@ -130,10 +130,15 @@ std::string OffloadName(const Config& c) {
 
 void PrintEstimateHeader(const Config& c, const MemoryEstimate& e) {
   const ModelConfig& m = c.model;
+  const std::string heads =
+      m.kv_heads() == m.n_head ? std::to_string(m.n_head) + " heads"
+                               : std::to_string(m.n_head) + " heads over " +
+                                     std::to_string(m.kv_heads()) + " key/value heads";
   std::printf(
-      "model: GPT-2 of %s parameters (%d blocks, n_embd %d, %d heads, vocabulary %lld "
+      "model: %s of %s parameters (%d blocks, n_embd %d, %s, MLP %lld, vocabulary %lld "
       "padded to %lld, context %lld)\n",
-      Count(e.model_parameters).c_str(), m.n_layer, m.n_embd, m.n_head,
+      m.type == "gpt2" ? "GPT-2" : m.type.c_str(), Count(e.model_parameters).c_str(), m.n_layer,
+      m.n_embd, heads.c_str(), static_cast<long long>(m.mlp_hidden()),
       static_cast<long long>(m.vocab_size), static_cast<long long>(m.padded_vocab_size),
       static_cast<long long>(m.max_seq_len));
   std::printf(
@@ -304,11 +309,12 @@ int RunTrain(const std::string& config_path, const std::string& resume) {
 }
 
 int RunExport(const std::string& checkpoint, const std::string& format, const std::string& out,
-              const std::string& dtype) {
+              const std::string& dtype, const std::string& max_shard_size) {
+  const DType type = dtype == "bf16" ? DType::kBF16 : dtype == "fp16" ? DType::kF16 : DType::kF32;
   const ExportResult r =
-      ExportCheckpoint(checkpoint, format, out, dtype == "bf16" ? DType::kBF16 : DType::kF32);
-  Log().info("exported {} (step {}, {} parameters) to {} ({}, {})", r.checkpoint, r.step,
-             r.parameters, out, format, dtype);
+      ExportCheckpoint(checkpoint, format, out, type, ParseBytes(max_shard_size));
+  Log().info("exported {} (step {}, {} parameters) to {} ({}, {}, {} file{})", r.checkpoint,
+             r.step, r.parameters, out, format, dtype, r.files, r.files == 1 ? "" : "s");
   return kExitOk;
 }
 

@@ -85,17 +85,24 @@ int Main(int argc, char** argv) {
                    "gpt-2 shards) or uint32 (llm.c's llama-3 shards)")
       ->check(CLI::IsMember({"auto", "uint16", "uint32"}));
 
-  CLI::App* exp = app.add_subcommand("export", "write one model file from a checkpoint");
+  CLI::App* exp = app.add_subcommand("export", "write a model from a checkpoint");
   std::string export_checkpoint, export_format, export_out, export_dtype = "fp32";
+  std::string export_shard = "5GB";
   exp->add_option("--checkpoint", export_checkpoint,
                   "a checkpoint (<checkpoint.dir>/step<N>) or checkpoint.dir (its latest)")
       ->required();
-  exp->add_option("--format", export_format, "llmc (llm.c's model file) or safetensors (Hugging "
-                  "Face GPT-2, with config.json beside it)")
+  exp->add_option("--format", export_format,
+                  "hf (a Hugging Face model directory, any model.type), llmc (llm.c's model "
+                  "file, GPT-2) or safetensors (one Hugging Face GPT-2 file, config.json beside "
+                  "it)")
       ->required()
-      ->check(CLI::IsMember({"llmc", "safetensors"}));
-  exp->add_option("--out", export_out, "the model file to write")->required();
-  exp->add_option("--dtype", export_dtype, "fp32 or bf16")->check(CLI::IsMember({"fp32", "bf16"}));
+      ->check(CLI::IsMember({"hf", "llmc", "safetensors"}));
+  exp->add_option("--out", export_out, "the directory (hf) or model file to write")->required();
+  exp->add_option("--dtype", export_dtype, "fp32 or bf16 (hf: also fp16)")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  exp->add_option("--max-shard-size", export_shard,
+                  "hf: the largest safetensors file, as save_pretrained's max_shard_size "
+                  "(5GB, 500MB, 2GiB, bytes); larger models are sharded with an index");
 
   try {
     app.parse(argc, argv);
@@ -111,7 +118,7 @@ int Main(int argc, char** argv) {
   if (*est) return RunEstimate(estimate);
   if (*tune) return RunTune(tune_config, tune_budget, tune_world, tune_max);
   if (*data) return RunData(text_path, shard_path, token_format);
-  if (*exp) return RunExport(export_checkpoint, export_format, export_out, export_dtype);
+  if (*exp) return RunExport(export_checkpoint, export_format, export_out, export_dtype, export_shard);
   return RunTrain(config_path, resume);
 }
 

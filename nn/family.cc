@@ -1,5 +1,6 @@
 #include "nn/family.h"
 
+#include <algorithm>
 #include <numeric>
 
 #include "core/error.h"
@@ -40,6 +41,32 @@ const ModelFamily& FindModelFamily(const std::string& type) {
   throw InternalError("unreachable");
 }
 
+const ModelFamily& FindHfFamily(const nlohmann::json& hf, const std::string& path) {
+  const auto listed = [](const std::vector<std::string>& names, const std::string& name) {
+    return std::find(names.begin(), names.end(), name) != names.end();
+  };
+  std::vector<std::string> architectures;
+  if (hf.contains("architectures") && hf["architectures"].is_array()) {
+    for (const nlohmann::json& a : hf["architectures"]) {
+      if (a.is_string()) architectures.push_back(a.get<std::string>());
+    }
+  }
+  const std::string model_type = hf.value("model_type", std::string());
+  std::string known;
+  for (const ModelFamily& f : ModelFamilies()) {
+    for (const std::string& a : architectures) {
+      if (listed(f.hf.architectures, a)) return f;
+    }
+    if (architectures.empty() && listed(f.hf.model_types, model_type)) return f;
+    for (const std::string& a : f.hf.architectures) known += (known.empty() ? "" : ", ") + a;
+  }
+  std::string says;
+  for (const std::string& a : architectures) says += (says.empty() ? "" : ", ") + a;
+  ZTRAIN_CHECK_T(ConfigError, false, path, ": architectures [", says, "], model_type '",
+                 model_type, "' is no family ztrain trains; it reads ", known);
+  throw InternalError("unreachable");
+}
+
 void CheckModel(const ModelConfig& model) {
   std::string message;
   for (const std::string& p : FindModelFamily(model.type).config_problems(model)) {
@@ -57,7 +84,7 @@ LayerList BuildModel(const ModelConfig& model, std::shared_ptr<const LinearProvi
 
 std::string DivisibilityProblem(const char* key, int64_t value, int tp, const std::string& fix) {
   if (tp > 0 && value % tp == 0) return "";
-  return detail::StrCat(key, " ", value, " does not divide by tensor_parallel.size ", tp, "; ",
+  return ztrain::detail::StrCat(key, " ", value, " does not divide by tensor_parallel.size ", tp, "; ",
                         fix);
 }
 

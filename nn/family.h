@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/config.h"
+#include "nn/hf_family.h"
 #include "nn/layer.h"
 #include "nn/linear_provider.h"
 
@@ -27,7 +28,12 @@ struct ModelFamily {
   // The family's own reasons `model` cannot split over `tp` pieces, each with its fix ("" for
   // none); CheckTensorParallelModel adds the ones every family shares.
   std::function<std::vector<std::string>(const ModelConfig&, int tp)> tp_problems;
+  HfFamily hf;  // Hugging Face directories in and out (nn/hf_checkpoint.h)
 };
+
+// The family whose HfFamily reads `hf_config` (config.json's "architectures", else its
+// "model_type"); ConfigError naming what the file says and what ztrain reads otherwise.
+const ModelFamily& FindHfFamily(const nlohmann::json& hf_config, const std::string& path);
 
 // Every registered family, in registration order.
 const std::vector<ModelFamily>& ModelFamilies();

@@ -86,7 +86,7 @@ std::vector<std::string> ConfigProblems(const ModelConfig& m) {
 
 ModelFamily Gpt2Family() {
   return {"gpt2", "GPT-2 (llm.c's files, Hugging Face GPT2LMHeadModel)", &Build, &ConfigProblems,
-          &TensorParallelProblems};
+          &TensorParallelProblems, Gpt2HfFamily()};
 }
 
 LayerList BuildGpt2(const ModelConfig& model) { return BuildModel(model); }

@@ -32,4 +32,8 @@ std::unique_ptr<Layer> Gpt2Head(const ModelConfig& model,
 // The whole single-process model: BuildModel for model.type "gpt2".
 LayerList BuildGpt2(const ModelConfig& model);
 
+// The Hugging Face adapter (hf_gpt2.cc): GPT2LMHeadModel's config.json and tensors.
+HfFamily Gpt2HfFamily();
+std::vector<HfTensor> HfGpt2Layout(const ModelConfig& model);
+
 }  // namespace ztrain::nn

@@ -115,7 +115,7 @@ std::vector<float> RopeInverseFrequencies(const ModelConfig& m) {
 
 ModelFamily LlamaFamily() {
   return {"llama", "Llama 2/3, Mistral, Qwen2 (Hugging Face LlamaForCausalLM and kin)", &Build,
-          &ConfigProblems, &TensorParallelProblems};
+          &ConfigProblems, &TensorParallelProblems, LlamaHfFamily()};
 }
 
 }  // namespace ztrain::nn

@@ -18,6 +18,9 @@
 namespace ztrain::nn {
 
 ModelFamily LlamaFamily();
+// The Hugging Face adapter (hf_llama.cc): config.json of LlamaForCausalLM, MistralForCausalLM
+// and Qwen2ForCausalLM, and their tensor names.
+HfFamily LlamaHfFamily();
 
 // RoPE's inverse frequencies [head_dim / 2] for `model` (rope_theta, rope_scaling), computed
 // in fp32 as transformers' rope initialisation does.

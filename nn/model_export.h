@@ -14,6 +14,9 @@
 // file without it) and the ztrain model sizes ("ztrain_n_layer", ...). bf16 exports round
 // the fp32 parameters to nearest even (core/dtype.h).
 //
+// The tensor layout is the GPT-2 family's Hugging Face adapter (HfGpt2Layout, nn/gpt2.h);
+// a whole HF directory for any family is nn/hf_checkpoint.h's HfModelWriter.
+//
 // Errors: IoError naming the file; a lookup tensor of the wrong dtype or shape is an Error
 // naming the parameter.
 #include <string>
@@ -23,19 +26,6 @@
 #include "nn/llmc_model_file.h"
 
 namespace ztrain::nn {
-
-// One exported tensor: its Hugging Face name and shape, and the ztrain parameter it comes
-// from with that parameter's shape.
-struct HfGpt2Tensor {
-  std::string hf_name;
-  Shape shape;
-  std::string source;
-  Shape source_shape;
-  bool transposed = false;  // a Conv1D weight: shape is source_shape reversed
-};
-
-// The exported tensors in the order HF's GPT2LMHeadModel lists them.
-std::vector<HfGpt2Tensor> HfGpt2Layout(const ModelConfig& model);
 
 // Writes the model as HF GPT-2 safetensors with `dtype` kF32 or kBF16.
 void SaveHfGpt2Safetensors(const std::string& path, const ModelConfig& model,

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine/run_config.h"
 #include "estimate_check.h"
 #include "nn/gpt2.h"
 #include "test_model.h"
@@ -95,16 +96,27 @@ int64_t SwapFileBytes(const std::string& dir) {
   return bytes;
 }
 
-TEST_P(EstimateHonestTest, PeaksMatchTheEngine) {
-  const Mode& mode = GetParam();
-  const Config cfg = SmallConfig(nlohmann::json::parse(Substitute(mode.zero, dir_)), 1,
-                                 nlohmann::json::parse(mode.extra));
+// The small Llama of the checks: grouped-query attention (4 heads over 2 KV heads), a SwiGLU
+// MLP 96 wide, RoPE, an untied head; the same sizes otherwise.
+nlohmann::json SmallLlama() {
+  return {{"type", "llama"},     {"n_layer", 2},       {"n_head", 4},
+          {"n_kv_head", 2},      {"n_embd", 64},       {"intermediate_size", 96},
+          {"vocab_size", 512},   {"padded_vocab_size", 512}, {"max_seq_len", 64},
+          {"tie_word_embeddings", false}};
+}
+
+// The engine's tracker against the estimate over construction and two steps in `mode`, for
+// the model `model` (empty: SmallConfig's GPT-2).
+void ExpectHonest(const Mode& mode, const std::string& dir, const nlohmann::json& model) {
+  nlohmann::json extra = nlohmann::json::parse(mode.extra);
+  if (!model.empty()) extra["model"] = model;
+  const Config cfg = SmallConfig(nlohmann::json::parse(Substitute(mode.zero, dir)), 1, extra);
   EstimateOptions options;
   options.gpu = false;  // the engine here runs on the CPU backend
   const MemoryEstimate e = EstimateMemory(cfg, options);
 
-  Engine engine(cfg, nn::BuildGpt2(cfg.model));
-  const int64_t swap_bytes = SwapFileBytes(dir_);
+  Engine engine(cfg, nn::BuildModel(cfg.model));
+  const int64_t swap_bytes = SwapFileBytes(dir);
   for (int step = 0; step < 2; ++step) {
     testing::OwnedBatch a(4, 64, 512, 10 + step), b(4, 64, 512, 20 + step);
     const nn::MicroBatch batches[] = {a.mb, b.mb};
@@ -116,6 +128,13 @@ TEST_P(EstimateHonestTest, PeaksMatchTheEngine) {
   // On the CPU backend everything is device memory (the host).
   EXPECT_EQ(e.host_total_peak, 0);
   EXPECT_EQ(e.device_total_peak, e.total_peak);
+}
+
+TEST_P(EstimateHonestTest, PeaksMatchTheEngine) { ExpectHonest(GetParam(), dir_, {}); }
+
+// The Llama family through the same estimate: nothing in it is per family.
+TEST_P(EstimateHonestTest, LlamaPeaksMatchTheEngine) {
+  ExpectHonest(GetParam(), dir_, SmallLlama());
 }
 
 const Mode kModes[] = {
@@ -399,6 +418,29 @@ TEST(EstimateTableTest, CoversEveryStageAndOffloadChoice) {
   EXPECT_GT(rows[7].plain.device_total_peak, rows[9].plain.device_total_peak);
   // The table's row for the config's own layout is the config's estimate.
   EXPECT_EQ(rows[0].plain.device_total_peak, EstimateMemory(cfg).device_total_peak);
+}
+
+// Every shipped config resolves and is estimated; the Llama recipes have the parameter counts
+// of the models they are named after (Hugging Face's Llama-3.2-1B: 1,235,814,400 with the
+// tied head; Llama-3.1-8B: 8,030,261,248).
+TEST(EstimateRecipeTest, ShippedConfigsResolveAndTheLlamaRecipesHaveTheRealShapes) {
+  int configs = 0;
+  for (const auto& entry : fs::directory_iterator(ZTRAIN_CONFIGS_DIR)) {
+    if (entry.path().extension() != ".json") continue;
+    const Config c = LoadRunConfig(entry.path().string(), 8, LaunchEnv{});
+    EstimateOptions options;
+    options.gpu = true;
+    const MemoryEstimate e = EstimateMemory(c, options);
+    EXPECT_GT(e.total_peak, 0) << entry.path();
+    ++configs;
+  }
+  EXPECT_GE(configs, 10);
+  const auto parameters = [](const char* name) {
+    const Config c = LoadRunConfig(std::string(ZTRAIN_CONFIGS_DIR) + "/" + name, 8, LaunchEnv{});
+    return EstimateMemory(c).model_parameters;
+  };
+  EXPECT_EQ(parameters("llama3_2_1b.json"), 1235814400);
+  EXPECT_EQ(parameters("llama3_1_8b.json"), 8030261248);
 }
 
 }  // namespace

@@ -142,7 +142,6 @@ TEST(LayoutEquivalenceTest, LossesAndWeightsMatchOneProcess) {
 // live as long as the messages take, which the replay fixes, so its activations may differ
 // by an output or two, within the 10%).
 TEST(LayoutEquivalenceTest, MemoryEstimateIsHonest) {
-  if (g_family != "gpt2") GTEST_SKIP() << "the estimate replays GPT-2's allocations only";
   Layout layout;
   const Config config = MakeConfig(g_world->size(), 2, false);
   Engine e(config, layout.Layers(config), layout.groups());

@@ -61,7 +61,7 @@ TEST(PreflightTest, EveryUnwritableOutputIsNamedWithItsFix) {
   data::test_util::TempDir dir;
   std::ofstream(dir.File("file")) << "not a directory";
   json j = testing::TinyConfigJson();
-  j["training"]["save_final"] = dir.path();                // a directory, not a file name
+  j["training"]["save_final"] = dir.File("file") + "/";    // a HF directory below a file
   j["training"]["output_dir"] = dir.File("file/reports");  // below a regular file
   j["checkpoint"] = {{"dir", dir.File("file")}};           // a regular file
   j["zero_optimization"] = {
@@ -69,13 +69,18 @@ TEST(PreflightTest, EveryUnwritableOutputIsNamedWithItsFix) {
       {"offload_optimizer", {{"device", "nvme"}, {"nvme_path", dir.File("no_such_dir")}}}};
   const std::string all = Joined(PreflightProblems(ParseConfig(j), {}));
   for (const char* want :
-       {"training.save_final: '", "' is a directory; give a file name", "training.output_dir: '",
+       {"training.save_final: '", "file' is a regular file, not a directory, so '",
+        "training.output_dir: '",
         "file' is a regular file, not a directory, so '", "checkpoint.dir: '",
         "zero_optimization.offload_optimizer.nvme_path: '",
         "is not a directory; create it or point nvme_path at a local NVMe mount"}) {
     EXPECT_NE(all.find(want), std::string::npos) << want << "\n" << all;
   }
   EXPECT_THROW(Preflight(ParseConfig(j), {}), ConfigError);
+  // An existing directory is a Hugging Face directory to write (nn/hf_checkpoint.h).
+  j["training"]["save_final"] = dir.path();
+  EXPECT_EQ(Joined(PreflightProblems(ParseConfig(j), {})).find("training.save_final"),
+            std::string::npos);
 }
 
 TEST(PreflightTest, AReadOnlyDirectoryIsRefused) {

@@ -5,7 +5,7 @@
 # straight (within Note [Equivalence tolerances], tests/rounding_model.h). A layout is
 # np:zero_stage:pp:tp:offload (offload none|nvme); every layout sees the same global batch
 # (16 rows x 2 micro-batches). With family llama the model is a small Llama (grouped-query
-# attention, untied head) and only the losses are compared (its weights are not llm.c's).
+# attention, untied head) whose final weights are saved as Hugging Face directories.
 #   checkpoint_cli_test.sh <ztrain> <mpiexec> <layout A> <layout B> [gpt2|llama]
 set -euo pipefail
 source "$(dirname "$0")/compare_runs.sh"
@@ -27,7 +27,7 @@ config() {  # layout, steps, job -> JSON
     model='{"type": "llama", "n_layer": 2, "n_head": 4, "n_kv_head": 2, "n_embd": 64,
             "intermediate_size": 96, "vocab_size": 256, "max_seq_len": 32,
             "tie_word_embeddings": false}'
-    save_final=""
+    save_final=", \"save_final\": \"$work/$3_hf/\""
   fi
   cat <<JSON
 {"train_micro_batch_size_per_gpu": $((16 / dp)), "gradient_accumulation_steps": 2,
@@ -57,13 +57,8 @@ run "$a" "$work/a.json" "$work/a.log"
 [ -f "$work/ckpt_resumed/step10/meta.json" ] || { cat "$work/a.log"; echo "no checkpoint step10"; exit 1; }
 run "$b" "$work/b.json" "$work/b.log" --resume
 grep -q "resumed from .*step10" "$work/b.log" || { cat "$work/b.log"; echo "did not resume"; exit 1; }
-if [ "$family" = llama ]; then
-  "$ZTRAIN_COMPARE_RUNS" --config "$work/single.json" --csv "$work/single/train.csv" \
-    "$work/resumed/train.csv" --steps 20
-else
-  compare_runs "$work/single.json" "$work/single/train.csv" "$work/resumed/train.csv" 20 \
-    "$work/single.bin" "$work/resumed.bin"
-fi
-what="20 losses and the final weights equal"
-[ "$family" = llama ] && what="20 losses and gradient norms equal"
-echo "$family $a -> $b: $what 20 straight steps in one process"
+models=("$work/single.bin" "$work/resumed.bin")
+[ "$family" = llama ] && models=("$work/single_hf" "$work/resumed_hf")
+compare_runs "$work/single.json" "$work/single/train.csv" "$work/resumed/train.csv" 20 \
+  "${models[@]}"
+echo "$family $a -> $b: 20 losses and the final weights equal 20 straight steps in one process"

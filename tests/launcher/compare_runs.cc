@@ -1,7 +1,8 @@
 // compare_runs: the equivalence rule at the command line. Compares two `ztrain` runs of the
 // same model on the same samples -- their train.csv (loss and gradient norm of every step)
-// and their final llm.c model files -- within Note [Equivalence tolerances]
-// (tests/rounding_model.h), the model taken from the reference run's config:
+// and their final model files (llm.c files or Hugging Face directories) -- within Note
+// [Equivalence tolerances] (tests/rounding_model.h), the model taken from the reference run's
+// config:
 //   compare_runs --config single.json --csv single/train.csv dp/train.csv --steps 20
 //                [--models single.bin dp.bin] [--exact]
 // --exact: the runs do the same arithmetic in the same order (a resume on the same layout),
@@ -17,7 +18,8 @@
 #include <vector>
 
 #include "core/config.h"
-#include "nn/gpt2.h"
+#include "nn/family.h"
+#include "nn/hf_checkpoint.h"
 #include "nn/llmc_model_file.h"
 #include "tests/rounding_model.h"
 
@@ -54,7 +56,7 @@ using Model = std::map<std::string, std::vector<float>>;
 // The model's parameters (each tied weight once) and their shapes.
 std::map<std::string, Shape> Shapes(const ModelConfig& m) {
   std::map<std::string, Shape> shapes;
-  for (const auto& layer : nn::BuildGpt2(m)) {
+  for (const auto& layer : nn::BuildModel(m)) {
     for (const nn::ParamSpec& s : layer->Params()) {
       if (s.tied_to.empty()) shapes[s.name] = s.shape;
     }
@@ -64,6 +66,15 @@ std::map<std::string, Shape> Shapes(const ModelConfig& m) {
 
 Model ReadModel(const std::string& path, const ModelConfig& m) {
   Model values;
+  if (nn::IsHfModelDir(path)) {  // a Hugging Face directory (training.save_final ending in /)
+    const nn::HfCheckpoint ckpt(path);
+    for (const nn::HfTensor& t : nn::FindModelFamily(m.type).hf.layout(m)) {
+      std::vector<float>& v = values[t.param];
+      v.resize(static_cast<size_t>(NumElements(t.param_shape)));
+      nn::ReadHfParameter(ckpt, t, 0, NumElements(t.param_shape), v.data());
+    }
+    return values;
+  }
   const std::map<std::string, Shape> shapes = Shapes(m);
   nn::LoadLlmcModel(path, m, [&](const std::string& name) {
     std::vector<float>& v = values[name];
@@ -138,10 +149,13 @@ int Compare(int argc, char** argv) {
     lr_sum += want[i].lr;
   }
   if (!models[0].empty()) {
-    const std::string a = Bytes(models[0]), b = Bytes(models[1]);
-    if (a.size() < 1024 || b.size() < 1024 || a.compare(0, 1024, b, 0, 1024) != 0) {
-      failures.push_back("the model files' 1 KiB headers differ");
-    } else if (exact && a != b) {
+    const bool dirs = nn::IsHfModelDir(models[0]) && nn::IsHfModelDir(models[1]);
+    const std::string a = dirs ? Bytes(models[0] + "/config.json") : Bytes(models[0]);
+    const std::string b = dirs ? Bytes(models[1] + "/config.json") : Bytes(models[1]);
+    if (dirs ? a != b : a.size() < 1024 || b.size() < 1024 || a.compare(0, 1024, b, 0, 1024) != 0) {
+      failures.push_back(dirs ? "the model directories' config.json differ"
+                              : "the model files' 1 KiB headers differ");
+    } else if (exact && !dirs && a != b) {
       failures.push_back("the model files differ (must be identical)");
     } else {
       const Model ref = ReadModel(models[0], config.model), run = ReadModel(models[1], config.model);

@@ -1,6 +1,7 @@
 // Hugging Face GPT-2 safetensors exports: HF's names and shapes, no others, wte cut to the
 // vocabulary, Conv1D weights transposed, bf16 rounded to nearest even.
 #include "nn/model_export.h"
+#include "nn/gpt2.h"
 
 #include <gtest/gtest.h>
 
@@ -111,14 +112,14 @@ TEST_F(HfGpt2ExportTest, TransposesConv1DWeightsAndCopiesTheRest) {
   EXPECT_EQ(hf_proj[30 * 8 + 5], proj[5 * 32 + 30]);
   EXPECT_EQ(hf_proj[1 * 8 + 0], proj[0 * 32 + 1]);
   // Every element of every Conv1D weight, and everything else unchanged.
-  for (const HfGpt2Tensor& t : HfGpt2Layout(model_.model)) {
-    const std::vector<float>& src = model_.values.at(t.source);
+  for (const HfTensor& t : HfGpt2Layout(model_.model)) {
+    const std::vector<float>& src = model_.values.at(t.param);
     const std::vector<float> got = F32(h, t.hf_name);
     if (!t.transposed) {
       EXPECT_TRUE(std::equal(got.begin(), got.end(), src.begin())) << t.hf_name;
       continue;
     }
-    const int64_t in = t.shape[0], out = t.shape[1];
+    const int64_t in = t.hf_shape[0], out = t.hf_shape[1];
     for (int64_t i = 0; i < in; ++i)
       for (int64_t o = 0; o < out; ++o)
         ASSERT_EQ(got[i * out + o], src[o * in + i]) << t.hf_name << " [" << i << ", " << o << "]";
@@ -136,18 +137,18 @@ TEST_F(HfGpt2ExportTest, Bf16RoundsToNearestEven) {
       As<uint16_t>(ReadSafetensorsTensor(path_, h, "transformer.ln_f.bias"));
   EXPECT_EQ(lnf[0], 0x3f80);
   EXPECT_EQ(lnf[1], 0x3f82);
-  for (const HfGpt2Tensor& t : HfGpt2Layout(model_.model)) {
+  for (const HfTensor& t : HfGpt2Layout(model_.model)) {
     const SafetensorsEntry* e = h.Find(t.hf_name);
     ASSERT_NE(e, nullptr) << t.hf_name;
     EXPECT_EQ(e->dtype, "BF16");
-    EXPECT_EQ(e->shape, t.shape);
-    const std::vector<float>& src = model_.values.at(t.source);
+    EXPECT_EQ(e->shape, t.hf_shape);
+    const std::vector<float>& src = model_.values.at(t.param);
     const std::vector<uint16_t> got = As<uint16_t>(ReadSafetensorsTensor(path_, h, t.hf_name));
-    ASSERT_EQ(static_cast<int64_t>(got.size()), NumElements(t.shape));
-    const int64_t cols = t.shape.size() == 2 ? t.shape[1] : 1;
+    ASSERT_EQ(static_cast<int64_t>(got.size()), NumElements(t.hf_shape));
+    const int64_t cols = t.hf_shape.size() == 2 ? t.hf_shape[1] : 1;
     for (size_t k = 0; k < got.size(); ++k) {
       const int64_t r = static_cast<int64_t>(k) / cols, c = static_cast<int64_t>(k) % cols;
-      const float want = t.transposed ? src[c * t.shape[0] + r] : src[k];
+      const float want = t.transposed ? src[c * t.hf_shape[0] + r] : src[k];
       ASSERT_EQ(got[k], FloatToBf16(want)) << t.hf_name << " element " << k;
     }
   }

@@ -1,0 +1,32 @@
+#pragma once
+// A run's model weights in and out of the engine: model.init_from and training.save_final.
+//
+// Two file kinds: llm.c's model file (GPT-2; every rank reads the whole file and keeps what it
+// holds) and a Hugging Face model directory (any family: nn/hf_checkpoint.h), from which each
+// rank reads only the elements it holds (Note [Reading only what a rank holds],
+// engine/engine_params.cc). A save is collective over the dp, pp and tp groups: the first rank
+// of the first stage receives each parameter whole and writes it; for a HF directory it
+// holds one shard's bytes at a time, not the model. Errors name the file and the fix.
+#include <string>
+
+#include "core/config.h"
+#include "engine/engine.h"
+
+namespace ztrain {
+
+// What LoadModelWeights read on this rank.
+struct LoadedWeights {
+  std::string format;         // "llm.c model file" | "Hugging Face directory"
+  int64_t bytes_read = 0;     // tensor bytes this rank read
+  int64_t bytes_in_file = 0;  // tensor bytes the file holds for the model
+};
+
+// Sets every parameter this rank holds from `path` (an llm.c model file or a HF directory).
+LoadedWeights LoadModelWeights(const std::string& path, const ModelConfig& model, Engine& e);
+
+// Writes the model to `path`: a HF directory when nn::NamesHfModelDir(path) (fp32 tensors,
+// tokenizer files copied from model.init_from when it is a HF directory), else an llm.c
+// model file. Returns what was written, for the log.
+std::string SaveModelWeights(const std::string& path, const ModelConfig& model, Engine& e);
+
+}  // namespace ztrain

@@ -1,0 +1,100 @@
+// GPT-2's Hugging Face adapter (GPT2LMHeadModel): config.json keys, and tensor names with the
+// "transformer." prefix, Conv1D weights [in, out] (ztrain and llm.c store [out, in]), wte
+// without the padding rows, and no lm_head.weight (tied to wte).
+#include "nn/gpt2.h"
+
+namespace ztrain::nn {
+namespace {
+
+using nlohmann::json;
+
+json ReadConfig(const json& hf, const std::string& path, json* /*notes*/) {
+  const auto refuse = [&](bool bad, const std::string& what) {
+    ZTRAIN_CHECK_T(ConfigError, !bad, path, ": ", what,
+                   "; ztrain's GPT-2 is llm.c's (tanh GELU, LayerNorm eps 1e-5, MLP 4 n_embd "
+                   "wide, tied embeddings)");
+  };
+  const int64_t n_embd = HfInt(hf, "n_embd", path);
+  const std::string act = HfString(hf, "activation_function", path, "gelu_new");
+  refuse(act != "gelu_new" && act != "gelu_pytorch_tanh",
+         "activation_function '" + act + "' is not the tanh GELU (gelu_new)");
+  const double eps = HfNumber(hf, "layer_norm_epsilon", path, 1e-5);
+  refuse(eps != 1e-5, ztrain::detail::StrCat("layer_norm_epsilon ", eps, " is not 1e-5"));
+  const int64_t inner = HfInt(hf, "n_inner", path, 4 * n_embd);
+  refuse(inner != 4 * n_embd, ztrain::detail::StrCat("n_inner ", inner, " is not 4 n_embd"));
+  refuse(!HfBool(hf, "tie_word_embeddings", path, true), "tie_word_embeddings is false");
+  refuse(!HfBool(hf, "scale_attn_weights", path, true), "scale_attn_weights is false");
+  refuse(HfBool(hf, "scale_attn_by_inverse_layer_idx", path, false),
+         "scale_attn_by_inverse_layer_idx is true");
+  return {{"type", "gpt2"},
+          {"n_layer", HfInt(hf, "n_layer", path)},
+          {"n_head", HfInt(hf, "n_head", path)},
+          {"n_embd", n_embd},
+          {"vocab_size", HfInt(hf, "vocab_size", path)},
+          {"max_seq_len", HfInt(hf, "n_positions", path, HfInt(hf, "n_ctx", path, 1024))}};
+}
+
+json WriteConfig(const ModelConfig& m, DType dtype) {
+  return {{"architectures", {"GPT2LMHeadModel"}},
+          {"model_type", "gpt2"},
+          {"activation_function", "gelu_new"},
+          {"n_ctx", m.max_seq_len},
+          {"n_positions", m.max_seq_len},
+          {"n_embd", m.n_embd},
+          {"n_head", m.n_head},
+          {"n_layer", m.n_layer},
+          {"n_inner", nullptr},
+          {"vocab_size", m.vocab_size},
+          {"layer_norm_epsilon", 1e-5},
+          {"initializer_range", 0.02},
+          {"resid_pdrop", 0.0},
+          {"embd_pdrop", 0.0},
+          {"attn_pdrop", 0.0},
+          {"scale_attn_weights", true},
+          {"tie_word_embeddings", true},
+          {"use_cache", true},
+          {"torch_dtype", HfTorchDType(dtype)}};
+}
+
+}  // namespace
+
+std::vector<HfTensor> HfGpt2Layout(const ModelConfig& m) {
+  const int64_t c = m.n_embd;
+  std::vector<HfTensor> out;
+  auto plain = [&out](const std::string& name, const Shape& shape) {
+    out.push_back({"transformer." + name, shape, name, shape, false});
+  };
+  // A Conv1D: weight [in, out] from ztrain's [out, in], and bias [out].
+  auto conv1d = [&out](const std::string& name, int64_t in, int64_t n_out) {
+    out.push_back(
+        {"transformer." + name + ".weight", {in, n_out}, name + ".weight", {n_out, in}, true});
+    out.push_back({"transformer." + name + ".bias", {n_out}, name + ".bias", {n_out}, false});
+  };
+  // Only the first vocab_size rows of the padded embedding.
+  out.push_back(
+      {"transformer.wte.weight", {m.vocab_size, c}, "wte", {m.padded_vocab_size, c}, false});
+  out.push_back({"transformer.wpe.weight", {m.max_seq_len, c}, "wpe", {m.max_seq_len, c}, false});
+  for (int l = 0; l < m.n_layer; ++l) {
+    const std::string p = "h." + std::to_string(l) + ".";
+    plain(p + "ln_1.weight", {c});
+    plain(p + "ln_1.bias", {c});
+    conv1d(p + "attn.c_attn", c, 3 * c);
+    conv1d(p + "attn.c_proj", c, c);
+    plain(p + "ln_2.weight", {c});
+    plain(p + "ln_2.bias", {c});
+    conv1d(p + "mlp.c_fc", c, 4 * c);
+    conv1d(p + "mlp.c_proj", 4 * c, c);
+  }
+  plain("ln_f.weight", {c});
+  plain("ln_f.bias", {c});
+  return out;
+}
+
+HfFamily Gpt2HfFamily() {
+  // attn.bias / attn.masked_bias: the causal-mask buffers older GPT-2 files carry;
+  // lm_head.weight: a tied copy of wte some writers add.
+  return {{"GPT2LMHeadModel"}, {"gpt2"}, &ReadConfig, &WriteConfig, &HfGpt2Layout,
+          {".attn.bias", ".attn.masked_bias", "lm_head.weight"}};
+}
+
+}  // namespace ztrain::nn

@@ -1,0 +1,158 @@
+// The Llama family's Hugging Face adapter: LlamaForCausalLM, MistralForCausalLM and
+// Qwen2ForCausalLM config.json files, and tensor names that are ztrain's with HF's "model."
+// prefix (the head's "lm_head.weight" has none), embedding and head rows without the
+// vocabulary padding.
+#include <algorithm>
+
+#include "nn/llama.h"
+#include "nn/transformer.h"
+
+namespace ztrain::nn {
+namespace {
+
+using ztrain::detail::StrCat;
+using nlohmann::json;
+
+// "llama", "mistral" or "qwen2": the HF class a config.json describes.
+std::string Variant(const json& hf) {
+  const std::string type = hf.value("model_type", std::string());
+  if (type == "mistral" || type == "qwen2") return type;
+  if (hf.contains("architectures") && hf["architectures"].is_array()) {
+    for (const json& a : hf["architectures"]) {
+      if (a == "MistralForCausalLM") return "mistral";
+      if (a == "Qwen2ForCausalLM") return "qwen2";
+    }
+  }
+  return "llama";
+}
+
+json RopeScaling(const json& hf, const std::string& path) {
+  json none = {{"rope_type", "none"}};
+  if (!hf.contains("rope_scaling") || hf["rope_scaling"].is_null()) return none;
+  const json& rs = hf["rope_scaling"];
+  ZTRAIN_CHECK_T(ConfigError, rs.is_object(), path, ": rope_scaling must be an object or null");
+  // transformers accepts the older "type" for "rope_type".
+  const std::string type = HfString(rs, "rope_type", path, HfString(rs, "type", path, "default"));
+  if (type == "default") return none;
+  ZTRAIN_CHECK_T(ConfigError, type == "linear" || type == "llama3", path,
+                 ": rope_scaling type '", type,
+                 "' is not one ztrain runs; it runs \"linear\" and \"llama3\" (and none)");
+  json out = {{"rope_type", type}, {"factor", HfNumber(rs, "factor", path, 1.0)}};
+  if (type == "llama3") {
+    out["low_freq_factor"] = HfNumber(rs, "low_freq_factor", path, 1.0);
+    out["high_freq_factor"] = HfNumber(rs, "high_freq_factor", path, 4.0);
+    out["original_max_position_embeddings"] =
+        HfInt(rs, "original_max_position_embeddings", path, 8192);
+  }
+  return out;
+}
+
+json ReadConfig(const json& hf, const std::string& path, json* notes) {
+  const std::string variant = Variant(hf);
+  const std::string act = HfString(hf, "hidden_act", path, "silu");
+  ZTRAIN_CHECK_T(ConfigError, act == "silu", path, ": hidden_act '", act,
+                 "' is not SwiGLU's silu, the only MLP activation the llama family runs");
+  const int64_t n_embd = HfInt(hf, "hidden_size", path);
+  const int64_t n_head = HfInt(hf, "num_attention_heads", path);
+  json m = {{"type", "llama"},
+            {"n_layer", HfInt(hf, "num_hidden_layers", path)},
+            {"n_head", n_head},
+            {"n_embd", n_embd},
+            {"n_kv_head", HfInt(hf, "num_key_value_heads", path, n_head)},
+            {"head_dim", HfInt(hf, "head_dim", path, n_head > 0 ? n_embd / n_head : 0)},
+            {"intermediate_size", HfInt(hf, "intermediate_size", path)},
+            {"vocab_size", HfInt(hf, "vocab_size", path)},
+            {"max_seq_len", HfInt(hf, "max_position_embeddings", path)},
+            {"norm_eps", HfNumber(hf, "rms_norm_eps", path, 1e-6)},
+            {"rope_theta", HfNumber(hf, "rope_theta", path, 10000.0)},
+            {"rope_scaling", RopeScaling(hf, path)},
+            {"tie_word_embeddings", HfBool(hf, "tie_word_embeddings", path, false)},
+            {"attention_bias", variant == "llama" && HfBool(hf, "attention_bias", path, false)},
+            {"qkv_bias", variant == "qwen2"},
+            {"mlp_bias", variant == "llama" && HfBool(hf, "mlp_bias", path, false)}};
+  // A sliding window masks keys more than `window` positions back. Sequences no longer than
+  // the window are untouched by it, so ztrain runs the model exactly by taking the window as
+  // the longest sequence (max_seq_len) rather than refusing the file.
+  const bool windowed = variant == "mistral" || HfBool(hf, "use_sliding_window", path, false);
+  if (windowed && hf.contains("sliding_window") && !hf["sliding_window"].is_null()) {
+    const int64_t window = HfInt(hf, "sliding_window", path);
+    if (window < m["max_seq_len"].get<int64_t>()) {
+      m["max_seq_len"] = window;
+      (*notes)["max_seq_len"] =
+          StrCat("sliding_window ", window, " (ztrain has no sliding-window attention yet; "
+                 "sequences up to the window are exact)");
+    }
+  }
+  return m;
+}
+
+json WriteConfig(const ModelConfig& m, DType dtype) {
+  const bool qwen2 = m.qkv_bias && !m.attention_bias && !m.mlp_bias;
+  json rope = nullptr;
+  if (m.rope_scaling.type != "none") {
+    rope = {{"rope_type", m.rope_scaling.type}, {"factor", m.rope_scaling.factor}};
+    if (m.rope_scaling.type == "llama3") {
+      rope["low_freq_factor"] = m.rope_scaling.low_freq_factor;
+      rope["high_freq_factor"] = m.rope_scaling.high_freq_factor;
+      rope["original_max_position_embeddings"] = m.rope_scaling.original_max_position_embeddings;
+    }
+  }
+  json c = {{"architectures", {qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM"}},
+            {"model_type", qwen2 ? "qwen2" : "llama"},
+            {"hidden_act", "silu"},
+            {"hidden_size", m.n_embd},
+            {"intermediate_size", m.mlp_hidden()},
+            {"num_hidden_layers", m.n_layer},
+            {"num_attention_heads", m.n_head},
+            {"num_key_value_heads", m.kv_heads()},
+            {"head_dim", m.head_size()},
+            {"vocab_size", m.vocab_size},
+            {"max_position_embeddings", m.max_seq_len},
+            {"rms_norm_eps", m.norm_eps},
+            {"rope_theta", m.rope_theta},
+            {"rope_scaling", rope},
+            {"tie_word_embeddings", m.tie_word_embeddings},
+            {"initializer_range", 0.02},
+            {"attention_dropout", 0.0},
+            {"use_cache", true},
+            {"torch_dtype", HfTorchDType(dtype)}};
+  if (qwen2) {
+    c["use_sliding_window"] = false;
+  } else {
+    ZTRAIN_CHECK_T(ConfigError, !m.qkv_bias || m.attention_bias, "model.qkv_bias with ",
+                   "model.mlp_bias is neither a Llama nor a Qwen2 Hugging Face model; no HF "
+                   "class reads it");
+    c["attention_bias"] = m.attention_bias;
+    c["mlp_bias"] = m.mlp_bias;
+  }
+  return c;
+}
+
+// The model's own parameters, in model order (which is HF's state_dict order), each named
+// as HF names it.
+std::vector<HfTensor> Layout(const ModelConfig& m) {
+  std::vector<HfTensor> out;
+  for (const std::unique_ptr<Layer>& layer : BuildModel(m)) {
+    for (const ParamSpec& p : layer->Params()) {
+      if (!p.tied_to.empty()) continue;
+      const bool head = p.name == "lm_head.weight";
+      Shape hf_shape = p.shape;
+      if (head || p.name == "embed_tokens.weight") hf_shape[0] = m.vocab_size;
+      out.push_back({head ? p.name : "model." + p.name, hf_shape, p.name, p.shape, false});
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+HfFamily LlamaHfFamily() {
+  return {{"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM"},
+          {"llama", "mistral", "qwen2"},
+          &ReadConfig,
+          &WriteConfig,
+          &Layout,
+          {".rotary_emb.inv_freq"}};
+}
+
+}  // namespace ztrain::nn
