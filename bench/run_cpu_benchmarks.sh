@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the CPU benchmarks one after another so their figures share one machine state:
 # GPT-2 124M step vs OpenBLAS SGEMM peak and the same step in PyTorch (when python3-torch is
-# installed: apt-get install python3-torch), AdamW vs STREAM and PyTorch's AdamW, swap-file I/O
+# installed: apt-get install python3-torch), the Llama ~110M step in fp32 and bf16 vs SGEMM,
+# oneDNN's bf16 matmul peak and PyTorch, AdamW vs STREAM and PyTorch's AdamW, swap-file I/O
 # vs fio, checkpoint save/resume vs fio, the ZeRO-3 step with NVMe offload vs in memory, the
 # per-op timings, and (when the build has MPI) data-parallel scaling on 2 ranks against the 1-rank
 # step, the pipeline bubble and the tensor-parallel step.
@@ -22,6 +23,7 @@ else
 fi
 # The train steps; each bench runs its PyTorch step (bench/pytorch_*_step.py) itself.
 "$build/bench/gpt2_bench" --steps 5 "${torch_args[@]}"
+"$build/bench/llama_bench" --steps 5 "${torch_args[@]}"
 "$build/bench/adam_bench" "${torch_args[@]}"
 # Swap-file I/O against fio on the build directory's disk (1 GiB, deleted afterwards).
 "$build/bench/io_bench" --dir "$build" --reps 5
