@@ -13,7 +13,11 @@
 // from elsewhere during one measurement does not flatter a ratio. FLOPs are the engine's own
 // (Engine::TrainFlopsPerToken: 3x the forward matmuls plus causal attention, the convention
 // of llm.c and PaLM's MFU); "% of peak" is the best step's rate over the peak, the speed-up
-// over PyTorch is the ratio of the median steps.
+// over PyTorch is the ratio of the median steps. To say where a shortfall lies, the report
+// splits the best step into forward and backward (each against the peak, backward having
+// twice forward's FLOPs) and the optimizer step, and gives the floor: the step's FLOPs at the
+// peak plus its optimizer step (memory-bound, no matmul FLOPs), the fastest the step could be
+// at that peak, hence the largest speed-up over PyTorch it allows.
 //
 // Each precision runs in its own engine, built, timed and freed before the next (so one
 // model's state is in memory at a time) and before its PyTorch reference runs. Everything is
