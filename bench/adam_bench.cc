@@ -101,8 +101,7 @@ struct TorchResult {
 
 // Whether `python` can import torch; says why not on stdout.
 bool HaveTorch(const Options& o) {
-  const std::string check = "'" + o.python + "' -c 'import torch' >/dev/null 2>&1";
-  if (std::system(check.c_str()) == 0) return true;
+  if (ztrain::bench::PythonHasTorch(o.python)) return true;
   std::printf(
       "  PyTorch: %s cannot import torch; skipping the PyTorch reference "
       "(apt-get install python3-torch, or --python PATH)\n",
@@ -141,10 +140,6 @@ std::vector<TorchResult> RunPytorch(const Options& o, int threads, int reps, con
   }
   return results;
 }
-
-// The environment that makes glibc keep freed memory in its heap (see the header comment).
-constexpr const char* kKeepHeapEnv =
-    "MALLOC_MMAP_THRESHOLD_=4294967296 MALLOC_TRIM_THRESHOLD_=68719476736";
 
 struct TorchRun {
   const char* malloc;  // how PyTorch's temporaries were allocated
@@ -227,7 +222,8 @@ int main(int argc, char** argv) {
   std::string version;
   if (o.torch && HaveTorch(o)) {
     torch.push_back({"as installed", RunPytorch(o, threads, std::min(o.reps, 3), "", version)});
-    torch.push_back({"heap kept", RunPytorch(o, threads, o.reps, kKeepHeapEnv, version)});
+    torch.push_back(
+        {"heap kept", RunPytorch(o, threads, o.reps, ztrain::bench::kKeepHeapEnv, version)});
   }
   const double triad_after = ztrain::bench::StreamTriadGBs(total_floats / 3, o.reps);
   const double triad = std::max(triad_before, triad_after);

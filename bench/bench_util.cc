@@ -56,23 +56,33 @@ double PairedMedianRatio(const std::vector<double>& ztrain, const std::vector<do
   return q.empty() ? -1.0 : Median(q);
 }
 
-bool HaveFio() { return std::system("fio --version > /dev/null 2>&1") == 0; }
-
-double FioGBs(const std::string& args, const std::string& rw, std::string* error) {
-  const std::string cmd = "fio " + args + " --rw=" + rw + " --output-format=json 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
+std::string CommandOutput(const std::string& command, int* status) {
+  FILE* pipe = popen(command.c_str(), "r");
   if (!pipe) {
-    *error = "popen failed";
-    return -1;
+    *status = -1;
+    return {};
   }
   std::string out;
   char chunk[4096];
   size_t n;
   while ((n = std::fread(chunk, 1, sizeof chunk, pipe)) > 0) out.append(chunk, n);
-  const int status = pclose(pipe);
+  *status = pclose(pipe);
+  return out;
+}
+
+bool PythonHasTorch(const std::string& python) {
+  return std::system(("'" + python + "' -c 'import torch' >/dev/null 2>&1").c_str()) == 0;
+}
+
+bool HaveFio() { return std::system("fio --version > /dev/null 2>&1") == 0; }
+
+double FioGBs(const std::string& args, const std::string& rw, std::string* error) {
+  int status = 0;
+  const std::string out =
+      CommandOutput("fio " + args + " --rw=" + rw + " --output-format=json 2>&1", &status);
   const size_t brace = out.find('{');
   if (status != 0 || brace == std::string::npos) {
-    *error = "fio failed: " + out.substr(0, 300);
+    *error = status == -1 ? "popen failed" : "fio failed: " + out.substr(0, 300);
     return -1;
   }
   try {

@@ -50,6 +50,20 @@ inline double GBs(double bytes, double seconds) { return bytes / seconds * 1e-9;
 // disk whose speed drifts than the ratio of the bests.
 double PairedMedianRatio(const std::vector<double>& ztrain, const std::vector<double>& reference);
 
+// Runs `command` through the shell and returns what it wrote to stdout (stderr passes
+// through); *status receives pclose's status (-1 when the command could not start).
+std::string CommandOutput(const std::string& command, int* status);
+
+// Environment assignments that make glibc keep freed memory in its heap instead of serving
+// every large temporary from a fresh mmap whose pages fault in on first touch, which on this
+// VM costs more than PyTorch's arithmetic on them (what a caching allocator would give it).
+// The PyTorch references run with and without it and the faster figure is the one compared.
+inline constexpr const char* kKeepHeapEnv =
+    "MALLOC_MMAP_THRESHOLD_=4294967296 MALLOC_TRIM_THRESHOLD_=68719476736";
+
+// Whether `python` (an interpreter's path) can import torch.
+bool PythonHasTorch(const std::string& python);
+
 // Whether the fio command runs here.
 bool HaveFio();
 // Runs `fio <args> --rw=<rw> --output-format=json` and returns the job's bandwidth for `rw`

@@ -18,25 +18,22 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
-#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "bench/bench_util.h"
+#include "bench/onednn_peak.h"
 #include "core/logging.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/onednn_matmul.h"
-
-#if ZTRAIN_WITH_ONEDNN
-#include <oneapi/dnnl/dnnl.hpp>
-#endif
 
 namespace {
 
 using ztrain::DType;
 using ztrain::Tensor;
 using ztrain::bench::BestOf;
+using ztrain::bench::OneDnnPeak;
 using ztrain::kernels::Bf16GemmPath;
 using ztrain::kernels::CpuOps;
 
@@ -59,63 +56,6 @@ struct Matrix {
       f32[i] = ztrain::Bf16ToFloat(bf16[i]);
     }
   }
-};
-
-// oneDNN's bf16 x bf16 -> fp32 matmul of n x n x n, the primitive called directly. Timed
-// right after each shape, so that each shape is compared with a peak taken under the same
-// load (the machine may be shared); the best of all is kept too.
-class OneDnnPeak {
- public:
-  explicit OneDnnPeak(int64_t n) : n_(n) {
-#if ZTRAIN_WITH_ONEDNN
-    using dnnl::memory;
-    const memory::desc a_md({n, n}, memory::data_type::bf16, memory::format_tag::ab);
-    const memory::desc c_md({n, n}, memory::data_type::f32, memory::format_tag::ab);
-#if DNNL_VERSION_MAJOR >= 3
-    const dnnl::matmul::primitive_desc pd(eng_, a_md, a_md, c_md);
-#else
-    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, a_md, c_md), eng_);
-#endif
-    impl_ = pd.impl_info_str();
-    matmul_ = dnnl::matmul(pd);
-    a_ = std::make_unique<Matrix>(n * n, 1);
-    b_ = std::make_unique<Matrix>(n * n, 2);
-    c_.resize(n * n);
-    am_ = memory(a_md, eng_, a_->bf16.data());
-    bm_ = memory(a_md, eng_, b_->bf16.data());
-    cm_ = memory(c_md, eng_, c_.data());
-#endif
-  }
-  bool available() const { return !impl_.empty(); }
-  const std::string& impl() const { return impl_; }
-  double best() const { return best_; }
-  // GFLOP/s of the best of `reps` runs after a warm-up (0 without oneDNN).
-  double Measure(int reps) {
-#if ZTRAIN_WITH_ONEDNN
-    const double s = BestOf(reps, [&] {
-      matmul_.execute(stream_, {{DNNL_ARG_SRC, am_}, {DNNL_ARG_WEIGHTS, bm_}, {DNNL_ARG_DST, cm_}});
-      stream_.wait();
-    });
-    best_ = std::max(best_, 2.0 * n_ * n_ * n_ / s / 1e9);
-    return 2.0 * n_ * n_ * n_ / s / 1e9;
-#else
-    (void)reps;
-    return 0.0;
-#endif
-  }
-
- private:
-  int64_t n_;
-  std::string impl_;
-  double best_ = 0.0;
-#if ZTRAIN_WITH_ONEDNN
-  dnnl::engine eng_{dnnl::engine::kind::cpu, 0};
-  dnnl::stream stream_{eng_};
-  dnnl::matmul matmul_;
-  std::unique_ptr<Matrix> a_, b_;
-  std::vector<float> c_;
-  dnnl::memory am_, bm_, cm_;
-#endif
 };
 
 struct GemmCase {
@@ -218,7 +158,7 @@ int main(int argc, char** argv) {
   OneDnnPeak peak(opt.peak);
   if (peak.available()) {
     std::printf("oneDNN peak reference: %lld^3 bf16 matmul, %s\n", static_cast<long long>(opt.peak),
-                peak.impl().c_str());
+                peak.impl_name().c_str());
   } else {
     std::printf("oneDNN bf16 peak: not measured (this build has no oneDNN)\n");
   }

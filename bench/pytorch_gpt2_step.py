@@ -1,17 +1,19 @@
 #!/usr/bin/env python3
 """PyTorch CPU reference for bench/gpt2_bench: the same GPT-2 train step (forward, backward,
-global-norm clipping, AdamW) at the same shape, timed the same way (best of N after a
-warm-up). Debian's python3-torch package provides torch.
+global-norm clipping, AdamW) at the same shape, in fp32 or under bf16 autocast, timed after a
+warm-up step; prints one JSON line (bench/pytorch_step_util.py), which gpt2_bench reads. Debian's
+python3-torch package provides torch.
 
-    python3 bench/pytorch_gpt2_step.py [--steps N] [--batch B] [--seq T] [--layers L]
+    /usr/bin/python3 bench/pytorch_gpt2_step.py [--steps N] [--batch B] [--seq T] [--layers L]
+                                                [--threads N] [--precision fp32|bf16]
 """
-import argparse
 import math
-import time
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+import pytorch_step_util
 
 
 class Block(nn.Module):
@@ -55,35 +57,8 @@ class GPT(nn.Module):
 
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--steps", type=int, default=5)
-    p.add_argument("--batch", type=int, default=4)
-    p.add_argument("--seq", type=int, default=64)
-    p.add_argument("--layers", type=int, default=12)
-    p.add_argument("--threads", type=int, default=2)
-    a = p.parse_args()
-    torch.set_num_threads(a.threads)
-    torch.manual_seed(0)
-    model = GPT(a.layers, 768, 12, 50304, 1024)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.1)
-    idx = torch.randint(0, 50257, (a.batch, a.seq))
-    tgt = torch.randint(0, 50257, (a.batch, a.seq))
-
-    def step():
-        opt.zero_grad(set_to_none=True)
-        model(idx, tgt).backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-
-    step()  # warm-up
-    best = float("inf")
-    for _ in range(a.steps):
-        t0 = time.perf_counter()
-        step()
-        best = min(best, time.perf_counter() - t0)
-    n = sum(p.numel() for p in model.parameters())
-    print(f"PyTorch {torch.__version__} CPU, {a.threads} threads: GPT-2 {a.layers} layers, "
-          f"{n} parameters, B={a.batch} T={a.seq}: {best * 1e3:.1f} ms/step (best of {a.steps})")
+    a = pytorch_step_util.parse_args(__doc__)
+    pytorch_step_util.time_train_step(GPT(a.layers, 768, 12, 50304, 1024), 50257, a)
 
 
 if __name__ == "__main__":

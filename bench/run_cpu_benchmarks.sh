@@ -1,27 +1,30 @@
 #!/usr/bin/env bash
 # Runs the CPU benchmarks one after another so their figures share one machine state:
-# GPT-2 124M step vs OpenBLAS SGEMM peak, the same step in PyTorch (when python3-torch is
-# installed: apt-get install python3-torch), AdamW vs STREAM and PyTorch's AdamW, swap-file I/O
+# GPT-2 124M step vs OpenBLAS SGEMM peak and the same step in PyTorch (when python3-torch is
+# installed: apt-get install python3-torch), the Llama ~110M step in fp32 and bf16 vs SGEMM,
+# oneDNN's bf16 matmul peak and PyTorch, AdamW vs STREAM and PyTorch's AdamW, swap-file I/O
 # vs fio, checkpoint save/resume vs fio, the ZeRO-3 step with NVMe offload vs in memory, the
 # per-op timings, and (when the build has MPI) data-parallel scaling on 2 ranks against the 1-rank
 # step, the pipeline bubble and the tensor-parallel step.
 #   bash bench/run_cpu_benchmarks.sh [build-dir]
 set -euo pipefail
 build=${1:-build}
-here=$(cd "$(dirname "$0")" && pwd)
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}
-"$build/bench/gpt2_bench" --steps 5
 # Debian's torch lives in the system interpreter, which a pyenv shim may hide.
 torch_python=""
 for py in python3 /usr/bin/python3; do
-  if "$py" -c "import torch" 2>/dev/null; then torch_python=$py; break; fi
+  if "$py" -c "import torch" 2>/dev/null; then torch_python=$(command -v "$py"); break; fi
 done
 if [ -n "$torch_python" ]; then
-  "$torch_python" "$here/pytorch_gpt2_step.py" --steps 5 --threads "$OMP_NUM_THREADS"
+  torch_args=(--python "$torch_python")
 else
-  echo "PyTorch not installed: skipping the PyTorch reference (apt-get install python3-torch)"
+  echo "PyTorch not installed: skipping the PyTorch references (apt-get install python3-torch)"
+  torch_args=(--no-torch)
 fi
-"$build/bench/adam_bench" ${torch_python:+--python "$torch_python"}
+# The train steps; each bench runs its PyTorch step (bench/pytorch_*_step.py) itself.
+"$build/bench/gpt2_bench" --steps 5 "${torch_args[@]}"
+"$build/bench/llama_bench" --steps 5 "${torch_args[@]}"
+"$build/bench/adam_bench" "${torch_args[@]}"
 # Swap-file I/O against fio on the build directory's disk (1 GiB, deleted afterwards).
 "$build/bench/io_bench" --dir "$build" --reps 5
 # Checkpoint write and read (a ~620 MB GPT-2 checkpoint) against fio on the same disk
