@@ -308,7 +308,9 @@ TEST(TensorParallelTest, LlamaLayersMatchSingleProcess) {
       const Pass ref = RunPass({single[l].get()}, batch.mb, x, dy, nullptr);
       const Pass got = RunPass({par[l].get()}, batch.mb, x, dy, tp.get());
       EXPECT_TRUE(Close(got.output, ref.output, kTol));
-      if (!first) EXPECT_TRUE(Close(got.dinput, ref.dinput, kTol));
+      if (!first) {
+        EXPECT_TRUE(Close(got.dinput, ref.dinput, kTol));
+      }
       for (const auto& [name, e] : tp_params.entries()) {
         EXPECT_TRUE(Close(e.grad, LocalSlice(e.spec, ref_params.at(name).grad), kTol)) << name;
       }
