@@ -61,4 +61,12 @@ models=("$work/single.bin" "$work/resumed.bin")
 [ "$family" = llama ] && models=("$work/single_hf" "$work/resumed_hf")
 compare_runs "$work/single.json" "$work/single/train.csv" "$work/resumed/train.csv" 20 \
   "${models[@]}"
+if [ "$family" = llama ]; then
+  # The last checkpoint exported as a sharded HF directory is the saved final model exactly.
+  "$ztrain" export --checkpoint "$work/ckpt_resumed" --format hf --out "$work/exported" \
+    --max-shard-size 40KB > "$work/export.log" 2>&1 || { cat "$work/export.log"; exit 1; }
+  [ -f "$work/exported/model.safetensors.index.json" ] || { echo "export was not sharded"; exit 1; }
+  compare_runs "$work/single.json" "$work/resumed/train.csv" "$work/resumed/train.csv" 20 \
+    "$work/resumed_hf" "$work/exported" --exact
+fi
 echo "$family $a -> $b: 20 losses and the final weights equal 20 straight steps in one process"
