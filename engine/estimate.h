@@ -2,11 +2,13 @@
 // Memory estimate: the bytes one rank of a run will hold, per MemoryCategory, known before
 // the run (`ztrain estimate`), counted as the engine's MemoryTracker will count them.
 //
-// EstimateMemory lays the model out as Engine::BuildStorage does (the GPT-2 layers of
-// config.model, their ParamSpecs, 16-element alignment per parameter, each layer padded to
-// dp x 16, the pipeline stage's layers and tied copies) and replays every allocation the
-// engine makes on one rank — construction, initialisation and one train step — into
-// MemoryTrackers, without allocating anything (Note [Memory estimate], estimate_replay.h).
+// EstimateMemory lays the model out as Engine::BuildStorage does (the layers of any family
+// that config.model builds, their ParamSpecs, 16-element alignment per parameter, each layer
+// padded to dp x 16, the pipeline stage's layers and tied copies), measures what each layer
+// allocates by running its own Forward and Backward on a shape-only device, and replays
+// every allocation the engine makes on one rank — construction, initialisation and one train
+// step — into MemoryTrackers, without allocating anything (Note [Memory estimate],
+// estimate_replay.h).
 // So the per-category peaks are the tracker's peaks, and the total peak is the peak of the
 // sum, not the sum of the peaks. docs/memory.md gives the resulting formulas.
 //
