@@ -29,10 +29,11 @@ nn::ParamLookup LookupIn(StagedModel& staged, const Engine& e) {
 
 LoadedWeights LoadLlmc(const std::string& path, const ModelConfig& model, Engine& e) {
   StagedModel staged;
+  const auto element = static_cast<int64_t>(DTypeSize(nn::ReadLlmcModelDType(path)));
   int64_t bytes = 0;
   for (const auto& [name, shape] : e.ModelParameters()) {
     staged[name].resize(NumElements(shape));
-    bytes += NumElements(shape) * static_cast<int64_t>(DTypeSize(nn::ReadLlmcModelDType(path)));
+    bytes += NumElements(shape) * element;
   }
   nn::LoadLlmcModel(path, model, LookupIn(staged, e));
   e.SetFullParameters([&staged](const std::string& name, const Tensor& out) {

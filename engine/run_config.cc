@@ -36,14 +36,16 @@ struct Resolution {
 };
 
 // Takes the file's model keys `file` into the config's `model` where it leaves them out or
-// "auto"; a value it gives that differs is a problem naming both. `prefix` is the key path
-// below model ("rope_scaling.").
+// "auto"; a value it gives that differs is a problem naming both, and `setter` (what sets the
+// key). `prefix` is the key path below model ("rope_scaling.").
 void TakeModelKeys(json& model, const json& file, const std::string& prefix,
-                   const std::string& path, json& taken, Resolution& r) {
+                   const std::string& path, const char* setter, json& taken, Resolution& r) {
   for (const auto& [key, value] : file.items()) {
     if (value.is_object()) {
       if (!model.contains(key) || model[key] == "auto") model[key] = json::object();
-      if (model[key].is_object()) TakeModelKeys(model[key], value, prefix + key + ".", path, taken, r);
+      if (model[key].is_object()) {
+        TakeModelKeys(model[key], value, prefix + key + ".", path, setter, taken, r);
+      }
       continue;
     }
     const json given = model.value(key, json("auto"));
@@ -54,8 +56,8 @@ void TakeModelKeys(json& model, const json& file, const std::string& prefix,
                                    given.get<double>() == value.get<double>())) {
       r.problems.push_back(StrCat("model.", prefix, key, ": the config says ", given.dump(),
                                   " but model.init_from '", path, "' has ", value.dump(),
-                                  "; remove model.", prefix, key,
-                                  " (the model directory sets it) or make them agree"));
+                                  "; remove model.", prefix, key, " (", setter,
+                                  ") or make them agree"));
     }
   }
 }
@@ -72,7 +74,7 @@ void ShapeFromHfDir(json& model, const std::string& path, Resolution& r) {
     return;
   }
   json taken = json::object();
-  TakeModelKeys(model, keys, "", path, taken, r);
+  TakeModelKeys(model, keys, "", path, "the model directory sets it", taken, r);
   if (taken.empty()) return;
   std::string why = StrCat("from the config.json of model.init_from '", path, "'");
   for (const auto& [key, note] : notes.items()) {
@@ -110,26 +112,12 @@ void ShapeFromModelFile(json& j, Resolution& r) {
                                 "Face model directory for other families"));
     return;
   }
-  const std::pair<const char*, int64_t> shape[] = {{"n_layer", file.n_layer},
-                                                   {"n_head", file.n_head},
-                                                   {"n_embd", file.n_embd},
-                                                   {"vocab_size", file.vocab_size},
-                                                   {"padded_vocab_size", file.padded_vocab_size},
-                                                   {"max_seq_len", file.max_seq_len}};
+  const json keys = {{"n_layer", file.n_layer},         {"n_head", file.n_head},
+                     {"n_embd", file.n_embd},           {"vocab_size", file.vocab_size},
+                     {"padded_vocab_size", file.padded_vocab_size},
+                     {"max_seq_len", file.max_seq_len}};
   json taken = json::object();
-  for (const auto& [key, value] : shape) {
-    const json given = model.value(key, json("auto"));
-    if (given == "auto") {
-      model[key] = value;
-      taken[key] = value;
-    } else if (given.is_number_integer() && given.get<int64_t>() != value) {
-      r.problems.push_back(StrCat("model.", key, ": the config says ", given.dump(),
-                                  " but model.init_from '", path, "' has ", value,
-                                  "; remove model.", key,
-                                  " (the file sets the shape) or make "
-                                  "them agree"));
-    }
-  }
+  TakeModelKeys(model, keys, "", path, "the file sets the shape", taken, r);
   if (!taken.empty()) {
     r.choices.push_back(
         {"model", taken, StrCat("from the header of model.init_from '", path, "'")});

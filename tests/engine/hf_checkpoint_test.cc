@@ -5,7 +5,6 @@
 // naming the file, the tensor and the fix; a config key that disagrees with the directory
 // names both values.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
@@ -25,6 +24,7 @@
 #include "nn/family.h"
 #include "nn/hf_checkpoint.h"
 #include "test_model.h"
+#include "tests/data/data_test_util.h"
 
 namespace ztrain {
 namespace {
@@ -33,20 +33,7 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using testing::ExpectErrorWith;
 
-class TempDir {
- public:
-  TempDir() : path_(fs::temp_directory_path() / ("ztrain_hf_" + std::to_string(::getpid()) + "_" +
-                                                   std::to_string(counter_++))) {
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
-
- private:
-  static inline int counter_ = 0;
-  fs::path path_;
-};
+using data::test_util::TempDir;
 
 ModelConfig TinyLlama(bool tied) {
   json j = testing::TinyLlamaConfigJson();
@@ -130,12 +117,12 @@ TEST(HfCheckpointTest, ShardedLlamaReadsBackExactly) {
     const auto values = RandomParameters(m);
     const int shards = Write(dir.path(), m, values, DType::kF32, 2000);
     EXPECT_GT(shards, 2);
-    EXPECT_TRUE(fs::exists(dir.path() / "model.safetensors.index.json"));
-    EXPECT_TRUE(fs::exists(dir.path() / ShardFile(1, shards)));
-    EXPECT_TRUE(fs::exists(dir.path() / ShardFile(shards, shards)));
-    EXPECT_FALSE(fs::exists(dir.path() / "model.safetensors"));
+    EXPECT_TRUE(fs::exists(fs::path(dir.path()) / "model.safetensors.index.json"));
+    EXPECT_TRUE(fs::exists(fs::path(dir.path()) / ShardFile(1, shards)));
+    EXPECT_TRUE(fs::exists(fs::path(dir.path()) / ShardFile(shards, shards)));
+    EXPECT_FALSE(fs::exists(fs::path(dir.path()) / "model.safetensors"));
     ExpectReadsBack(dir.path(), m, values, DType::kF32);
-    const json index = json::parse(std::ifstream(dir.path() / "model.safetensors.index.json"));
+    const json index = json::parse(std::ifstream(fs::path(dir.path()) / "model.safetensors.index.json"));
     int64_t total = 0;
     for (const nn::HfTensor& t : nn::FindModelFamily("llama").hf.layout(m)) {
       total += NumElements(t.hf_shape) * 4;
@@ -145,8 +132,8 @@ TEST(HfCheckpointTest, ShardedLlamaReadsBackExactly) {
     EXPECT_EQ(index["weight_map"].contains("lm_head.weight"), !tied);
     // Written again unsharded, the old shards and index go.
     EXPECT_EQ(Write(dir.path(), m, values, DType::kF32, nn::kHfDefaultMaxShardBytes), 1);
-    EXPECT_FALSE(fs::exists(dir.path() / "model.safetensors.index.json"));
-    EXPECT_FALSE(fs::exists(dir.path() / ShardFile(1, shards)));
+    EXPECT_FALSE(fs::exists(fs::path(dir.path()) / "model.safetensors.index.json"));
+    EXPECT_FALSE(fs::exists(fs::path(dir.path()) / ShardFile(1, shards)));
     ExpectReadsBack(dir.path(), m, values, DType::kF32);
   }
 }
@@ -169,7 +156,7 @@ TEST(HfCheckpointTest, Gpt2ConvWeightsAreTransposedBothWays) {
   Write(dir.path(), m, values, DType::kF32, nn::kHfDefaultMaxShardBytes);
   ExpectReadsBack(dir.path(), m, values, DType::kF32);
   // On disk the Conv1D weight is [in, out]: HF element (c, r) is ztrain's (r, c).
-  const nn::HfCheckpoint ckpt(dir.path().string());
+  const nn::HfCheckpoint ckpt(dir.path());
   const nn::SafetensorsEntry* e = ckpt.Find("transformer.h.0.mlp.c_fc.weight");
   ASSERT_NE(e, nullptr);
   EXPECT_EQ(e->shape, (Shape{m.n_embd, 4 * m.n_embd}));
@@ -187,8 +174,8 @@ TEST(HfCheckpointTest, BrokenDirectoriesNameTheProblem) {
     TempDir dir;
     const int shards = Write(dir.path(), m, values, DType::kF32, 2000);
     const std::string second = ShardFile(2, shards);
-    fs::remove(dir.path() / second);
-    ExpectErrorWith<IoError>([&] { nn::HfCheckpoint ckpt(dir.path().string()); },
+    fs::remove(fs::path(dir.path()) / second);
+    ExpectErrorWith<IoError>([&] { nn::HfCheckpoint ckpt(dir.path()); },
                              {second});
   }
   {
@@ -197,7 +184,7 @@ TEST(HfCheckpointTest, BrokenDirectoriesNameTheProblem) {
     Write(dir.path(), m, wrong, DType::kF32, nn::kHfDefaultMaxShardBytes);
     ModelConfig bigger = m;
     bigger.intermediate_size = 16;
-    const nn::HfCheckpoint ckpt(dir.path().string());
+    const nn::HfCheckpoint ckpt(dir.path());
     ExpectErrorWith<IoError>([&] { nn::CheckHfTensors(ckpt, family.layout(bigger), family); },
                              {"model.layers.0.mlp.gate_proj.weight", "[12, 12]", "[16, 12]"});
     ModelConfig biased = m;
@@ -207,13 +194,13 @@ TEST(HfCheckpointTest, BrokenDirectoriesNameTheProblem) {
   }
   {
     TempDir dir;
-    std::ofstream(dir.path() / "config.json") << R"({"model_type": "llama"})";
-    ExpectErrorWith<IoError>([&] { nn::HfCheckpoint ckpt(dir.path().string()); },
+    std::ofstream(fs::path(dir.path()) / "config.json") << R"({"model_type": "llama"})";
+    ExpectErrorWith<IoError>([&] { nn::HfCheckpoint ckpt(dir.path()); },
                              {"neither model.safetensors nor model.safetensors.index.json"});
   }
   {
     TempDir dir;
-    ExpectErrorWith<ConfigError>([&] { nn::ReadHfConfig(dir.path().string()); },
+    ExpectErrorWith<ConfigError>([&] { nn::ReadHfConfig(dir.path()); },
                                  {"without config.json"});
   }
 }
@@ -337,7 +324,7 @@ TEST(HfConfigTest, RunConfigTakesTheModelFromTheDirectory) {
   const ModelConfig m = TinyLlama(false);
   Write(dir.path(), m, RandomParameters(m), DType::kF32, nn::kHfDefaultMaxShardBytes);
   json j = DefaultConfigJson();
-  j["model"] = {{"init_from", dir.path().string()}};
+  j["model"] = {{"init_from", dir.path()}};
   j["data"] = {{"seq_len", 8}};
   j["device"] = "cpu";
   const Config c = ResolveRunConfig(j, 1, LaunchEnv{});
@@ -348,7 +335,7 @@ TEST(HfConfigTest, RunConfigTakesTheModelFromTheDirectory) {
   EXPECT_EQ(c.model.attention_bias, true);
   EXPECT_TRUE(PreflightProblems(c, {.open_data = false}).empty());
   // Weights that do not hold the model are found before the run, by check-config too.
-  fs::remove(dir.path() / "model.safetensors");
+  fs::remove(fs::path(dir.path()) / "model.safetensors");
   const std::vector<std::string> problems = PreflightProblems(c, {.open_data = false});
   ASSERT_EQ(problems.size(), 1u);
   EXPECT_NE(problems[0].find("model.init_from: Hugging Face directory"), std::string::npos)
@@ -369,7 +356,7 @@ TEST(HfCheckpointTest, EngineSavesAndLoadsEitherFamily) {
     Engine trained(cfg, nn::BuildModel(cfg.model));
     testing::OwnedBatch batch(2, 8, 11, 3);
     for (int step = 0; step < 3; ++step) trained.TrainStep({&batch.mb, 1});
-    const std::string out = dir.path().string() + "/model/";
+    const std::string out = dir.path() + "/model/";
     SaveModelWeights(out, cfg.model, trained);
     EXPECT_TRUE(nn::IsHfModelDir(out));
     Engine loaded(cfg, nn::BuildModel(cfg.model));
@@ -392,7 +379,7 @@ TEST(HfConfigTest, AnLlmcFileIsGpt2) {
   TempDir dir;
   const Config gpt2 = ParseConfig(testing::TinyConfigJson());
   Engine engine(gpt2, nn::BuildModel(gpt2.model));
-  const std::string file = (dir.path() / "model.bin").string();
+  const std::string file = (fs::path(dir.path()) / "model.bin").string();
   SaveModelWeights(file, gpt2.model, engine);
   json j = DefaultConfigJson();
   j["model"] = {{"init_from", file}};
