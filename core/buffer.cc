@@ -34,7 +34,7 @@ Tensor Buffer::AsTensor(DType dtype, Shape shape) const {
 
 void Buffer::Zero() {
   ZTRAIN_ASSERT(device().is_cpu());
-  if (data_) std::memset(data_, 0, bytes_);
+  if (data_ && holds_data()) std::memset(data_, 0, bytes_);
 }
 
 void Buffer::Reset() noexcept {

@@ -30,9 +30,11 @@ class Buffer {
   size_t nbytes() const { return bytes_; }
   MemoryCategory category() const { return category_; }
   Device device() const { return allocator_ ? allocator_->device() : Device::Cpu(); }
+  // False when the allocator is shape-only (Allocator::holds_data): nothing to read or write.
+  bool holds_data() const { return allocator_ == nullptr || allocator_->holds_data(); }
   // A view of the first numel(shape) elements as `dtype`.
   Tensor AsTensor(DType dtype, Shape shape) const;
-  // Sets every byte to zero (host buffers).
+  // Sets every byte to zero (host buffers; nothing for a shape-only one).
   void Zero();
   void Reset() noexcept;
 

@@ -24,6 +24,7 @@ class CachingAllocator final : public Allocator {
   void Free(void* ptr, size_t bytes, MemoryCategory category) noexcept override;
   Device device() const override { return upstream_.device(); }
   MemoryTracker* tracker() const override { return tracker_; }
+  bool holds_data() const override { return upstream_.holds_data(); }
   void EmptyCache() noexcept;
   // Bytes held from upstream, in use or cached.
   size_t reserved() const;

@@ -28,11 +28,13 @@ void MemoryTracker::RaiseTo(std::atomic<int64_t>& peak, int64_t value) {
 void MemoryTracker::Allocated(MemoryCategory c, int64_t bytes) {
   RaiseTo(peak_[Index(c)], current_[Index(c)].fetch_add(bytes) + bytes);
   RaiseTo(total_peak_, total_.fetch_add(bytes) + bytes);
+  if (parent_) parent_->Allocated(c, bytes);
 }
 
 void MemoryTracker::Freed(MemoryCategory c, int64_t bytes) {
   current_[Index(c)].fetch_sub(bytes);
   total_.fetch_sub(bytes);
+  if (parent_) parent_->Freed(c, bytes);
 }
 
 void MemoryTracker::ResetPeaks() {

@@ -10,6 +10,7 @@
 #include "core/logging.h"
 #include "engine/engine_state.h"
 #include "engine/param_layout.h"
+#include "engine/shape_only.h"
 #include "kernels/cuda_memory.h"
 #include "nn/init.h"
 #include "offload/io/io_engine.h"
@@ -40,16 +41,25 @@ bool SameDirectory(const std::string& a, const std::string& b) {
 
 Engine::Engine(Config config, std::vector<std::unique_ptr<nn::Layer>> layers, ParallelGroups groups,
                InitialParameters initial)
+    : Engine(std::move(config), std::move(layers), groups, initial, nullptr) {}
+
+Engine::Engine(Config config, std::vector<std::unique_ptr<nn::Layer>> layers, ParallelGroups groups,
+               ShapeOnly shape_only)
+    : Engine(std::move(config), std::move(layers), groups, InitialParameters::kRandom,
+             &shape_only) {}
+
+Engine::Engine(Config config, std::vector<std::unique_ptr<nn::Layer>> layers, ParallelGroups groups,
+               InitialParameters initial, const ShapeOnly* shape_only)
     : config_(std::move(config)),
-      device_(ResolveDevice(config_.device)),
-      host_(&tracker_),
-      pinned_(&tracker_),
-      device_alloc_(device_.is_cpu() ? std::make_unique<HostAllocator>(&tracker_)
-                                     : kernels::MakeCudaAllocator(device_.index, &tracker_)),
-      raw_device_(device_.is_cpu() ? std::make_unique<HostAllocator>(nullptr)
-                                   : kernels::MakeCudaAllocator(device_.index, nullptr)),
-      cuda_pinned_(device_.is_cpu() ? nullptr : kernels::MakeCudaPinnedAllocator(&tracker_)),
-      activations_(*raw_device_, &tracker_),
+      computes_(shape_only == nullptr),
+      device_(shape_only ? shape_only->device : ResolveDevice(config_.device)),
+      pinned_tracker_(device_.is_cpu() ? &device_tracker_ : &host_tracker_),
+      host_(MakeAllocator(Memory::kHost)),
+      pinned_(MakeAllocator(Memory::kPinnedHost)),
+      device_alloc_(MakeAllocator(Memory::kDevice)),
+      raw_device_(MakeAllocator(Memory::kRawDevice)),
+      cuda_pinned_(MakeAllocator(Memory::kDevicePinned)),
+      activations_(*raw_device_, &device_tracker_),
       self_comm_(groups.dp ? nullptr
                            : comm::MakeSelfCommunicator(
                                  [this](const Tensor& a, const Tensor& b) { ops_->Copy(a, b); })),
@@ -67,17 +77,18 @@ Engine::Engine(Config config, std::vector<std::unique_ptr<nn::Layer>> layers, Pa
       scaler_(config_.precision.fp16
                   ? std::make_unique<optim::LossScaler>(LossScalerOptionsFrom(config_.precision))
                   : nullptr),
-      ops_(device_.is_cpu() ? kernels::MakeCpuOps() : kernels::MakeCudaOps(device_.index)),
+      ops_(MakeOps()),
       schedule_(optim::MakeLrSchedule(config_.scheduler, config_.optimizer.lr)) {
   ZTRAIN_CHECK(!layers.empty(), "the model has no layers");
   ZTRAIN_CHECK(stage_ >= 0 && stage_ <= 3, "zero_optimization.stage is ", stage_,
                "; use 0, 1, 2 or 3");
-  ZTRAIN_CHECK_T(ConfigError, !mixed() || device_.is_cpu(),
+  // What the CUDA backend cannot run yet; a shape-only engine still says what it would need.
+  ZTRAIN_CHECK_T(ConfigError, !computes_ || !mixed() || device_.is_cpu(),
                  "bf16/fp16 training runs on the CPU backend only so far (the CUDA ops do not "
                  "mix dtypes within one op yet); device is ",
                  device_.ToString(), ": set \"device\": \"cpu\" or train in fp32");
-  ZTRAIN_CHECK_T(ConfigError, device_.is_cpu() || tp_->size() == 1, "tensor_parallel.size ",
-                 tp_->size(),
+  ZTRAIN_CHECK_T(ConfigError, !computes_ || device_.is_cpu() || tp_->size() == 1,
+                 "tensor_parallel.size ", tp_->size(),
                  " runs on the CPU backend only so far (its vocabulary-parallel layers compute "
                  "on the host), but device is ",
                  device_.ToString(), "; set \"device\": \"cpu\" or tensor_parallel.size 1");
@@ -86,6 +97,43 @@ Engine::Engine(Config config, std::vector<std::unique_ptr<nn::Layer>> layers, Pa
   BuildStorage();
   SetUpOffload();
   if (initial == InitialParameters::kRandom) InitParameters();
+}
+
+// The engine's memory, each kind counted by its tracker: on the CPU backend host memory is
+// the device's. A shape-only engine counts the same allocations of address space.
+std::unique_ptr<Allocator> Engine::MakeAllocator(Memory memory) {
+  const bool cpu = device_.is_cpu();
+  MemoryTracker* host = cpu ? &device_tracker_ : &host_tracker_;
+  if (memory == Memory::kDevicePinned && cpu) return nullptr;
+  if (!computes_) {
+    const bool on_device = memory == Memory::kDevice || memory == Memory::kRawDevice;
+    MemoryTracker* tracker = memory == Memory::kDevice      ? &device_tracker_
+                             : memory == Memory::kRawDevice ? nullptr
+                             : memory == Memory::kHost      ? host
+                                                            : &pinned_tracker_;
+    return std::make_unique<detail::ShapeOnlyAllocator>(on_device ? device_ : Device::Cpu(),
+                                                        tracker);
+  }
+  switch (memory) {
+    case Memory::kDevice:
+      return cpu ? std::make_unique<HostAllocator>(&device_tracker_)
+                 : kernels::MakeCudaAllocator(device_.index, &device_tracker_);
+    case Memory::kRawDevice:
+      return cpu ? std::make_unique<HostAllocator>(nullptr)
+                 : kernels::MakeCudaAllocator(device_.index, nullptr);
+    case Memory::kHost:
+      return std::make_unique<HostAllocator>(host);
+    case Memory::kPinnedHost:
+      return std::make_unique<PinnedHostAllocator>(&pinned_tracker_);
+    case Memory::kDevicePinned:
+      return kernels::MakeCudaPinnedAllocator(&pinned_tracker_);
+  }
+  return nullptr;
+}
+
+std::unique_ptr<kernels::Ops> Engine::MakeOps() const {
+  if (!computes_) return std::make_unique<detail::ShapeOps>(device_);
+  return device_.is_cpu() ? kernels::MakeCpuOps() : kernels::MakeCudaOps(device_.index);
 }
 
 Engine::~Engine() {
@@ -247,21 +295,23 @@ void Engine::SetUpOffload() {
   const OffloadOptimizerConfig& oo = config_.zero.offload_optimizer;
   const bool param_nvme = stage_ == 3 && op.device == "nvme";
   const bool opt_nvme = oo.device == "nvme";
-  if (op.device == "cpu" || oo.device == "cpu") {
+  if ((op.device == "cpu" || oo.device == "cpu") && computes_) {
+    // Pinned state so far: the CPU backend's mlock'ed allocations, or CUDA's pinned memory.
+    const auto* locked = dynamic_cast<const PinnedHostAllocator*>(pinned_.get());
+    const int64_t unpinned = device_.is_cpu() && locked ? locked->unpinned_bytes() : 0;
+    const int64_t pinned = pinned_tracker_.TotalCurrent() - unpinned;
     Log().info("offload: {}{}{} in host memory{}", oo.device == "cpu" ? "optimizer state" : "",
                op.device == "cpu" && oo.device == "cpu" ? " and " : "",
                op.device == "cpu" ? "parameter shards" : "",
-               pinned_.pinned_bytes() + pinned_.unpinned_bytes() == 0
+               pinned + unpinned == 0
                    ? " (pin_memory off)"
-                   : fmt::format(", {} pinned{}", FormatBytes(pinned_.pinned_bytes()),
-                                 pinned_.unpinned_bytes() == 0
-                                     ? ""
-                                     : fmt::format(", {} not (RLIMIT_MEMLOCK too small: raise "
-                                                   "`ulimit -l`)",
-                                                   FormatBytes(pinned_.unpinned_bytes()))));
+                   : fmt::format(", {} pinned{}", FormatBytes(pinned),
+                                 unpinned == 0 ? ""
+                                               : fmt::format(", {} not (RLIMIT_MEMLOCK too small: "
+                                                             "raise `ulimit -l`)",
+                                                             FormatBytes(unpinned))));
   }
   if (!param_nvme && !opt_nvme) return;
-  io_ = offload::IoEngine::Make(offload::IoOptionsFrom(config_.aio));
   std::vector<int64_t> shards;
   int64_t opt_elements = 0;
   for (const auto& st : states_) {
@@ -273,6 +323,50 @@ void Engine::SetUpOffload() {
   const int64_t opt_bytes =
       opt_nvme ? offload::OptimizerSwapper::FileBytes(opt_elements, config_.zero.sub_group_size)
                : 0;
+  swap_file_bytes_ = param_bytes + opt_bytes;
+  // A shape-only engine makes its swappers' buffers, and no directory, file or I/O engine.
+  std::string param_file, opt_file;
+  if (computes_) {
+    io_ = offload::IoEngine::Make(offload::IoOptionsFrom(config_.aio));
+    MakeSwapDirs(param_bytes, opt_bytes, &param_file, &opt_file);
+  }
+  if (param_nvme) {
+    const offload::ParamSwapOptions options{.buffer_count = static_cast<int>(op.buffer_count),
+                                            .buffer_elements = op.buffer_size,
+                                            .max_in_cpu = op.max_in_cpu};
+    param_swap_ = std::make_unique<offload::ParamSwapper>(io_.get(), param_file, shards, options,
+                                                          *host_, *pinned_);
+  }
+  if (opt_nvme) {
+    const offload::OptimizerSwapOptions options{.tile_elements = config_.zero.sub_group_size,
+                                                .pipeline_read = oo.pipeline_read,
+                                                .pipeline_write = oo.pipeline_write};
+    opt_swap_ = std::make_unique<offload::OptimizerSwapper>(io_.get(), opt_file, opt_elements,
+                                                            options, *pinned_);
+  }
+  if (!computes_) return;
+  Log().info("offload: {}{}{}; I/O through {}",
+             param_nvme ? fmt::format("parameter shards on NVMe ({} swapped, {} kept in memory)",
+                                      FormatBytes(param_bytes),
+                                      FormatBytes(4 * param_swap_->resident_elements()))
+                        : "",
+             param_nvme && opt_nvme ? ", " : "",
+             opt_nvme ? fmt::format("optimizer state on NVMe ({} in tiles of {} elements, {} "
+                                    "buffers)",
+                                    FormatBytes(opt_bytes), opt_swap_->tile_elements(),
+                                    opt_swap_->buffers())
+                      : "",
+             io_->backend());
+}
+
+// The rank's swap directories, checked for the space their files need, and the files' paths
+// (empty where nothing is swapped).
+void Engine::MakeSwapDirs(int64_t param_bytes, int64_t opt_bytes, std::string* param_file,
+                          std::string* opt_file) {
+  const OffloadParamConfig& op = config_.zero.offload_param;
+  const OffloadOptimizerConfig& oo = config_.zero.offload_optimizer;
+  const bool param_nvme = stage_ == 3 && op.device == "nvme";
+  const bool opt_nvme = oo.device == "nvme";
   // One swap directory per distinct nvme_path ("/nvme" and "/nvme/" are one: a second
   // SwapDir of the same directory would find it locked), checked for the bytes all its files
   // need.
@@ -296,32 +390,8 @@ void Engine::SetUpOffload() {
     if (param_nvme) param_dir = make_dir(op.nvme_path, param_bytes, "offload_param");
     if (opt_nvme) opt_dir = make_dir(oo.nvme_path, opt_bytes, "offload_optimizer");
   }
-  if (param_nvme) {
-    const offload::ParamSwapOptions options{.buffer_count = static_cast<int>(op.buffer_count),
-                                            .buffer_elements = op.buffer_size,
-                                            .max_in_cpu = op.max_in_cpu};
-    param_swap_ = std::make_unique<offload::ParamSwapper>(*io_, param_dir->File("params.swp"),
-                                                          shards, options, host_);
-  }
-  if (opt_nvme) {
-    const offload::OptimizerSwapOptions options{.tile_elements = config_.zero.sub_group_size,
-                                                .pipeline_read = oo.pipeline_read,
-                                                .pipeline_write = oo.pipeline_write};
-    opt_swap_ = std::make_unique<offload::OptimizerSwapper>(*io_, opt_dir->File("optimizer.swp"),
-                                                            opt_elements, options, host_);
-  }
-  Log().info("offload: {}{}{}; I/O through {}",
-             param_nvme ? fmt::format("parameter shards on NVMe ({} swapped, {} kept in memory)",
-                                      FormatBytes(param_bytes),
-                                      FormatBytes(4 * param_swap_->resident_elements()))
-                        : "",
-             param_nvme && opt_nvme ? ", " : "",
-             opt_nvme ? fmt::format("optimizer state on NVMe ({} in tiles of {} elements, {} "
-                                    "buffers)",
-                                    FormatBytes(opt_bytes), opt_swap_->tile_elements(),
-                                    opt_swap_->buffers())
-                      : "",
-             io_->backend());
+  if (param_dir) *param_file = param_dir->File("params.swp");
+  if (opt_dir) *opt_file = opt_dir->File("optimizer.swp");
 }
 
 void Engine::InitParameters() {
@@ -347,7 +417,7 @@ comm::WorkPtr Engine::LaunchGather(size_t l, const Buffer& whole, DType dtype) {
     // The compute-dtype copy of the shard, converted into this rank's chunk.
     ops_->Copy(st.Flat(st.params, st.shard), mine);
   } else if (dtype != DType::kF32) {  // from NVMe: fp32 on the host, then converted
-    Buffer staged(host_, DType::kF32, {st.shard}, MemoryCategory::kWorkspace);
+    Buffer staged(*host_, DType::kF32, {st.shard}, MemoryCategory::kWorkspace);
     {
       const ScopeTimer timer(swap_wait_seconds_);
       param_swap_->CopyOut(l, staged.data<float>());
@@ -360,7 +430,7 @@ comm::WorkPtr Engine::LaunchGather(size_t l, const Buffer& whole, DType dtype) {
   } else if (!param_swap_) {  // offloaded to host memory on a device
     CopyIn(st.params.data<float>(), mine);
   } else {  // (a pageable source may be freed once the copy is issued)
-    Buffer staged(host_, DType::kF32, {st.shard}, MemoryCategory::kWorkspace);
+    Buffer staged(*host_, DType::kF32, {st.shard}, MemoryCategory::kWorkspace);
     {
       const ScopeTimer timer(swap_wait_seconds_);
       param_swap_->CopyOut(l, staged.data<float>());
@@ -411,6 +481,7 @@ double Engine::ForwardBackwardImpl(const nn::MicroBatch& mb, float loss_weight, 
 
 Buffer Engine::LossGradient(const Shape& shape, float loss_weight) {
   Buffer dout(activations_, DType::kF32, shape, MemoryCategory::kActivations);
+  if (!computes_) return dout;
   const int64_t n = NumElements(shape);
   // fp16: the loss is multiplied by the loss scale (Note [Mixed precision in the engine]).
   const float scale = scaler_ ? static_cast<float>(scaler_->scale()) : 1.0f;

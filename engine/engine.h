@@ -135,6 +135,16 @@ class Engine {
   // (tensor::BuildParallelModel): each parameter is the rank's slice (ParamSpec::tp).
   Engine(Config config, std::vector<std::unique_ptr<nn::Layer>> layers, ParallelGroups groups,
          InitialParameters initial = InitialParameters::kRandom);
+  // A shape-only engine on `device` (Note [Shape-only engine], engine/shape_only.h): every
+  // buffer is counted by the trackers and none holds data, the ops compute nothing, no swap
+  // file is made; the groups must move nothing either. It runs the engine's own code, so its
+  // trackers after construction and one TrainStep are what a real run's would be: the memory
+  // estimate (engine/estimate.h). Losses, norms and parameters are meaningless.
+  struct ShapeOnly {
+    Device device;
+  };
+  Engine(Config config, std::vector<std::unique_ptr<nn::Layer>> layers, ParallelGroups groups,
+         ShapeOnly shape_only);
   // `dp` is the data-parallel group (not owned; must outlive the engine); null = one process.
   Engine(Config config, std::vector<std::unique_ptr<nn::Layer>> layers,
          comm::Communicator* dp = nullptr)
@@ -230,7 +240,19 @@ class Engine {
   const Config& config() const { return config_; }
   // Where the engine computes (resolved from config.device).
   Device device() const { return device_; }
+  // Every byte the engine allocates, by category; and the same split by where it lives: the
+  // device (on the CPU backend, all of it), host memory (on a GPU: offloaded state, staging
+  // copies, swap buffers), and the page-locked part of that (pin_memory state, swap buffers;
+  // counted in the device's figures on the CPU backend).
   MemoryTracker& memory() { return tracker_; }
+  const MemoryTracker& device_memory() const { return device_tracker_; }
+  const MemoryTracker& host_memory() const { return host_tracker_; }
+  const MemoryTracker& pinned_memory() const { return pinned_tracker_; }
+  // The rank's flat parameter buffers summed: NumParameters() with each layer's padding
+  // (Note [ZeRO in the engine]); at ZeRO stage 3 the rank holds 1/dp of it.
+  int64_t PaddedParameters() const;
+  // Bytes of the rank's swap files (NVMe offload; 0 without).
+  int64_t swap_file_bytes() const { return swap_file_bytes_; }
   kernels::Ops& ops() { return *ops_; }
   const std::vector<std::unique_ptr<nn::Layer>>& layers() const { return layers_; }
 
@@ -258,7 +280,8 @@ class Engine {
   void ZeroFill(const Buffer& b);
   // The micro-batches' tokens and targets on the engine's device (the same views on the CPU).
   StagedBatches StageBatches(std::span<const nn::MicroBatch> micro_batches);
-  // A tensor's values on the host (waits for the ops that produce it).
+  // A tensor's values on the host (waits for the ops that produce it); a shape-only engine's
+  // tensors have none, and one zero stands for them.
   std::vector<float> ToHost(const Tensor& t);
   // Copies between host memory and a tensor on the engine's device (or the host), in order
   // with the ops; Synchronize before reading or reusing the host side.
@@ -266,7 +289,7 @@ class Engine {
   void CopyOut(const Tensor& src, float* host);
   // Where host copies of device state are made: host memory on CUDA; on the CPU the
   // caching allocator, as before devices existed (its bytes are counted the same way).
-  Allocator& staging() { return on_device() ? static_cast<Allocator&>(host_) : activations_; }
+  Allocator& staging() { return on_device() ? *host_ : static_cast<Allocator&>(activations_); }
   // The parameter elements layer l holds (the whole layer; its shard at stage 3) to and from
   // host memory, wherever they live (memory, device, NVMe); WriteHeld also refreshes the
   // host master. Both return with the copies done.
@@ -292,6 +315,8 @@ class Engine {
   void SelectStage(std::vector<std::unique_ptr<nn::Layer>> model);
   void BuildStorage();
   void SetUpOffload();
+  void MakeSwapDirs(int64_t param_bytes, int64_t opt_bytes, std::string* param_file,
+                    std::string* opt_file);
   void InitParameters();
   // All-gathers layer l's parameters into `whole`: fp32 (the master values) or, under mixed
   // precision, the compute dtype.
@@ -345,12 +370,28 @@ class Engine {
   static void CopySlice(const nn::TensorSlice& slice, const Shape& local_shape, float* local,
                         float* full, bool to_full);
 
+  // Where the allocators come from (MakeAllocator).
+  enum class Memory { kDevice, kRawDevice, kHost, kPinnedHost, kDevicePinned };
+  Engine(Config config, std::vector<std::unique_ptr<nn::Layer>> layers, ParallelGroups groups,
+         InitialParameters initial, const ShapeOnly* shape_only);
+  std::unique_ptr<Allocator> MakeAllocator(Memory memory);
+  std::unique_ptr<kernels::Ops> MakeOps() const;
+
   Config config_;
   std::vector<std::unique_ptr<nn::Layer>> layers_;
-  MemoryTracker tracker_;
+  // False for a shape-only engine (Note [Shape-only engine]): host-side arithmetic and file
+  // work are skipped; everything that allocates runs.
+  const bool computes_;
   Device device_;
-  HostAllocator host_;        // host state: staging, swapper buffers (all state on the CPU)
-  PinnedHostAllocator pinned_;  // offloaded state with pin_memory (CPU backend)
+  MemoryTracker tracker_;  // all memory; the next three add up into it
+  MemoryTracker device_tracker_{&tracker_};
+  MemoryTracker host_tracker_{&tracker_};
+  MemoryTracker pinned_tracker_;  // inside host memory (on the CPU backend: the device's)
+  // Host memory: host state (all state on the CPU backend), staging copies, swapped shards.
+  std::unique_ptr<Allocator> host_;
+  // Page-locked host memory (mlock): offloaded state with pin_memory on the CPU backend, and
+  // the swappers' I/O buffers.
+  std::unique_ptr<Allocator> pinned_;
   // On the CPU backend these are host allocators; on CUDA, device memory (cudaMallocAsync)
   // for the model state and, untracked, for the caching allocator, and cudaHostAlloc'd host
   // memory for offloaded state and the buffers copies go through.
@@ -412,6 +453,7 @@ class Engine {
   std::vector<std::unique_ptr<offload::SwapDir>> swap_dirs_;
   std::unique_ptr<offload::ParamSwapper> param_swap_;
   std::unique_ptr<offload::OptimizerSwapper> opt_swap_;
+  int64_t swap_file_bytes_ = 0;
 };
 
 }  // namespace ztrain

@@ -54,14 +54,15 @@ Device Engine::ResolveDevice(const std::string& setting) {
 
 Buffer Engine::StateBuffer(Place where, int64_t elements, MemoryCategory category, DType dtype) {
   Allocator* alloc = device_alloc_.get();
-  if (where == Place::kHost) alloc = &host_;
-  if (where == Place::kPinned) alloc = on_device() ? cuda_pinned_.get() : &pinned_;
+  if (where == Place::kHost) alloc = host_.get();
+  if (where == Place::kPinned) alloc = on_device() ? cuda_pinned_.get() : pinned_.get();
   Buffer b(*alloc, dtype, {elements}, category);
   ZeroFill(b);
   return b;
 }
 
 void Engine::ZeroFill(const Buffer& b) {
+  if (!computes_) return;
   if (b.device().is_cpu()) {
     std::memset(b.data(), 0, b.nbytes());
   } else {
@@ -78,6 +79,7 @@ void Engine::CopyOut(const Tensor& src, float* host) {
 }
 
 std::vector<float> Engine::ToHost(const Tensor& t) {
+  if (!computes_) return {0.0f};  // a shape-only tensor has no values: one zero stands for them
   std::vector<float> out(static_cast<size_t>(t.numel()));
   CopyOut(t, out.data());
   ops_->Synchronize();
@@ -116,6 +118,7 @@ float Engine::AllReduceScalar(comm::Communicator& group, float value, comm::Redu
 }
 
 void Engine::ReadHeld(size_t l, float* dst) {
+  if (!computes_) return;
   LayerState& st = *states_[l];
   const int64_t held_len = st.sharded ? st.shard : st.padded;
   if (param_swap_) {
@@ -127,6 +130,7 @@ void Engine::ReadHeld(size_t l, float* dst) {
 }
 
 void Engine::WriteHeld(size_t l, const float* src) {
+  if (!computes_) return;
   LayerState& st = *states_[l];
   const int64_t held_len = st.sharded ? st.shard : st.padded;
   if (param_swap_) {

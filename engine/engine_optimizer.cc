@@ -43,11 +43,12 @@ double Engine::GradNorm() {
     }
     if (skip < g.numel()) grads.push_back(g.Flat(skip, {g.numel() - skip}));
   }
+  if (!computes_) grads.clear();  // shape-only: no values; the reductions still run
   if (stage_ == 0 && pp_->size() == 1 && tp_->size() == 1 && !on_device()) {
     return optim::GlobalNorm(grads);
   }
   double squares = optim::GradSquaredSum(*ops_, grads);
-  if (tp_->size() > 1) {
+  if (tp_->size() > 1 && computes_) {
     // Parameters whole on every tp rank (layernorms, row-parallel biases) have equal
     // gradients there: each rank counts 1/tp of them, so the tp sum counts them once.
     squares -= (1.0 - 1.0 / tp_->size()) * ReplicatedSquares();
@@ -156,6 +157,7 @@ void Engine::OptimizerStep(double grad_norm, StepStats& stats) {
 // AdamW on the device, a parameter part at a time (Note [Devices in the engine]).
 void Engine::DeviceAdamStep(const std::vector<Part>& parts, double lr, float coef,
                             int64_t adam_step) {
+  if (!computes_) return;
   for (const Part& p : parts) {
     const Slot& s = *p.slot;
     LayerState& st = *states_[s.layer];
@@ -224,9 +226,11 @@ void Engine::HostAdamStep(const std::vector<Part>& parts, double lr, float coef,
     const int64_t local = begin - st.opt_begin;
     const float* grad = on_device() ? st.grad_host.data<float>() + local
                                     : st.Reduced().data<float>() + local;  // local == begin at 0
+    float* param = master(s.layer) + local;  // (stages and swaps the layer's master)
+    if (!computes_) return;
     const optim::AdamStepArgs args =
         optim::AdamArgsFor(config_.optimizer, lr, adam_step, coef, s.spec.weight_decay);
-    optim::AdamStep(args, master(s.layer) + local, grad, m, v, end - begin);
+    optim::AdamStep(args, param, grad, m, v, end - begin);
   };
   ForEachOptimizerRange(parts, adam, /*save=*/true);
   push_stepped();

@@ -63,7 +63,7 @@ void Engine::ForEachFullParameter(
       base = whole.data<float>();
     }
     if (on_device()) {  // the whole layer comes to the host
-      host_copy = Buffer(host_, DType::kF32, {st.padded}, MemoryCategory::kWorkspace);
+      host_copy = Buffer(*host_, DType::kF32, {st.padded}, MemoryCategory::kWorkspace);
       CopyOut(st.Flat(st.sharded ? whole : st.params, st.padded), host_copy.data<float>());
       ops_->Synchronize();
       base = host_copy.data<float>();
@@ -145,7 +145,9 @@ void Engine::SetHeldParameters(const HeldParameterFill& fill) {
       staged.Zero();
       held = staged.data<float>();
     }
+    // A shape-only engine walks the staging copies and writes nothing.
     for (size_t slot : st.owned) {
+      if (!computes_) break;
       const Slot& s = slots_[slot];
       const int64_t lo = std::max(s.offset, held_begin) - s.offset;
       const int64_t hi = std::min(s.offset + NumElements(s.spec.shape), held_begin + held_len) -
@@ -173,6 +175,12 @@ std::vector<std::string> Engine::ParameterNames() const {
 int64_t Engine::NumParameters() const {
   int64_t n = 0;
   for (const Slot& s : slots_) n += NumElements(s.spec.shape);
+  return n;
+}
+
+int64_t Engine::PaddedParameters() const {
+  int64_t n = 0;
+  for (const auto& st : states_) n += st->padded;
   return n;
 }
 

@@ -109,14 +109,16 @@ void Engine::SelectStage(std::vector<std::unique_ptr<nn::Layer>> model) {
       }
     }
   }
-  Log().info("pipeline: stage {} of {} runs layers {}..{} ({} .. {}), {} parameters{}", stage,
-             stages, begin, end - 1, model[begin]->Name(), model[end - 1]->Name(),
-             [&] {
-               int64_t n = 0;
-               for (size_t l = begin; l < end; ++l) n += counts[l];
-               return n;
-             }(),
-             stage_ties_.empty() ? "" : ", sharing a tied weight with another stage");
+  if (computes_)
+    Log().info(
+        "pipeline: stage {} of {} runs layers {}..{} ({} .. {}), {} parameters{}", stage, stages,
+        begin, end - 1, model[begin]->Name(), model[end - 1]->Name(),
+        [&] {
+          int64_t n = 0;
+          for (size_t l = begin; l < end; ++l) n += counts[l];
+          return n;
+        }(),
+        stage_ties_.empty() ? "" : ", sharing a tied weight with another stage");
   for (size_t l = 0; l < model.size(); ++l) {
     if (l < begin) {
       earlier_layers_.push_back(std::move(model[l]));

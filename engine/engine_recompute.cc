@@ -50,6 +50,7 @@ void Engine::SetUpCheckpointing() {
       partition_checkpoints_
           ? fmt::format("; their inputs partitioned over the {} tensor-parallel ranks", tp_->size())
           : "";
+  if (!computes_) return;
   Log().info(
       "activation checkpointing: {} of this stage's layers rerun their forward in "
       "backward{}{}",

@@ -1,5 +1,6 @@
 // EstimateMemory and what `ztrain estimate` builds on it: the side-by-side table, models
-// given by size, and size strings (Note [Memory estimate], estimate_replay.h).
+// given by size, and size strings. The estimate runs the engine itself, shape-only (Note
+// [Shape-only engine], engine/shape_only.h).
 #include "engine/estimate.h"
 
 #include <algorithm>
@@ -8,67 +9,135 @@
 #include <cstdlib>
 #include <limits>
 
+#include "core/buffer.h"
 #include "core/error.h"
 #include "core/sizes.h"
-#include "engine/estimate_replay.h"
+#include "engine/engine.h"
+#include "engine/estimate_layers.h"
+#include "engine/shape_only.h"
+#include "parallel/pipeline/schedule.h"
+#include "parallel/tensor/megatron_linears.h"
 
 namespace ztrain {
 namespace {
 
 int64_t AlignUp(int64_t n, int64_t a) { return (n + a - 1) / a * a; }
 
-detail::EstimateInput ResolveInput(const Config& config, const EstimateOptions& options) {
-  detail::EstimateInput in;
-  in.config = &config;
-  in.gpu = options.gpu.value_or(config.device != "cpu");
-  in.compute = options.compute_dtype.value_or(ComputeDType(config));
-  in.grad = options.grad_accum_dtype.value_or(GradAccumDType(config));
-  in.dp = config.dp_size;
-  in.pp = config.pipeline_stages;
-  in.tp = config.tensor_parallel_size;
-  in.micro_batch = config.train_micro_batch_size_per_gpu;
-  in.seq_len = config.data.seq_len > 0 ? config.data.seq_len : config.model.max_seq_len;
-  in.grad_accum = config.gradient_accumulation_steps;
-  ZTRAIN_CHECK_T(ConfigError, in.dp >= 1 && in.pp >= 1 && in.tp >= 1, "the layout dp ", in.dp,
-                 " x pp ", in.pp, " x tp ", in.tp, " is not a layout; check the world size");
-  ZTRAIN_CHECK_T(ConfigError, in.micro_batch >= 1 && in.grad_accum >= 1,
+// The config with the options applied, checked for what the estimate needs.
+Config ResolveConfig(const Config& config, const EstimateOptions& options) {
+  Config c = config;
+  ZTRAIN_CHECK_T(ConfigError,
+                 c.dp_size >= 1 && c.pipeline_stages >= 1 && c.tensor_parallel_size >= 1,
+                 "the layout dp ", c.dp_size, " x pp ", c.pipeline_stages, " x tp ",
+                 c.tensor_parallel_size, " is not a layout; check the world size");
+  ZTRAIN_CHECK_T(ConfigError,
+                 c.train_micro_batch_size_per_gpu >= 1 && c.gradient_accumulation_steps >= 1,
                  "the estimate needs train_micro_batch_size_per_gpu and "
                  "gradient_accumulation_steps (resolved for the world size)");
-  ZTRAIN_CHECK_T(ConfigError, in.seq_len >= 1 && in.seq_len <= config.model.max_seq_len,
-                 "sequence length ", in.seq_len, " exceeds model.max_seq_len ",
-                 config.model.max_seq_len, "; lower data.seq_len or raise model.max_seq_len");
-  in.checkpointed.assign(static_cast<size_t>(std::max(config.model.n_layer, 0)), false);
-  for (int b : options.checkpointed_blocks.value_or(config.activation_checkpointing.blocks)) {
-    ZTRAIN_CHECK_T(ConfigError, b >= 0 && b < config.model.n_layer, "checkpointed block ", b,
-                   " is not a block of a model with n_layer ", config.model.n_layer);
-    in.checkpointed[static_cast<size_t>(b)] = true;
+  if (c.data.seq_len <= 0) c.data.seq_len = c.model.max_seq_len;
+  ZTRAIN_CHECK_T(ConfigError, c.data.seq_len >= 1 && c.data.seq_len <= c.model.max_seq_len,
+                 "sequence length ", c.data.seq_len, " exceeds model.max_seq_len ",
+                 c.model.max_seq_len, "; lower data.seq_len or raise model.max_seq_len");
+  ZTRAIN_CHECK_T(ConfigError, options.pp_stage < c.pipeline_stages, "pipeline stage ",
+                 options.pp_stage, " does not exist with pipeline.stages ", c.pipeline_stages);
+  if (options.checkpointed_blocks) {
+    ActivationCheckpointingConfig& ac = c.activation_checkpointing;
+    ac.blocks = *options.checkpointed_blocks;
+    std::sort(ac.blocks.begin(), ac.blocks.end());
+    ac.enabled = !ac.blocks.empty();
   }
-  const ActivationCheckpointingConfig& ac = config.activation_checkpointing;
-  in.partition_checkpoints = ac.partition_activations && in.tp > 1;
-  in.offload_checkpoints = ac.cpu_checkpointing && in.gpu;
-  return in;
+  for (int b : c.activation_checkpointing.blocks) {
+    ZTRAIN_CHECK_T(ConfigError, b >= 0 && b < c.model.n_layer, "checkpointed block ", b,
+                   " is not a block of a model with n_layer ", c.model.n_layer);
+  }
+  return c;
 }
 
-MemoryEstimate EstimateStage(const detail::EstimateInput& in) {
-  const detail::StageLayout layout = detail::LayOutStage(in);
-  MemoryEstimate e = detail::ReplayRank(in, layout);
-  e.dp = in.dp;
-  e.pp = in.pp;
-  e.tp = in.tp;
-  e.pp_stage = in.pp_stage;
-  e.zero_stage = in.config->zero.stage;
-  e.micro_batch = in.micro_batch;
-  e.seq_len = in.seq_len;
-  e.grad_accum = in.grad_accum;
-  e.compute_dtype = in.compute;
-  e.gpu = in.gpu;
-  e.model_parameters = layout.model_parameters;
-  e.rank_parameters = layout.rank_parameters;
-  for (const detail::LayerLayout& l : layout.layers) {
-    e.padded_elements += l.padded;
-    e.shard_elements += l.shard;
-    if (l.kind == detail::LayerLayout::Kind::kBlock &&
-        in.checkpointed[static_cast<size_t>(l.block)]) {
+// When pipeline stage `stage`'s sends finish (Note [Shape-only engine]): for each send of its
+// instruction list, in order, the poll of the engine's on which it is done: the first
+// instruction that starts after the peer began the matching receive (or after the send
+// itself ended, if later), on pipeline::Simulate's clock (forward 1, backward 2); 0 for a send
+// still in flight at the end of the list (done when the step waits for it).
+std::vector<int> SendPolls(const Config& config, int stage) {
+  using pipeline::OpType;
+  const int stages = config.pipeline_stages;
+  if (stages <= 1) return {};
+  const auto m = static_cast<int>(config.gradient_accumulation_steps);
+  const pipeline::ScheduleKind kind = pipeline::ParseScheduleKind(config.pipeline_schedule);
+  const pipeline::Timeline time = pipeline::Simulate(kind, stages, m);
+  const std::vector<pipeline::Instruction> list = pipeline::MakeSchedule(kind, stages, stage, m);
+  const std::vector<double>& starts = time.start[static_cast<size_t>(stage)];
+  std::vector<int> polls;
+  for (size_t i = 0; i < list.size(); ++i) {
+    const bool forward = list[i].op == OpType::kSendActivation;
+    if (!forward && list[i].op != OpType::kSendGrad) continue;
+    const int peer = forward ? stage + 1 : stage - 1;
+    const std::vector<pipeline::Instruction> theirs = pipeline::MakeSchedule(kind, stages, peer, m);
+    const pipeline::Instruction recv{forward ? OpType::kRecvActivation : OpType::kRecvGrad,
+                                     list[i].micro_batch};
+    const auto j =
+        static_cast<size_t>(std::find(theirs.begin(), theirs.end(), recv) - theirs.begin());
+    ZTRAIN_ASSERT(j < theirs.size(), "estimate: a send without its receive");
+    const double done =
+        std::max(time.end[static_cast<size_t>(stage)][i], time.start[static_cast<size_t>(peer)][j]);
+    int poll = 0;
+    for (size_t k = i + 1; k < list.size() && poll == 0; ++k) {
+      if (starts[k] > done) poll = static_cast<int>(k - i);
+    }
+    polls.push_back(poll);
+  }
+  return polls;
+}
+
+void CopyPeaks(const MemoryTracker& t, std::array<int64_t, kNumMemoryCategories>& peaks,
+               int64_t& total) {
+  for (int c = 0; c < kNumMemoryCategories; ++c) peaks[c] = t.Peak(static_cast<MemoryCategory>(c));
+  total = t.TotalPeak();
+}
+
+// Pipeline stage `stage`'s rank (dp and tp rank 0: every rank of a stage holds as much, and
+// rank 0's optimizer range holds the weights tied across stages), from a shape-only engine's
+// construction, initialisation and one train step.
+MemoryEstimate EstimateStage(const Config& config, bool gpu, int stage) {
+  detail::ShapeOnlyGroup dp(config.dp_size, 0), tp(config.tensor_parallel_size, 0);
+  detail::ShapeOnlyGroup pp(config.pipeline_stages, stage, SendPolls(config, stage));
+  nn::LayerList model = tensor::BuildParallelModel(config.model, tp);
+  for (auto& layer : model) layer = detail::Measured(std::move(layer), GradAccumDType(config));
+  Engine engine(config, std::move(model), {&dp, &pp, &tp},
+                Engine::ShapeOnly{gpu ? Device::Cuda(0) : Device::Cpu()});
+  const int64_t b = config.train_micro_batch_size_per_gpu, t = config.data.seq_len;
+  detail::ShapeOnlyAllocator host(Device::Cpu(), nullptr);
+  const Buffer tokens(host, DType::kI32, {b, t}, MemoryCategory::kActivations);
+  const Tensor view = tokens.AsTensor(DType::kI32, {b, t});
+  const std::vector<nn::MicroBatch> micro(static_cast<size_t>(config.gradient_accumulation_steps),
+                                          nn::MicroBatch{view, view});
+  engine.TrainStep(micro);  // every step allocates the same: one is the steady state
+
+  MemoryEstimate e;
+  CopyPeaks(engine.memory(), e.peak, e.total_peak);
+  CopyPeaks(engine.device_memory(), e.device_peak, e.device_total_peak);
+  CopyPeaks(engine.host_memory(), e.host_peak, e.host_total_peak);
+  e.pinned_host_peak = engine.pinned_memory().TotalPeak();
+  e.nvme_bytes = engine.swap_file_bytes();
+  e.dp = config.dp_size;
+  e.pp = config.pipeline_stages;
+  e.tp = config.tensor_parallel_size;
+  e.pp_stage = stage;
+  e.zero_stage = config.zero.stage;
+  e.micro_batch = b;
+  e.seq_len = t;
+  e.grad_accum = config.gradient_accumulation_steps;
+  e.compute_dtype = ComputeDType(config);
+  e.gpu = gpu;
+  for (const auto& [name, shape] : engine.ModelParameters())
+    e.model_parameters += NumElements(shape);
+  e.rank_parameters = engine.NumParameters();
+  e.padded_elements = engine.PaddedParameters();
+  e.shard_elements = e.padded_elements / e.dp;
+  const std::vector<int>& blocks = config.activation_checkpointing.blocks;
+  for (const auto& layer : engine.layers()) {
+    const int block = layer->BlockIndex();
+    if (block >= 0 && std::find(blocks.begin(), blocks.end(), block) != blocks.end()) {
       ++e.checkpointed;
     }
   }
@@ -78,15 +147,22 @@ MemoryEstimate EstimateStage(const detail::EstimateInput& in) {
 }  // namespace
 
 MemoryEstimate EstimateMemory(const Config& config, const EstimateOptions& options) {
-  detail::EstimateInput in = ResolveInput(config, options);
-  ZTRAIN_CHECK_T(ConfigError, options.pp_stage < in.pp, "pipeline stage ", options.pp_stage,
-                 " does not exist with pipeline.stages ", in.pp);
+  const Config c = ResolveConfig(config, options);
+  const bool gpu = options.gpu.value_or(config.device != "cpu");
   const int first = options.pp_stage >= 0 ? options.pp_stage : 0;
-  const int last = options.pp_stage >= 0 ? options.pp_stage : in.pp - 1;
+  const int last = options.pp_stage >= 0 ? options.pp_stage : c.pipeline_stages - 1;
   MemoryEstimate worst;
   for (int s = first; s <= last; ++s) {
-    in.pp_stage = s;
-    MemoryEstimate e = EstimateStage(in);
+    MemoryEstimate e;
+    try {
+      e = EstimateStage(c, gpu, s);
+    } catch (const ConfigError&) {
+      throw;
+    } catch (const InternalError&) {
+      throw;
+    } catch (const Error& error) {  // what the engine refuses at start, as the config's fault
+      throw ConfigError(error.what());
+    }
     if (s == first || e.total_peak > worst.total_peak) worst = e;
   }
   worst.ranks_per_node = std::max(1, std::min(options.gpus_per_node, config.world_size));

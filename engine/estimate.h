@@ -2,25 +2,25 @@
 // Memory estimate: the bytes one rank of a run will hold, per MemoryCategory, known before
 // the run (`ztrain estimate`), counted as the engine's MemoryTracker will count them.
 //
-// EstimateMemory lays the model out as Engine::BuildStorage does (the layers of any family
-// that config.model builds, their ParamSpecs, 16-element alignment per parameter, each layer
-// padded to dp x 16, the pipeline stage's layers and tied copies), measures what each layer
-// allocates by running its own Forward and Backward on a shape-only device, and replays
-// every allocation the engine makes on one rank — construction, initialisation and one train
-// step — into MemoryTrackers, without allocating anything (Note [Memory estimate],
-// estimate_replay.h).
-// So the per-category peaks are the tracker's peaks, and the total peak is the peak of the
-// sum, not the sum of the peaks. docs/memory.md gives the resulting formulas.
+// EstimateMemory builds the rank's model (any family config.model names, split for its tp
+// rank) and runs the Engine itself on it shape-only (Note [Shape-only engine],
+// engine/shape_only.h): construction, initialisation and one train step allocate exactly as
+// a real run does, on memory that holds no data, with kernels that compute nothing and
+// groups that move nothing; each layer allocates what its own Forward and Backward measured
+// (engine/estimate_layers.h). So the per-category peaks are the tracker's peaks, and the
+// total peak is the peak of the sum, not the sum of the peaks. docs/memory.md gives the
+// resulting formulas.
 //
-// The estimate follows the engine as built, mixed precision (a 16-bit compute dtype, 16-bit
-// gradient accumulation) and activation checkpointing included (from the config, or
-// overridden in EstimateOptions; partition_activations and cpu_checkpointing from the
-// config); estimate_test and layout_equivalence_test check them against the tracker.
+// Everything the engine does counts: mixed precision, 16-bit gradient accumulation,
+// activation checkpointing (from the config, or overridden in EstimateOptions), ZeRO stages,
+// offload, pipelines and tensor parallelism; estimate_test and layout_equivalence_test check
+// the estimate against the tracker of real runs.
 //
 // Pure functions of their arguments; thread safe. A config the engine would refuse at start
 // (an NVMe parameter shard larger than offload_param.buffer_size, a model tensor parallelism
 // cannot split, more pipeline stages than layers) throws ConfigError with the engine's
-// reason.
+// reason. The CUDA backend's own limits (bf16 or tensor parallelism on a GPU) are not
+// refused: the estimate says what such a run would need.
 #include <array>
 #include <cstdint>
 #include <optional>
@@ -39,10 +39,6 @@ struct EstimateOptions {
   // memory, offloaded state in (pinned) host memory. false: the CPU backend, where all of it
   // is host memory. Default: config.device != "cpu".
   std::optional<bool> gpu;
-  // The dtype activations and the layers' parameter copies use (ComputeDType), and the dtype
-  // gradients accumulate in (GradAccumDType).
-  std::optional<DType> compute_dtype;
-  std::optional<DType> grad_accum_dtype;
   // Activation checkpointing: the transformer blocks (0-based) that keep only their input;
   // default config.activation_checkpointing.blocks.
   std::optional<std::vector<int>> checkpointed_blocks;

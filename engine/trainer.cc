@@ -360,8 +360,18 @@ void Trainer::WriteReports() const {
     comm["ops"][comm::OpKindName(static_cast<comm::OpKind>(k))] = {
         {"bytes", dp.bytes[k] + pp.bytes[k]}, {"count", dp.ops[k] + pp.ops[k]}};
   }
+  // By category, and where it lives: the device (all of it on the CPU backend), host memory
+  // and the page-locked part of that.
+  nlohmann::json memory = nlohmann::json::parse(engine_->memory().Snapshot().ToJson());
+  const std::pair<const char*, const MemoryTracker*> places[] = {
+      {"device", &engine_->device_memory()},
+      {"host", &engine_->host_memory()},
+      {"pinned_host", &engine_->pinned_memory()}};
+  for (const auto& [place, tracker] : places) {
+    memory["where"][place] = {{"current", tracker->TotalCurrent()}, {"peak", tracker->TotalPeak()}};
+  }
   const std::pair<std::string, std::string> reports[] = {
-      {"memory_rank" + rank + ".json", engine_->memory().Snapshot().ToJson()},
+      {"memory_rank" + rank + ".json", memory.dump(2)},
       {"comm_rank" + rank + ".json", comm.dump(2)}};
   for (const auto& [name, text] : reports) {
     const std::string path = (dir / name).string();
@@ -384,6 +394,12 @@ void Trainer::Finish(const TrainSummary& s) {
              s.final_eval_loss >= 0 ? fmt::format(", val loss {:.4f}", s.final_eval_loss) : "");
   Log().info("peak memory: {} total ({})", FormatBytes(mem.total_peak),
              MemoryBreakdown(mem, /*with_current=*/false));
+  if (!engine_->device().is_cpu()) {
+    Log().info("peak memory by place: {} on {}, {} in host memory ({} pinned)",
+               FormatBytes(engine_->device_memory().TotalPeak()), engine_->device().ToString(),
+               FormatBytes(engine_->host_memory().TotalPeak()),
+               FormatBytes(engine_->pinned_memory().TotalPeak()));
+  }
   const int64_t scratch = engine_->ops().ScratchBytes();
   if (scratch > 0) {
     Log().info(

@@ -32,6 +32,8 @@ class LayerContext {
   bool Has(const std::string& key) const { return saved_.count(key) != 0; }
   // Temporary workspace until Release().
   Tensor Scratch(DType dtype, const Shape& shape);
+  // Keeps `buffer` (from allocator()) until Release(), as Scratch keeps its own.
+  void Hold(Buffer buffer) { scratch_.push_back(std::move(buffer)); }
   // Frees everything saved and all scratch.
   void Release();
   // Bytes currently held (saved + scratch).

@@ -12,6 +12,9 @@
 // pipeline_read / pipeline_write — so 1 + pipeline_read + pipeline_write tile buffers exist.
 // Without them each read and write is waited for at once. An I/O error throws IoError from
 // ForEachTile after every transfer it started has finished, so no buffer is freed under I/O.
+// With a shape-only allocator (Allocator::holds_data false: the memory estimate, Note
+// [Shape-only engine]) there is no file and ForEachTile hands out the buffers without I/O;
+// `io` may then be null.
 // Not thread safe.
 #include <cstdint>
 #include <functional>
@@ -34,7 +37,7 @@ struct OptimizerSwapOptions {
 
 class OptimizerSwapper {
  public:
-  OptimizerSwapper(IoEngine& io, const std::string& path, int64_t elements,
+  OptimizerSwapper(IoEngine* io, const std::string& path, int64_t elements,
                    const OptimizerSwapOptions& options, Allocator& allocator);
   ~OptimizerSwapper();
   OptimizerSwapper(const OptimizerSwapper&) = delete;
@@ -59,7 +62,7 @@ class OptimizerSwapper {
   int64_t elements_;
   int64_t tile_;
   OptimizerSwapOptions options_;
-  std::unique_ptr<SwapFile> file_;
+  std::unique_ptr<SwapFile> file_;  // null: shape-only
   std::vector<IoBuffer> buffers_;
 };
 

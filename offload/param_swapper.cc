@@ -32,14 +32,16 @@ int64_t ParamSwapper::FileBytes(const std::vector<int64_t>& shard_elements, int6
   return bytes;
 }
 
-ParamSwapper::ParamSwapper(IoEngine& io, const std::string& path,
+ParamSwapper::ParamSwapper(IoEngine* io, const std::string& path,
                            std::vector<int64_t> shard_elements, const ParamSwapOptions& options,
-                           Allocator& allocator)
+                           Allocator& allocator, Allocator& buffer_allocator)
     : shard_elements_(std::move(shard_elements)),
       offsets_(shard_elements_.size(), -1),
       resident_(shard_elements_.size()),
-      last_write_slot_(shard_elements_.size(), -1) {
+      last_write_slot_(shard_elements_.size(), -1),
+      shape_only_(!allocator.holds_data()) {
   ZTRAIN_CHECK(options.buffer_count >= 1, "offload_param.buffer_count must be >= 1");
+  ZTRAIN_ASSERT(io != nullptr || shape_only_, "a parameter swapper needs an I/O engine");
   const std::vector<bool> resident = ResidentLayers(shard_elements_, options.max_in_cpu);
   int64_t offset = 0, largest = 0;
   for (size_t l = 0; l < shard_elements_.size(); ++l) {
@@ -58,12 +60,12 @@ ParamSwapper::ParamSwapper(IoEngine& io, const std::string& path,
     largest = std::max(largest, n);
   }
   if (offset == 0) return;  // everything fits in memory: no file, no buffers
-  file_ = SwapFile::Create(io, path, offset);
+  if (!shape_only_) file_ = SwapFile::Create(*io, path, offset);
   // Buffers as large as the largest swapped shard: buffer_size only bounds them.
   slots_.resize(static_cast<size_t>(options.buffer_count));
   for (Slot& s : slots_) {
-    s.buffer = IoBuffer(allocator, largest * static_cast<int64_t>(sizeof(float)));
-    s.buffer.Register(io);
+    s.buffer = IoBuffer(buffer_allocator, largest * static_cast<int64_t>(sizeof(float)));
+    if (!shape_only_) s.buffer.Register(*io);
   }
 }
 
@@ -130,7 +132,7 @@ void ParamSwapper::WaitForWritesOf(size_t layer) {
 }
 
 void ParamSwapper::Prefetch(size_t layer) {
-  if (resident(layer) || FindReading(layer) != nullptr) return;
+  if (shape_only_ || resident(layer) || FindReading(layer) != nullptr) return;
   const int64_t pending = last_write_slot_[layer];
   if (pending >= 0 && !slots_[static_cast<size_t>(pending)].work->Done()) return;
   WaitForWritesOf(layer);  // done already: collects its outcome
@@ -145,6 +147,7 @@ void ParamSwapper::Prefetch(size_t layer) {
 }
 
 void ParamSwapper::CopyOut(size_t layer, float* out) {
+  if (shape_only_) return;
   if (resident(layer)) {
     std::memcpy(out, resident_[layer].data(), static_cast<size_t>(Bytes(layer)));
     return;
@@ -170,6 +173,7 @@ void ParamSwapper::CopyOut(size_t layer, float* out) {
 }
 
 void ParamSwapper::Store(size_t layer, const float* in) {
+  if (shape_only_) return;
   if (resident(layer)) {
     std::memcpy(resident_[layer].data(), in, static_cast<size_t>(Bytes(layer)));
     return;

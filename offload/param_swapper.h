@@ -11,6 +11,10 @@
 // and writes it back in the background. A buffer whose write is in flight is reused only
 // after the write finished, and a read of a layer waits for that layer's pending write, so
 // a read never returns stale data. I/O errors throw IoError (naming file, offset and size).
+// The in-memory shards come from `allocator`, the swap buffers from `buffer_allocator`
+// (pinned host memory in the engine). With shape-only allocators (Allocator::holds_data
+// false: the memory estimate, Note [Shape-only engine]) the swapper makes its buffers, and no
+// file, and moves no bytes; `io` may then be null.
 // Not thread safe.
 #include <cstdint>
 #include <memory>
@@ -35,8 +39,8 @@ class ParamSwapper {
  public:
   // `shard_elements[l]` is layer l's shard size. A shard that must live in the file but is
   // larger than a buffer is a ConfigError naming the size buffer_size needs.
-  ParamSwapper(IoEngine& io, const std::string& path, std::vector<int64_t> shard_elements,
-               const ParamSwapOptions& options, Allocator& allocator);
+  ParamSwapper(IoEngine* io, const std::string& path, std::vector<int64_t> shard_elements,
+               const ParamSwapOptions& options, Allocator& allocator, Allocator& buffer_allocator);
   ~ParamSwapper();
   ParamSwapper(const ParamSwapper&) = delete;
   ParamSwapper& operator=(const ParamSwapper&) = delete;
@@ -76,6 +80,7 @@ class ParamSwapper {
   std::vector<int64_t> last_write_slot_;  // per layer: the slot of its latest write, or -1
   int64_t resident_elements_ = 0;
   int64_t issued_ = 0;
+  bool shape_only_ = false;
   std::unique_ptr<SwapFile> file_;
 };
 

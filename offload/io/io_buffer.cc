@@ -24,6 +24,7 @@ IoBuffer::IoBuffer(Allocator& allocator, int64_t bytes, MemoryCategory category)
   ZTRAIN_CHECK(reinterpret_cast<uintptr_t>(buffer_.data()) % kIoAlignment == 0, "I/O buffers need ",
                kIoAlignment, "-byte aligned memory; this allocator gave ", buffer_.data());
   size_ = bytes;
+  if (!buffer_.holds_data()) return;  // shape-only: nothing to zero or lock
   std::memset(data() + bytes, 0, static_cast<size_t>(capacity - bytes));
   // Over RLIMIT_MEMLOCK mlock fails with ENOMEM or EPERM: the buffer then stays pageable.
   pinned_ = mlock(buffer_.data(), static_cast<size_t>(capacity)) == 0;
@@ -48,6 +49,7 @@ IoBuffer& IoBuffer::operator=(IoBuffer&& other) noexcept {
 bool IoBuffer::Register(IoEngine& engine) {
   ZTRAIN_CHECK(size_ > 0, "register an I/O buffer after allocating it");
   Unregister();
+  if (!buffer_.holds_data()) return false;
   slot_ = engine.RegisterBuffer(data(), capacity());
   if (slot_ >= 0) engine_ = &engine;
   return registered();

@@ -9,6 +9,8 @@
 // to the alignment writes zeros, not stale memory, after the data.
 // Register(engine) also registers the buffer with an io_uring engine (IoEngine::RegisterBuffer)
 // until Reset or destruction; the engine must outlive the buffer.
+// From a shape-only allocator (Allocator::holds_data false) the buffer is counted and
+// neither zeroed, locked nor registered.
 // Move-only; the allocator must return kIoAlignment-aligned memory (HostAllocator does) and
 // outlive the buffer. Not thread safe; never touch a buffer while I/O on it is in flight.
 #include <cstdint>

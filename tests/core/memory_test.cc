@@ -29,6 +29,33 @@ TEST(MemoryTrackerTest, CountsCurrentAndPeakPerCategory) {
   EXPECT_EQ(tracker.Peak(MemoryCategory::kParameters), 0);
 }
 
+// A tracker with a parent passes every allocation on: trackers per place add up into one for
+// all memory, whose peak is the peak of the sum.
+TEST(MemoryTrackerTest, ChildrenAddUpIntoTheirParent) {
+  MemoryTracker all;
+  MemoryTracker device(&all), host(&all);
+  MemoryTracker pinned(&host);
+  HostAllocator on_device(&device), on_host(&host), locked(&pinned);
+  {
+    Buffer a(on_device, 1000, MemoryCategory::kActivations);
+    Buffer b(on_host, 300, MemoryCategory::kOptimizerState);
+    Buffer c(locked, 200, MemoryCategory::kSwapBuffers);
+    EXPECT_EQ(all.TotalCurrent(), 1500);
+    EXPECT_EQ(host.TotalCurrent(), 500);
+    EXPECT_EQ(host.Current(MemoryCategory::kSwapBuffers), 200);
+    EXPECT_EQ(pinned.TotalCurrent(), 200);
+    EXPECT_EQ(device.TotalCurrent(), 1000);
+  }
+  { Buffer d(on_device, 1400, MemoryCategory::kActivations); }
+  EXPECT_EQ(all.TotalCurrent(), 0);
+  EXPECT_EQ(all.TotalPeak(), 1500);
+  EXPECT_EQ(device.TotalPeak(), 1400);
+  EXPECT_EQ(all.Peak(MemoryCategory::kActivations), 1400);
+  host.ResetPeaks();  // its own peaks only
+  EXPECT_EQ(host.TotalPeak(), 0);
+  EXPECT_EQ(all.TotalPeak(), 1500);
+}
+
 TEST(MemoryTrackerTest, TotalPeakIsNotSumOfCategoryPeaks) {
   MemoryTracker tracker;
   HostAllocator alloc(&tracker);

@@ -1,6 +1,7 @@
 // The memory estimate is honest: for every ZeRO stage and offload mode, the real engine's
 // MemoryTracker, after construction and two train steps, peaks where EstimateMemory said it
-// would, category by category and in total (Note [Memory estimate], engine/estimate_replay.h).
+// would, category by category and in total, and in device and pinned memory (the estimate
+// runs the engine shape-only: Note [Shape-only engine], engine/shape_only.h).
 // The rule (estimate_check.h): |estimate - measured| <= max(10% of measured, 4 KiB) for every
 // category and the total; the modes include bf16, fp16, 16-bit gradients and activation
 // checkpointing. layout_equivalence_test applies the same rule on every rank of dp x pp x tp
@@ -10,6 +11,7 @@
 #include "engine/estimate.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -123,6 +125,8 @@ void ExpectHonest(const Mode& mode, const std::string& dir, const nlohmann::json
     engine.TrainStep(batches);
   }
   testing::ExpectEstimateHonest(e, engine.memory().Snapshot(), mode.name);
+  EXPECT_EQ(e.device_total_peak, engine.device_memory().TotalPeak());
+  EXPECT_EQ(e.pinned_host_peak, engine.pinned_memory().TotalPeak());
   EXPECT_EQ(e.rank_parameters, engine.NumParameters());
   EXPECT_EQ(e.nvme_bytes, swap_bytes) << "the swap files the engine made";
   // On the CPU backend everything is device memory (the host).
@@ -287,6 +291,29 @@ TEST(EstimateShardingTest, CpuCheckpointingOnAGpuKeepsBlockInputsInPinnedHostMem
   EXPECT_EQ(b.HostPeak(MemoryCategory::kActivations), 2 * input);
   EXPECT_EQ(b.pinned_host_peak - a.pinned_host_peak, 2 * input);
   EXPECT_LT(b.DevicePeak(MemoryCategory::kActivations), a.DevicePeak(MemoryCategory::kActivations));
+}
+
+// The shape-only engine writes no page of the memory it counts (Note [Shape-only engine]):
+// Llama-3.1-8B at ZeRO 0 on one rank, 128 GB of model state and optimizer, and its 11-row
+// table, leave this process's peak resident memory where it was, give or take the layers'
+// probes (micro-batches 1 and 2) and the bookkeeping.
+TEST(EstimateCostTest, AnEightBillionModelIsEstimatedWithoutItsMemory) {
+  const Config c =
+      LoadRunConfig(std::string(ZTRAIN_CONFIGS_DIR) + "/llama3_1_8b.json", 1, LaunchEnv{});
+  EstimateOptions options;
+  options.gpu = false;
+  struct rusage before {};
+  getrusage(RUSAGE_SELF, &before);
+  const MemoryEstimate e = EstimateMemory(c, options);
+  const std::vector<EstimateRow> rows = EstimateTable(c, options);
+  struct rusage after {};
+  getrusage(RUSAGE_SELF, &after);
+  EXPECT_GT(e.Peak(MemoryCategory::kOptimizerState), int64_t{64} * 1000000000);  // m and v
+  EXPECT_EQ(rows.size(), 11u);
+  const long grown_kib = after.ru_maxrss - before.ru_maxrss;
+  std::printf("8B estimate: %s estimated on this rank; resident peak grew %ld KiB\n",
+              FormatBytes(e.total_peak).c_str(), grown_kib);
+  EXPECT_LT(grown_kib, 512 * 1024) << "the estimate wrote memory it only had to count";
 }
 
 // --- Parameter counts, models by size, size strings -------------------------------------------

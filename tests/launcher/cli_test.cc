@@ -267,6 +267,9 @@ TEST_F(CliTest, TrainsTheDefaultModelAndWritesCsvAndModel) {
   EXPECT_EQ(mem["gradients"]["current"], params);
   EXPECT_GT(mem["activations"]["peak"].get<int64_t>(), 0);
   EXPECT_GE(mem["total"]["peak"].get<int64_t>(), 4 * params);
+  // On the CPU backend all of it is the device's.
+  EXPECT_EQ(mem["where"]["device"]["peak"], mem["total"]["peak"]);
+  EXPECT_EQ(mem["where"]["host"]["peak"], 0);
   EXPECT_NE(r.out.find("val loss"), std::string::npos);
   EXPECT_NE(r.out.find("peak memory"), std::string::npos);
 }

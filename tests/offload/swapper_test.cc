@@ -42,7 +42,7 @@ TEST_P(OptimizerSwapperTest, TilesRoundTripAcrossSteps) {
   TempDir dir;
   const int64_t elements = 10007;  // 4 tiles, the last one short
   OptimizerSwapper swap(
-      *env.io, dir.File("opt.swp"), elements,
+      env.io.get(), dir.File("opt.swp"), elements,
       {.tile_elements = 3000, .pipeline_read = read_ahead, .pipeline_write = write_behind},
       env.host);
   EXPECT_EQ(swap.buffers(), 1 + read_ahead + write_behind);
@@ -73,7 +73,7 @@ INSTANTIATE_TEST_SUITE_P(Pipelining, OptimizerSwapperTest,
 TEST(OptimizerSwapperTest, AnErrorInTheStepLeavesTheFileConsistent) {
   Env env(false);
   TempDir dir;
-  OptimizerSwapper swap(*env.io, dir.File("opt.swp"), 9000,
+  OptimizerSwapper swap(env.io.get(), dir.File("opt.swp"), 9000,
                         {.tile_elements = 3000, .pipeline_read = true, .pipeline_write = true},
                         env.host);
   swap.ForEachTile([](int64_t, int64_t count, float* m, float*) { std::fill(m, m + count, 1.0f); });
@@ -98,8 +98,9 @@ TEST_P(ParamSwapperTest, ReadsReturnTheLatestStore) {
   TempDir dir;
   const std::vector<int64_t> shards = {1000, 3000, 17, 2500, 4096, 1};
   ParamSwapper swap(
-      *env.io, dir.File("params.swp"), shards,
-      {.buffer_count = buffer_count, .buffer_elements = 5000, .max_in_cpu = max_in_cpu}, env.host);
+      env.io.get(), dir.File("params.swp"), shards,
+      {.buffer_count = buffer_count, .buffer_elements = 5000, .max_in_cpu = max_in_cpu}, env.host,
+      env.host);
   std::vector<std::vector<float>> ref(shards.size());
   std::mt19937 rng(11);
   for (size_t l = 0; l < shards.size(); ++l) {
@@ -141,8 +142,9 @@ INSTANTIATE_TEST_SUITE_P(Buffers, ParamSwapperTest,
 TEST(ParamSwapperTest, MaxInCpuKeepsTheFirstLayersInMemory) {
   Env env(false);
   TempDir dir;
-  ParamSwapper swap(*env.io, dir.File("params.swp"), {100, 200, 300},
-                    {.buffer_count = 1, .buffer_elements = 1000, .max_in_cpu = 300}, env.host);
+  ParamSwapper swap(env.io.get(), dir.File("params.swp"), {100, 200, 300},
+                    {.buffer_count = 1, .buffer_elements = 1000, .max_in_cpu = 300}, env.host,
+                    env.host);
   EXPECT_TRUE(swap.resident(0));
   EXPECT_TRUE(swap.resident(1));
   EXPECT_FALSE(swap.resident(2));
@@ -154,8 +156,9 @@ TEST(ParamSwapperTest, AShardLargerThanTheBufferSizeNamesTheSizeNeeded) {
   Env env(false);
   TempDir dir;
   try {
-    ParamSwapper swap(*env.io, dir.File("params.swp"), {100, 7000},
-                      {.buffer_count = 2, .buffer_elements = 5000, .max_in_cpu = 0}, env.host);
+    ParamSwapper swap(env.io.get(), dir.File("params.swp"), {100, 7000},
+                      {.buffer_count = 2, .buffer_elements = 5000, .max_in_cpu = 0}, env.host,
+                      env.host);
     FAIL() << "expected a ConfigError";
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("set buffer_size to at least 7000"), std::string::npos)
