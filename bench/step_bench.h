@@ -32,7 +32,7 @@ namespace ztrain::bench {
 struct StepBenchTargets {
   double fp32_of_gemm_peak = 0.0;    // fp32 step GFLOP/s / the fp32 GEMM peak
   double bf16_of_onednn_peak = 0.0;  // bf16 step GFLOP/s / oneDNN's bf16 matmul peak
-  double speedup_over_torch = 0.0;   // PyTorch's fp32 median step / ztrain's
+  double speedup_over_torch = 0.0;   // PyTorch's fp32 median step (as installed) / ztrain's
 };
 
 struct StepBenchOptions {
