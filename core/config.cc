@@ -224,6 +224,7 @@ Config ConfigFrom(const json& t, int world_size) {
                                      cl["prof_ops"].get<std::vector<std::string>>()};
   c.precision = PrecisionFrom(t);
   c.activation_checkpointing = ActivationCheckpointingFrom(t["activation_checkpointing"]);
+  c.lora = detail::LoraFrom(t["lora"]);
   c.prescale_gradients = t["prescale_gradients"];
   c.gradient_predivide_factor = t["gradient_predivide_factor"];
   c.memory_breakdown = t["memory_breakdown"];
@@ -331,6 +332,7 @@ std::vector<std::string> ConfigProblems(const nlohmann::json& j, int world_size,
   detail::ConfigErrors errors;
   json tree = detail::BuildResolvedTree(j, errors);
   ResolveAioThreadCount(j, tree);
+  detail::ResolveLora(j, tree);
   std::vector<AutoChoice> choices;
   detail::ResolveDerived(tree, choices);
   detail::ResolveBatchSize(tree, DataParallelSize(tree, world_size, errors), errors);

@@ -204,6 +204,28 @@ struct ActivationCheckpointingConfig {
   std::vector<int> blocks;
 };
 
+// LoRA fine-tuning in PEFT's LoraConfig names (Note [Adapters and frozen parameters],
+// nn/adapters.h); the `lora` section of docs/config.md says what each key does.
+struct LoraConfig {
+  bool enabled = false;
+  int r = 8;
+  double lora_alpha = 8.0;
+  double lora_dropout = 0.0;
+  // target_modules as given: a list of names matched by suffix, or (target_regex) one string,
+  // a regular expression over Hugging Face module names, or "all-linear". Both empty: the
+  // family's PEFT default.
+  std::vector<std::string> target_modules;
+  std::string target_regex;
+  std::string bias = "none";  // "none", "all", "lora_only"
+  bool use_rslora = false;
+  std::vector<std::string> modules_to_save;
+  std::vector<int> layers_to_transform;    // empty: every block
+  std::string init_lora_weights = "true";  // "true", "false", "gaussian"
+  std::string init_from;                   // a PEFT adapter directory; empty: initialise
+  // The adapters' scaling: lora_alpha / r, or / sqrt(r) with use_rslora.
+  double scaling() const;
+};
+
 // A value chosen for an "auto" in the config, and why (Note [Resolving "auto"],
 // core/config_resolve.cc; the machine-dependent ones in engine/run_config.h).
 struct AutoChoice {
@@ -235,6 +257,7 @@ struct Config {
   CommsLoggerConfig comms_logger;
   PrecisionConfig precision;
   ActivationCheckpointingConfig activation_checkpointing;
+  LoraConfig lora;
   bool prescale_gradients = false;
   double gradient_predivide_factor = 1.0;
   bool memory_breakdown = false;

@@ -49,6 +49,12 @@ void CheckRefusals(const nlohmann::json& tree, ConfigErrors& errors);
 // config_ranges.cc
 void CheckRanges(const nlohmann::json& tree, ConfigErrors& errors);
 
+// config_lora.cc: `lora.enabled` from whether `input` has a `lora` section; the section's
+// values the trainer cannot use; the parsed section.
+void ResolveLora(const nlohmann::json& input, nlohmann::json& tree);
+void CheckLora(const nlohmann::json& tree, ConfigErrors& errors);
+LoraConfig LoraFrom(const nlohmann::json& lora);
+
 // Helpers (config.cc).
 // The value at dotted `path`; throws InternalError when it is missing (a schema bug).
 const nlohmann::json& At(const nlohmann::json& tree, std::string_view path);

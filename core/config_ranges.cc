@@ -403,6 +403,7 @@ void CheckRanges(const json& tree, ConfigErrors& errors) {
   CheckParallelAndIo(tree, errors);
   CheckPrecision(tree, errors);
   CheckActivationCheckpointing(tree, errors);
+  CheckLora(tree, errors);
 }
 
 }  // namespace ztrain::detail

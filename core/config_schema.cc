@@ -22,6 +22,12 @@ std::string_view ConfigTypeName(ConfigType type) {
       return "array of integers";
     case ConfigType::kNumberPair:
       return "array of 2 numbers";
+    case ConfigType::kStringOrList:
+      return "string or array of strings";
+    case ConfigType::kIntOrList:
+      return "integer or array of integers";
+    case ConfigType::kBoolOrString:
+      return "boolean or string";
     case ConfigType::kSection:
       return "object";
     case ConfigType::kFreeObject:
@@ -107,7 +113,63 @@ namespace {
 using T = ConfigType;
 }  // namespace
 
-std::vector<ConfigKey> ZtrainKeys() {
+namespace {
+
+// LoRA in PEFT's LoraConfig names (Note [Adapters and frozen parameters], nn/adapters.h).
+std::vector<ConfigKey> LoraKeys() {
+  return {
+      Key("lora", T::kSection, nullptr,
+          "LoRA fine-tuning, in PEFT's `LoraConfig` names: the base model is frozen (no "
+          "gradients, no optimizer state, stored in the compute dtype) and each targeted "
+          "linear W gets adapters A [r, in] and B [out, r]: y = x W^T + scaling (x A^T) B^T."),
+      Key("lora.enabled", T::kBool, nullptr,
+          "ztrain: train LoRA adapters. null (absent): true when the config has a `lora` "
+          "section.")
+          .Nullable(),
+      Key("lora.r", T::kInt, 8, "The adapters' rank."),
+      Key("lora.lora_alpha", T::kNumber, 8.0, "scaling = lora_alpha / r (or / sqrt(r))."),
+      Key("lora.lora_dropout", T::kNumber, 0.0,
+          "Dropout on the adapters' input (PEFT's `lora_dropout`); ztrain runs 0 only so far "
+          "(a larger value is refused by name)."),
+      Key("lora.target_modules", T::kStringOrList, nullptr,
+          "The linears to adapt: names matched as PEFT matches them (a linear whose name is "
+          "the entry or ends with `.` + the entry: `q_proj`, `self_attn.v_proj`; GPT-2: "
+          "`c_attn`, `c_proj`, `c_fc`), a string matched as a whole against each linear's "
+          "Hugging Face module name as a regular expression "
+          "(`model.layers.0.self_attn.q_proj`), or `\"all-linear\"`: every linear of the "
+          "blocks. null: the family's PEFT default (Llama: `q_proj`, `v_proj`; GPT-2: "
+          "`c_attn`).")
+          .Nullable(),
+      Key("lora.bias", T::kString, "none",
+          "Which biases train: `none`, `all` (every bias of the model), `lora_only` (those "
+          "of the adapted linears).")
+          .Choices({"none", "all", "lora_only"}),
+      Key("lora.use_rslora", T::kBool, false,
+          "Rank-stabilised LoRA: scaling = lora_alpha / sqrt(r) instead of lora_alpha / r."),
+      Key("lora.modules_to_save", T::kStringList, nullptr,
+          "Modules trained whole besides the adapters: those whose Hugging Face module name "
+          "ends with an entry, as PEFT matches them (`lm_head`, `embed_tokens`, `norm`). Not "
+          "with tied embeddings.")
+          .Nullable(),
+      Key("lora.layers_to_transform", T::kIntOrList, nullptr,
+          "Only these blocks (0-based) get adapters; null: every block.")
+          .Nullable(),
+      Key("lora.init_lora_weights", T::kBoolOrString, true,
+          "`true` (PEFT's default): A Kaiming-uniform (bound 1/sqrt(in)), B zero, so training "
+          "starts from the base model; `\"gaussian\"`: A normal(0, 1/r), B zero; `false`: "
+          "both Kaiming-uniform (a test setting: the start is not the base model)."),
+      Key("lora.init_from", T::kString, "",
+          "A PEFT adapter directory (adapter_config.json, adapter_model.safetensors) to start "
+          "from; its adapter_config.json sets every key above, and a key given here that "
+          "disagrees is an error naming both values."),
+      Key("lora.task_type", T::kString, "CAUSAL_LM",
+          "PEFT's task type; ztrain trains causal language models.")
+          .Choices({"CAUSAL_LM"}),
+      Key("lora.peft_type", T::kString, "LORA", "PEFT's adapter type.").Choices({"LORA"}),
+  };
+}
+
+std::vector<ConfigKey> ModelDataTrainingKeys() {
   return {
       Key("device", T::kString, "auto",
           "ztrain: where each rank trains. `auto`: the GPU numbered by the rank's local rank "
@@ -205,6 +267,14 @@ std::vector<ConfigKey> ZtrainKeys() {
           "Seconds a rank waits in one collective before it reports the op and the whole job "
           "is ended (a rank that died, raised or hangs)."),
   };
+}
+
+}  // namespace
+
+std::vector<ConfigKey> ZtrainKeys() {
+  std::vector<ConfigKey> keys = ModelDataTrainingKeys();
+  for (ConfigKey& k : LoraKeys()) keys.push_back(std::move(k));
+  return keys;
 }
 
 }  // namespace detail

@@ -23,6 +23,11 @@ enum class ConfigType {
   kStringList,  // array of strings
   kIntList,     // array of integers (integral floats accepted, as for kInt)
   kNumberPair,  // array of exactly two numbers (Adam betas)
+  // PEFT's unions: a string or an array of strings (kept as given); an integer or an array of
+  // integers (resolved to an array); a boolean or a string (kept as given).
+  kStringOrList,
+  kIntOrList,
+  kBoolOrString,
   kSection,     // object whose keys are themselves in the schema
   kFreeObject,  // object with DeepSpeed-defined free-form content (checked only for refusals)
 };

@@ -94,6 +94,18 @@ std::optional<json> AsInteger(const json& v) {
   return std::nullopt;
 }
 
+// An array of integers as AsInteger takes each; nullopt otherwise.
+std::optional<json> AsIntegerList(const json& v) {
+  if (!v.is_array()) return std::nullopt;
+  json out = json::array();
+  for (const json& e : v) {
+    auto i = AsInteger(e);
+    if (!i) return std::nullopt;
+    out.push_back(*i);
+  }
+  return out;
+}
+
 // The value normalised to the key's type, or nullopt after recording why it is wrong.
 std::optional<json> Normalise(const ConfigKey& key, const json& v, ConfigErrors& errors) {
   if (v.is_null() && key.nullable) return v;
@@ -127,18 +139,24 @@ std::optional<json> Normalise(const ConfigKey& key, const json& v, ConfigErrors&
       }
       break;
     case ConfigType::kIntList:
-      if (v.is_array()) {
-        json out = json::array();
-        for (const json& e : v) {
-          auto i = AsInteger(e);
-          if (!i) break;
-          out.push_back(*i);
-        }
-        if (out.size() == v.size()) return out;
-      }
+      if (auto list = AsIntegerList(v)) return list;
       break;
     case ConfigType::kNumberPair:
       if (v.is_array() && v.size() == 2 && v[0].is_number() && v[1].is_number()) return v;
+      break;
+    case ConfigType::kStringOrList:
+      if (v.is_string()) return v;
+      if (v.is_array() &&
+          std::all_of(v.begin(), v.end(), [](const json& e) { return e.is_string(); })) {
+        return v;
+      }
+      break;
+    case ConfigType::kIntOrList:
+      if (auto i = AsInteger(v)) return json::array({*i});
+      if (auto list = AsIntegerList(v)) return list;
+      break;
+    case ConfigType::kBoolOrString:
+      if (v.is_boolean() || v.is_string()) return v;
       break;
     case ConfigType::kSection:
     case ConfigType::kFreeObject:

@@ -13,6 +13,8 @@ size_t DTypeSize(DType t) {
     case DType::kF16:
     case DType::kU16:
       return 2;
+    case DType::kU8:
+      return 1;
   }
   ZTRAIN_ASSERT(false, "unknown dtype");
 }
@@ -24,6 +26,7 @@ std::string_view DTypeName(DType t) {
     case DType::kF16: return "fp16";
     case DType::kI32: return "int32";
     case DType::kU16: return "uint16";
+    case DType::kU8: return "uint8";
   }
   return "?";
 }
@@ -34,6 +37,7 @@ DType ParseDType(std::string_view name) {
   if (name == "fp16" || name == "float16" || name == "half") return DType::kF16;
   if (name == "int32") return DType::kI32;
   if (name == "uint16") return DType::kU16;
+  if (name == "uint8") return DType::kU8;
   throw Error(detail::StrCat("unknown dtype '", name, "'; use fp32, bf16 or fp16"));
 }
 

@@ -13,11 +13,11 @@
 
 namespace ztrain {
 
-enum class DType : uint8_t { kF32, kBF16, kF16, kI32, kU16 };
+enum class DType : uint8_t { kF32, kBF16, kF16, kI32, kU16, kU8 };
 
 size_t DTypeSize(DType t);
 std::string_view DTypeName(DType t);
-// Parses "fp32"/"float32", "bf16"/"bfloat16", "fp16"/"float16", "int32", "uint16".
+// Parses "fp32"/"float32", "bf16"/"bfloat16", "fp16"/"float16", "int32", "uint16", "uint8".
 DType ParseDType(std::string_view name);
 
 inline uint32_t FloatBits(float f) {

@@ -140,7 +140,7 @@ Engine::~Engine() {
   // Ops in flight write into buffers about to be freed: let them finish (errors were or will
   // be reported elsewhere; a destructor must not throw).
   for (auto& st : states_) {
-    for (comm::WorkPtr* w : {&st->gather, &st->reduction}) {
+    for (comm::WorkPtr* w : {&st->gather, &st->frozen_gather, &st->reduction}) {
       if (!*w) continue;
       try {
         (*w)->Wait();
@@ -162,24 +162,35 @@ void Engine::BuildStorage() {
       if (t.layer == l) tie = &t;
     }
     size_t first = specs.size();
+    std::vector<bool> copies(specs.size(), false);
     for (size_t i = 0; i < specs.size(); ++i) {
       nn::ParamSpec& spec = specs[i];
-      if (tie && tie->copy && spec.tied_to == tie->name) {
+      // A frozen weight tied to another stage's needs nothing kept equal: this stage holds
+      // its own frozen copy (Note [Frozen parameters in the engine]).
+      const bool frozen_copy =
+          !spec.trainable && !spec.tied_to.empty() && slot_by_name_.count(spec.tied_to) == 0;
+      if ((tie && tie->copy && spec.tied_to == tie->name) || frozen_copy) {
         spec.name = spec.tied_to;
         spec.tied_to.clear();
+        copies[i] = true;
       }
       if (tie && spec.tied_to.empty() && spec.name == tie->name) first = i;
     }
     std::vector<int64_t> offsets(specs.size(), -1);
-    detail::ParamPacker packer;
+    // Trainable parameters in elements of the flat buffers, frozen ones in elements of the
+    // compute dtype in the frozen region.
+    detail::ParamPacker packer, frozen_packer;
     size_t last_placed = specs.size();
     auto place = [&](size_t i) {
       ZTRAIN_CHECK(slot_by_name_.count(specs[i].name) == 0, "parameter name '", specs[i].name,
                    "' is used twice; parameter names must be unique in the model");
-      ZTRAIN_ASSERT(!specs[i].packed || (i > 0 && last_placed == i - 1), "layer ",
-                    layers_[l]->Name(), ": packed parameter '", specs[i].name,
-                    "' does not follow an owned parameter");
-      offsets[i] = packer.Place(specs[i]);
+      ZTRAIN_ASSERT(!specs[i].packed || (i > 0 && last_placed == i - 1 &&
+                                         specs[i - 1].trainable == specs[i].trainable),
+                    "layer ", layers_[l]->Name(), ": packed parameter '", specs[i].name,
+                    "' does not follow an owned parameter of its kind");
+      offsets[i] = specs[i].trainable ? packer.Place(specs[i])
+                                      : frozen_packer.Place(specs[i]) *
+                                            static_cast<int64_t>(DTypeSize(act_dtype_));
       last_placed = i;
     };
     if (first < specs.size()) place(first);
@@ -188,6 +199,10 @@ void Engine::BuildStorage() {
     }
     state->padded = std::max(packer.size(), min_padded_[l]);
     LayerState& st = *state;
+    st.frozen_padded =
+        detail::AlignUp(frozen_packer.size() * static_cast<int64_t>(DTypeSize(act_dtype_)),
+                        detail::kFrozenAlignment * n_dp);
+    st.frozen_shard = st.frozen_padded / n_dp;
     st.padded = detail::AlignUp(st.padded, detail::kParamAlignment * n_dp);
     st.shard = st.padded / n_dp;
     st.opt_begin = stage_ >= 1 ? dp_->rank() * st.shard : 0;
@@ -207,6 +222,9 @@ void Engine::BuildStorage() {
       st.params =
           StateBuffer(param_place, st.sharded ? st.shard : st.padded, MemoryCategory::kParameters);
     }
+    // The frozen shards are not swapped: with offload_param on NVMe they stay in host memory.
+    st.frozen = StateBuffer(param_place, st.sharded ? st.frozen_shard : st.frozen_padded,
+                            MemoryCategory::kParameters, DType::kU8);
     if (mixed() && !st.sharded) {
       st.lp = StateBuffer(Place::kDevice, st.padded, MemoryCategory::kParameters, act_dtype_);
     }
@@ -243,7 +261,7 @@ void Engine::BuildStorage() {
       } else {
         slot_by_name_[spec.name] = slot;
         st.owned.push_back(slot);
-        slots_.push_back({spec, l, offsets[i], tie != nullptr && tie->copy && i == first});
+        slots_.push_back({spec, l, offsets[i], copies[i]});
       }
       st.bound.push_back(slot);
       const size_t unit = slots_[slot].layer;
@@ -264,6 +282,11 @@ void Engine::BindLayer(size_t l) {
   for (size_t slot : states_[l]->bound) {
     const Slot& s = slots_[slot];
     const LayerState& owner = *states_[s.layer];
+    if (s.frozen()) {  // no gradient (Note [Frozen parameters in the engine])
+      params.push_back(FrozenView(owner.sharded ? owner.frozen_gathered : owner.frozen, s));
+      grads.emplace_back();
+      continue;
+    }
     // Layers compute with the compute-dtype copy under mixed precision (gathered at stage 3).
     const Buffer& whole = owner.sharded ? owner.gathered : mixed() ? owner.lp : owner.params;
     params.push_back(whole.data() == nullptr

@@ -183,6 +183,9 @@ class Engine {
   Tensor Parameter(const std::string& name) const;
   Tensor Gradient(const std::string& name) const;
   Shape ParameterShape(const std::string& name) const;
+  // False for a frozen parameter (Note [Frozen parameters in the engine]): no gradient, and
+  // Parameter() is its value in the compute dtype.
+  bool Trainable(const std::string& name) const;
   // Calls fn(name, value) for every owned parameter, in model order, with its whole value
   // (valid during the call only). At stage 3 this is collective: every rank of the dp group
   // calls it, and each layer is gathered in turn. Under tensor parallelism it is collective
@@ -208,6 +211,9 @@ class Engine {
   // dp, pp and tp groups.
   void ForEachModelParameter(const std::function<void(const std::string&, const Tensor&)>& fn);
   int64_t NumParameters() const;                    // owned elements, without padding
+  // The owned elements that train (the rest are frozen: Note [Frozen parameters in the
+  // engine], engine_frozen.cc).
+  int64_t NumTrainableParameters() const;
   // Matmul FLOPs of forward + backward per token at sequence length T (3x forward).
   double TrainFlopsPerToken(int64_t seq_len) const;
 
@@ -321,6 +327,14 @@ class Engine {
   // All-gathers layer l's parameters into `whole`: fp32 (the master values) or, under mixed
   // precision, the compute dtype.
   comm::WorkPtr LaunchGather(size_t layer, const Buffer& whole, DType dtype = DType::kF32);
+  // Frozen parameters (engine_frozen.cc): a frozen slot's view into a layer's frozen region
+  // (undefined when the region is absent), the region as 16-bit words, the stage-3 gather of
+  // layer l's region into `whole`, setting the rank's part of it, and its whole values.
+  Tensor FrozenView(const Buffer& region, const Slot& s) const;
+  static Tensor FrozenWords(const Buffer& region, int64_t bytes);
+  comm::WorkPtr LaunchFrozenGather(size_t layer, const Buffer& whole);
+  void SetHeldFrozen(size_t layer, const HeldParameterFill& fill);
+  std::vector<float> WholeFrozen(size_t layer);
   // Mixed precision (engine_precision.cc).
   bool mixed() const { return act_dtype_ != DType::kF32; }
   // The compute-dtype copies of stages 0-2 from the fp32 parameters (after every update).

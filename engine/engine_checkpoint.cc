@@ -84,6 +84,7 @@ void Engine::LoadState(const checkpoint::ModelIndex& index, int64_t step) {
   // The checkpoint must describe this model: the same parameters with the same whole shapes.
   std::map<std::string, Shape> saved(index.parameters().begin(), index.parameters().end());
   for (const Slot& s : slots_) {
+    if (s.frozen()) continue;  // not in checkpoints (Note [Frozen parameters in the engine])
     auto it = saved.find(s.spec.name);
     ZTRAIN_CHECK(it != saved.end(), "the checkpoint has no parameter '", s.spec.name,
                  "': it was saved from another model");
@@ -111,6 +112,7 @@ void Engine::LoadState(const checkpoint::ModelIndex& index, int64_t step) {
     }
     for (size_t slot : st.owned) {
       const Slot& s = slots_[slot];
+      if (s.frozen()) continue;
       const int64_t begin = std::max(s.offset, held_begin);
       const int64_t end = std::min(s.offset + NumElements(s.spec.shape), held_begin + held_len);
       if (begin < end) {

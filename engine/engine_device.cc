@@ -62,7 +62,7 @@ Buffer Engine::StateBuffer(Place where, int64_t elements, MemoryCategory categor
 }
 
 void Engine::ZeroFill(const Buffer& b) {
-  if (!computes_) return;
+  if (!computes_ || b.nbytes() == 0) return;
   if (b.device().is_cpu()) {
     std::memset(b.data(), 0, b.nbytes());
   } else {

@@ -21,6 +21,7 @@ std::vector<Engine::Part> Engine::OptimizerParts() const {
     layer_base[l] = static_cast<int64_t>(base);
   }
   for (const Slot& s : slots_) {
+    if (s.frozen()) continue;
     const LayerState& st = *states_[s.layer];
     const int64_t begin = std::max(s.offset, st.opt_begin);
     const int64_t end = std::min(s.offset + NumElements(s.spec.shape), st.opt_begin + st.opt_len);
@@ -65,7 +66,7 @@ double Engine::GradNorm() {
 double Engine::ReplicatedSquares() {
   std::vector<Tensor> parts;
   for (const Slot& s : slots_) {
-    if (s.spec.tp.split() || s.stage_copy) continue;
+    if (s.spec.tp.split() || s.stage_copy || s.frozen()) continue;
     const LayerState& st = *states_[s.layer];
     const int64_t range_begin = stage_ >= 1 ? st.opt_begin : 0;
     const int64_t range_len = stage_ >= 1 ? st.shard : st.padded;

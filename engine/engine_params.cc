@@ -3,6 +3,7 @@
 // the tp group), setting parameters from whole values, and the names and counts.
 #include <algorithm>
 #include <cstring>
+#include <map>
 
 #include "engine/engine.h"
 #include "engine/engine_state.h"
@@ -21,15 +22,19 @@ Tensor Engine::Parameter(const std::string& name) const {
   ZTRAIN_CHECK(stage_ <= 2, "parameter '", name, "' is not kept whole at ZeRO stage 3: each rank "
                "holds only its shard; use ForEachFullParameter (collective)");
   const LayerState& st = *states_[s.layer];
+  if (s.frozen()) return FrozenView(st.frozen, s);  // in the compute dtype
   return st.Flat(st.params, st.padded).Flat(s.offset, s.spec.shape);
 }
 
 Shape Engine::ParameterShape(const std::string& name) const { return FindSlot(name).spec.shape; }
 
+bool Engine::Trainable(const std::string& name) const { return !FindSlot(name).frozen(); }
+
 Tensor Engine::Gradient(const std::string& name) const {
   const Slot& s = FindSlot(name);
   ZTRAIN_CHECK(stage_ <= 1, "gradient '", name, "' is not kept whole at ZeRO stage ", stage_,
                ": each rank holds only its reduced shard");
+  ZTRAIN_CHECK(!s.frozen(), "parameter '", name, "' is frozen: it has no gradient");
   return states_[s.layer]->grads.AsTensor(DType::kF32, {states_[s.layer]->padded})
       .Flat(s.offset, s.spec.shape);
 }
@@ -68,9 +73,12 @@ void Engine::ForEachFullParameter(
       ops_->Synchronize();
       base = host_copy.data<float>();
     }
+    std::vector<float> frozen = WholeFrozen(l);  // widened to fp32 (collective at stage 3)
+    const auto es = static_cast<int64_t>(DTypeSize(act_dtype_));
     for (size_t slot : st.owned) {
       const Slot& s = slots_[slot];
-      const Tensor local(const_cast<float*>(base) + s.offset, DType::kF32, s.spec.shape);
+      float* at = s.frozen() ? frozen.data() + s.offset / es : const_cast<float*>(base) + s.offset;
+      const Tensor local(at, DType::kF32, s.spec.shape);
       if (!s.spec.tp.split()) {
         fn(s.spec.name, local);
         continue;
@@ -106,6 +114,7 @@ void Engine::SetFullParameters(
     }
     for (size_t slot : st.owned) {
       const Slot& s = slots_[slot];
+      if (s.frozen()) continue;  // below
       if (!s.spec.tp.split()) {
         fill(s.spec.name, Tensor(base + s.offset, DType::kF32, s.spec.shape));
         continue;
@@ -116,6 +125,21 @@ void Engine::SetFullParameters(
       CopySlice(s.spec.tp, s.spec.shape, base + s.offset, full.data<float>(), /*to_full=*/false);
     }
     if (whole.data() != nullptr) WriteHeld(l, base + (st.sharded ? st.opt_begin : 0));
+    // Frozen parameters: each whole value once, its held runs stored.
+    std::map<std::string, Buffer> values;
+    SetHeldFrozen(l, [&](const std::string& name, const Shape& full_shape, int64_t begin,
+                         int64_t count, float* out) {
+      auto it = values.find(name);
+      if (it == values.end()) {
+        it = values
+                 .emplace(name,
+                          Buffer(activations_, DType::kF32, full_shape, MemoryCategory::kWorkspace))
+                 .first;
+        fill(name, it->second.AsTensor(DType::kF32, full_shape));
+      }
+      std::memcpy(out, it->second.data<float>() + begin,
+                  static_cast<size_t>(count) * sizeof(float));
+    });
   }
   if (param_swap_) param_swap_->Flush();
   RefreshLowPrecision();
@@ -149,6 +173,7 @@ void Engine::SetHeldParameters(const HeldParameterFill& fill) {
     for (size_t slot : st.owned) {
       if (!computes_) break;
       const Slot& s = slots_[slot];
+      if (s.frozen()) continue;  // SetHeldFrozen, below
       const int64_t lo = std::max(s.offset, held_begin) - s.offset;
       const int64_t hi = std::min(s.offset + NumElements(s.spec.shape), held_begin + held_len) -
                          s.offset;
@@ -161,6 +186,7 @@ void Engine::SetHeldParameters(const HeldParameterFill& fill) {
       });
     }
     if (staged.data() != nullptr) WriteHeld(l, held);
+    SetHeldFrozen(l, fill);
   }
   if (param_swap_) param_swap_->Flush();
   RefreshLowPrecision();

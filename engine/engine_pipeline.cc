@@ -88,6 +88,7 @@ void Engine::SelectStage(std::vector<std::unique_ptr<nn::Layer>> model) {
     for (const nn::ParamSpec& s : model_specs_[l]) {
       auto it = s.tied_to.empty() ? owner.end() : owner.find(s.tied_to);
       if (it == owner.end()) continue;  // untied, or BuildStorage names the missing owner
+      if (!s.trainable) continue;       // each stage holds its own frozen copy (engine_frozen.cc)
       const size_t o = it->second;
       const int so = stage_of(o), sl = stage_of(l);
       if (so == sl) continue;

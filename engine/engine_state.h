@@ -35,12 +35,15 @@ class ScopeTimer {
   const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
 };
 
-// Where one parameter lives: layer, index in the layer's Params(), offset in its flat buffer.
+// Where one parameter lives: layer, index in the layer's Params(), offset in its flat buffer
+// (elements), or for a frozen one in its layer's frozen region (bytes: Note [Frozen parameters
+// in the engine], engine_frozen.cc).
 struct Engine::Slot {
   nn::ParamSpec spec;
   size_t layer = 0;
   int64_t offset = 0;
   bool stage_copy = false;  // this stage's copy of a weight another stage owns (pipeline)
+  bool frozen() const { return !spec.trainable; }
 };
 
 // A parameter's part inside its layer's optimizer range (Note [ZeRO in the engine]), with its
@@ -136,6 +139,13 @@ struct Engine::LayerState {
   Buffer grad_recv;           // stages 2, 3: a micro-batch's reduced range, added to grad_shard
   Buffer grads32;             // stages 1-3, 16-bit gradients: their fp32 copy being reduced
   comm::WorkPtr reduction;    // the gradient reduction in flight
+  // Frozen parameters (Note [Frozen parameters in the engine]): a region of frozen_padded
+  // bytes in the compute dtype, no gradient, no optimizer state; the whole region at stages
+  // 0-2, the rank's frozen_shard bytes of it at stage 3, gathered with the layer.
+  int64_t frozen_padded = 0, frozen_shard = 0;
+  Buffer frozen;
+  Buffer frozen_gathered;
+  comm::WorkPtr frozen_gather;
   std::vector<size_t> owned;  // indices into slots_
   std::vector<size_t> bound;  // the slot of each of the layer's Params() (ties resolved)
   std::vector<size_t> units;  // layers whose buffers hold the bound parameters, no repeats

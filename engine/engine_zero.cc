@@ -25,8 +25,12 @@ void Engine::StartGatherPlan(const std::vector<bool>& phases) {
   ReleaseAllGathered();
   auto it = plans_.find(phases);
   if (it == plans_.end()) {
+    // Gathers move the trained and the frozen parameters (Note [Frozen parameters in the
+    // engine]): the limits count both, the frozen ones in elements of the compute dtype.
     std::vector<int64_t> sizes;
-    for (const auto& st : states_) sizes.push_back(st->padded);
+    for (const auto& st : states_) {
+      sizes.push_back(st->padded + st->frozen_padded / static_cast<int64_t>(DTypeSize(act_dtype_)));
+    }
     std::vector<zero::UnitUse> uses;
     const size_t n = layers_.size();
     for (const bool backward : phases) {
@@ -48,8 +52,15 @@ void Engine::GatherForUse(size_t l) {
   ZTRAIN_ASSERT(plan_ != nullptr && position_ < plan_->actions.size());
   for (size_t u : plan_->actions[position_].fetch) {
     LayerState& st = *states_[u];
-    st.gathered = Buffer(activations_, act_dtype_, {st.padded}, MemoryCategory::kParameters);
-    st.gather = LaunchGather(u, st.gathered, act_dtype_);
+    if (st.padded > 0) {
+      st.gathered = Buffer(activations_, act_dtype_, {st.padded}, MemoryCategory::kParameters);
+      st.gather = LaunchGather(u, st.gathered, act_dtype_);
+    }
+    if (st.frozen_padded > 0) {
+      st.frozen_gathered =
+          Buffer(activations_, DType::kU8, {st.frozen_padded}, MemoryCategory::kParameters);
+      st.frozen_gather = LaunchFrozenGather(u, st.frozen_gathered);
+    }
   }
   if (param_swap_) {
     // Read the shards of the next planned gathers while this layer computes.
@@ -62,17 +73,20 @@ void Engine::GatherForUse(size_t l) {
   }
   for (size_t u : states_[l]->units) {
     LayerState& st = *states_[u];
-    ZTRAIN_ASSERT(st.gathered.data() != nullptr);
-    if (!st.gather) continue;
-    WaitFor(*st.gather);
-    st.gather.reset();
+    ZTRAIN_ASSERT(st.padded == 0 || st.gathered.data() != nullptr);
+    for (comm::WorkPtr* w : {&st.gather, &st.frozen_gather}) {
+      if (!*w) continue;
+      WaitFor(**w);
+      w->reset();
+    }
   }
 }
 
 void Engine::ReleaseAfterUse() {
   for (size_t u : plan_->actions[position_].release) {
-    ZTRAIN_ASSERT(!states_[u]->gather);
+    ZTRAIN_ASSERT(!states_[u]->gather && !states_[u]->frozen_gather);
     states_[u]->gathered.Reset();
+    states_[u]->frozen_gathered.Reset();
   }
   if (++position_ == plan_->actions.size()) plan_ = nullptr;
 }
@@ -80,9 +94,12 @@ void Engine::ReleaseAfterUse() {
 // Drops every gathered layer (after an error left a plan half done).
 void Engine::ReleaseAllGathered() {
   for (auto& st : states_) {
-    if (st->gather) WaitFor(*st->gather);
-    st->gather.reset();
+    for (comm::WorkPtr* w : {&st->gather, &st->frozen_gather}) {
+      if (*w) WaitFor(**w);
+      w->reset();
+    }
     st->gathered.Reset();
+    st->frozen_gathered.Reset();
   }
   plan_ = nullptr;
 }
@@ -90,8 +107,10 @@ void Engine::ReleaseAllGathered() {
 // --- Gradient reduction in buckets ----------------------------------------------------------
 
 void Engine::OnGradientsReady(size_t l) {
-  pending_.push_back(l);
-  pending_elements_ += states_[l]->padded;
+  if (states_[l]->padded > 0) {  // a layer of frozen parameters only has no gradient
+    pending_.push_back(l);
+    pending_elements_ += states_[l]->padded;
+  }
   if (pending_elements_ >= config_.zero.reduce_bucket_size || l == 0) LaunchBucket();
 }
 
@@ -159,6 +178,7 @@ void Engine::GatherParameters() {
     flight.pop_front();
   };
   for (auto& st : states_) {
+    if (st->padded == 0) continue;
     while (!flight.empty() && in_flight + st->padded > config_.zero.allgather_bucket_size) {
       wait_oldest();
     }

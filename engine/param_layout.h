@@ -13,6 +13,9 @@
 namespace ztrain::detail {
 
 inline constexpr int64_t kParamAlignment = 16;  // elements
+// A layer's frozen region (Note [Frozen parameters in the engine]) splits into dp shards of a
+// multiple of this many bytes.
+inline constexpr int64_t kFrozenAlignment = 64;
 inline int64_t AlignUp(int64_t n, int64_t a) { return (n + a - 1) / a * a; }
 
 class ParamPacker {

@@ -112,6 +112,8 @@ class ShapeOps final : public kernels::Ops {
   void GeluBackward(const Tensor&, const Tensor&, const Tensor&) override {}
   void Add(const Tensor&, const Tensor&, const Tensor&) override {}
   void AddInPlace(const Tensor&, const Tensor&) override {}
+  void AddColumns(const Tensor&, int64_t, const Tensor&, float) override {}
+  void CopyColumns(const Tensor&, int64_t, const Tensor&) override {}
   void Zero(const Tensor&) override {}
   void Copy(const Tensor&, const Tensor&) override {}
   void Synchronize() override {}

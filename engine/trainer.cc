@@ -68,10 +68,11 @@ Trainer::Trainer(Config config, comm::Communicator* world, const LaunchEnv& laun
       world_size, world_size / (config_.pipeline_stages * config_.tensor_parallel_size),
       config_.pipeline_stages, config_.tensor_parallel_size);
   const ParallelGroups groups = MakeGroups();
+  const nn::AdapterPlan plan(config_.lora, config_.model);
   engine_ = std::make_unique<Engine>(
       config_,
-      groups.tp != nullptr ? tensor::BuildParallelModel(config_.model, *groups.tp)
-                           : nn::BuildModel(config_.model),
+      groups.tp != nullptr ? tensor::BuildParallelModel(config_.model, *groups.tp, plan)
+                           : nn::BuildModel(config_.model, nn::MakeWholeLinears(), plan),
       groups,
       config_.model.init_from.empty() ? InitialParameters::kRandom : InitialParameters::kZero);
   if (!config_.checkpoint.dir.empty()) {

@@ -11,7 +11,8 @@
 // - Forward ops overwrite their outputs.
 // - Backward ops ACCUMULATE (+=) into parameter gradients (dweight, dbias, dwte, dwpe), so
 //   micro-batches and tied weights sum naturally, and OVERWRITE input gradients (dx, dqkv),
-//   unless the comment says otherwise.
+//   unless the comment says otherwise. Every parameter gradient may be an undefined Tensor
+//   (Note [Frozen parameters]).
 // - Dtypes (Note [16-bit tensors]): every floating-point tensor argument may be fp32, bf16 or
 //   fp16, independently of the others, except the ones fixed as fp32: LayerNorm's mean and
 //   rstd, RMSNorm's rstd, attention's lse, RoPE's inv_freq, SoftmaxCrossEntropy's losses and
@@ -25,14 +26,22 @@
 //
 // Note [16-bit tensors]: arithmetic is fp32 whatever the dtypes. 16-bit inputs are widened
 // exactly; each 16-bit output is rounded once, to nearest even, when it is stored. Accumulated
-// outputs (dweight, dbias, dwte, dwpe, AddInPlace's y, Gemm's c when beta != 0) are read,
-// added to in fp32 and rounded once. So an op on 16-bit tensors gives the fp32 op's result on
-// the same (widened) values, rounded to each output's dtype; on the CPU bit for bit, except
-// GEMMs on two bf16 operands, which run on bf16 hardware through oneDNN with fp32
+// outputs (dweight, dbias, dwte, dwpe, AddInPlace's and AddColumns' y, Gemm's c when
+// beta != 0) are read, added to in fp32 and rounded once. So an op on 16-bit tensors gives the
+// fp32 op's result on the same (widened) values, rounded to each output's dtype; on the CPU bit
+// for bit, except GEMMs on two bf16 operands, which run on bf16 hardware through oneDNN with fp32
 // accumulation in another summation order (each product of two bf16 values is exact in fp32).
 // GEMMs with an fp16 operand run in fp32: the CPUs we target have no AMX-FP16 or AVX512-FP16
 // dot products, so fp16 hardware GEMMs would gain nothing there. The determinism stated below
 // (EmbeddingBackward, the CPU backend's reductions) holds for every dtype.
+//
+// Note [Frozen parameters]: a parameter that is not trained (the base weights under LoRA
+// fine-tuning) has no gradient buffer, and its layer passes an undefined Tensor (Tensor(),
+// defined() false) where the parameter's gradient would go. Every backward op skips the
+// accumulation into an undefined parameter gradient, writes nothing for it, and computes
+// everything else (the input gradient, the other parameters' gradients) bit for bit as it
+// would with the gradient defined. The linear providers (nn/linear_provider.h) and the
+// tensor-parallel ones (parallel/tensor/megatron_linears.h) keep the same contract.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -74,8 +83,9 @@ class Ops {
   // y[N,OC] = x[N,C] @ weight[OC,C]^T + bias[OC] (bias may be an undefined Tensor).
   virtual void LinearForward(const Tensor& x, const Tensor& weight, const Tensor& bias,
                              const Tensor& y) = 0;
-  // dx[N,C] = dy @ weight (skipped when dx is undefined); dweight += dy^T @ x;
-  // dbias += sum over rows of dy (skipped when dbias is undefined).
+  // dx[N,C] = dy @ weight (skipped when dx is undefined); dweight += dy^T @ x (skipped when
+  // dweight is undefined: Note [Frozen parameters]); dbias += sum over rows of dy (skipped
+  // when dbias is undefined).
   virtual void LinearBackward(const Tensor& dy, const Tensor& x, const Tensor& weight,
                               const Tensor& dx, const Tensor& dweight, const Tensor& dbias) = 0;
 
@@ -85,15 +95,18 @@ class Ops {
   // A token outside [0, Vp) throws naming the token and its position.
   virtual void EmbeddingForward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
                                 const Tensor& out) = 0;
-  // dwte[tokens[b,t]] += dout[b,t]; dwpe[t] += dout[b,t] (skipped when dwpe is undefined).
-  // Deterministic.
+  // dwte[tokens[b,t]] += dout[b,t]; dwpe[t] += dout[b,t]. Each is skipped when undefined
+  // (dwpe: no position table, or a frozen one; dwte: a frozen token table, Note [Frozen
+  // parameters]), both undefined doing nothing; C is dout's last dimension then. Without
+  // dwte the tokens' values are not read (nor checked), only their shape. Deterministic.
   virtual void EmbeddingBackward(const Tensor& dout, const Tensor& tokens, const Tensor& dwte,
                                  const Tensor& dwpe) = 0;
 
   // y[N,C] = (x - mean) * rstd * weight + bias, eps = 1e-5; saves mean[N] and rstd[N] (fp32).
   virtual void LayerNormForward(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                 const Tensor& y, const Tensor& mean, const Tensor& rstd) = 0;
-  // dx (overwritten), dweight and dbias (accumulated).
+  // dx (overwritten), dweight and dbias (accumulated; either or both may be undefined,
+  // Note [Frozen parameters]).
   virtual void LayerNormBackward(const Tensor& dy, const Tensor& x, const Tensor& weight,
                                  const Tensor& mean, const Tensor& rstd, const Tensor& dx,
                                  const Tensor& dweight, const Tensor& dbias) = 0;
@@ -103,7 +116,7 @@ class Ops {
   // weight multiplies the normalised value, eps sits inside the square root.
   virtual void RmsNormForward(const Tensor& x, const Tensor& weight, float eps, const Tensor& y,
                               const Tensor& rstd) = 0;
-  // dx (overwritten) and dweight (accumulated).
+  // dx (overwritten) and dweight (accumulated; may be undefined, Note [Frozen parameters]).
   virtual void RmsNormBackward(const Tensor& dy, const Tensor& x, const Tensor& weight,
                                const Tensor& rstd, const Tensor& dx, const Tensor& dweight) = 0;
 
@@ -163,6 +176,15 @@ class Ops {
   virtual void Add(const Tensor& a, const Tensor& b, const Tensor& y) = 0;
   // y += x, elementwise.
   virtual void AddInPlace(const Tensor& y, const Tensor& x) = 0;
+  // Column windows of a row-major matrix (LoRA on packed q/k/v projections, whose update
+  // adds into, and whose gradient reads from, the columns of one projection):
+  // y[:, column:column+w] += alpha * x for y [N, W] and x [N, w], 0 <= column and
+  // column + w <= W. y and x have one dtype, fp32, bf16 or fp16 (16-bit: computed in fp32,
+  // rounded once, Note [16-bit tensors]); x must not overlap y.
+  virtual void AddColumns(const Tensor& y, int64_t column, const Tensor& x, float alpha) = 0;
+  // y = x[:, column:column+w] for x [N, W] and y [N, w] (the window as above): the bytes,
+  // any dtype of 2 or 4 bytes, the same for both; y must not overlap x.
+  virtual void CopyColumns(const Tensor& x, int64_t column, const Tensor& y) = 0;
   // t = 0.
   virtual void Zero(const Tensor& t) = 0;
   // dst = src (same shape). Equal dtypes copy bytes (any dtype); between two float dtypes the

@@ -75,11 +75,16 @@ void CheckModel(const ModelConfig& model) {
   ZTRAIN_CHECK_T(ConfigError, message.empty(), message);
 }
 
-LayerList BuildModel(const ModelConfig& model, std::shared_ptr<const LinearProvider> provider) {
+LayerList BuildModel(const ModelConfig& model, std::shared_ptr<const LinearProvider> provider,
+                     const AdapterPlan& plan) {
   const ModelFamily& family = FindModelFamily(model.type);
   CheckModel(model);
   if (provider->size() > 1) CheckTensorParallelModel(model, provider->size());
-  return family.build(model, std::move(provider));
+  LayerList layers = family.build(model, std::move(provider));
+  if (!plan.enabled()) return layers;
+  for (const std::unique_ptr<Layer>& layer : layers) layer->Adapt(plan);
+  plan.CheckAllMatched();
+  return layers;
 }
 
 std::string DivisibilityProblem(const char* key, int64_t value, int tp, const std::string& fix) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/config.h"
+#include "nn/adapters.h"
 #include "nn/hf_family.h"
 #include "nn/layer.h"
 #include "nn/linear_provider.h"
@@ -29,6 +30,9 @@ struct ModelFamily {
   // none); CheckTensorParallelModel adds the ones every family shares.
   std::function<std::vector<std::string>(const ModelConfig&, int tp)> tp_problems;
   HfFamily hf;  // Hugging Face directories in and out (nn/hf_checkpoint.h)
+  // The linears LoRA adapts when lora.target_modules is null: PEFT's default for the family
+  // (TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING).
+  std::vector<std::string> lora_targets;
 };
 
 // The family whose HfFamily reads `hf_config` (config.json's "architectures", else its
@@ -44,9 +48,11 @@ const ModelFamily& FindModelFamily(const std::string& type);
 // check-config and train refuse the same.
 void CheckModel(const ModelConfig& model);
 
-// The model of config `model` (checked), its linears from `provider` (whole by default).
+// The model of config `model` (checked), its linears from `provider` (whole by default),
+// adapted as `plan` says (Note [Adapters and frozen parameters], nn/adapters.h).
 LayerList BuildModel(const ModelConfig& model,
-                     std::shared_ptr<const LinearProvider> provider = MakeWholeLinears());
+                     std::shared_ptr<const LinearProvider> provider = MakeWholeLinears(),
+                     const AdapterPlan& plan = AdapterPlan());
 
 // Throws ConfigError listing every way `model` cannot be split over `tp_size` ranks (heads,
 // channels, padded vocabulary not divisible), each with the fix. Collective-free.

@@ -85,8 +85,13 @@ std::vector<std::string> ConfigProblems(const ModelConfig& m) {
 }  // namespace
 
 ModelFamily Gpt2Family() {
-  return {"gpt2", "GPT-2 (llm.c's files, Hugging Face GPT2LMHeadModel)", &Build, &ConfigProblems,
-          &TensorParallelProblems, Gpt2HfFamily()};
+  return {"gpt2",
+          "GPT-2 (llm.c's files, Hugging Face GPT2LMHeadModel)",
+          &Build,
+          &ConfigProblems,
+          &TensorParallelProblems,
+          Gpt2HfFamily(),
+          {"c_attn"}};
 }
 
 LayerList BuildGpt2(const ModelConfig& model) { return BuildModel(model); }

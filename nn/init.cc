@@ -26,6 +26,11 @@ double NormalFromKey(uint64_t key, int64_t index) {
   return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
 }
 
+double UniformFromKey(uint64_t key, int64_t index) {  // in [-1, 1)
+  const uint64_t r = SplitMix64(key + static_cast<uint64_t>(index) * 0xd1b54a32d192ed03ull);
+  return static_cast<double>(r >> 11) * 0x1p-52 - 1.0;
+}
+
 }  // namespace
 
 double InitNormal(uint64_t seed, std::string_view name, int64_t index) {
@@ -48,6 +53,14 @@ void InitParam(const ParamSpec& spec, uint64_t seed, const Tensor& out, int64_t 
       const double std = spec.init_std;
 #pragma omp parallel for schedule(static) if (n > 65536)
       for (int64_t i = 0; i < n; ++i) p[i] = static_cast<float>(std * NormalFromKey(key, offset + i));
+      return;
+    }
+    case Init::kUniform: {
+      const uint64_t key = StreamKey(seed, spec.name);
+      const double bound = spec.init_std;
+#pragma omp parallel for schedule(static) if (n > 65536)
+      for (int64_t i = 0; i < n; ++i)
+        p[i] = static_cast<float>(bound * UniformFromKey(key, offset + i));
       return;
     }
   }

@@ -16,7 +16,7 @@ namespace ztrain::nn {
 double InitNormal(uint64_t seed, std::string_view name, int64_t index);
 
 // Fills `out` (fp32) with elements [offset, offset + out.numel()) of parameter `spec`:
-// zeros, ones, or normal(0, spec.init_std).
+// zeros, ones, normal(0, spec.init_std), or uniform in [-spec.init_std, spec.init_std).
 void InitParam(const ParamSpec& spec, uint64_t seed, const Tensor& out, int64_t offset = 0);
 
 }  // namespace ztrain::nn

@@ -19,7 +19,10 @@
 
 namespace ztrain::nn {
 
-enum class Init { kZeros, kOnes, kNormal };
+class AdapterPlan;  // nn/adapters.h
+
+// kUniform: uniform in [-init_std, init_std) (LoRA's Kaiming-uniform A).
+enum class Init { kZeros, kOnes, kNormal, kUniform };
 
 // Tensor parallelism: a parameter that is one rank's slice of a whole parameter of shape
 // `full_shape`. Along dimension `dim` the whole is `groups` equal blocks (a fused QKV weight:
@@ -61,6 +64,10 @@ struct ParamSpec {
   // projections computed by one GEMM (nn::Linear). The previous parameter must be one the
   // layer owns (not tied) and of the same trailing shape.
   bool packed = false;
+  // False: frozen (a fine-tuned model's base, Note [Adapters and frozen parameters] in
+  // nn/adapters.h). The engine keeps no gradient and no optimizer state for it, stores it in
+  // the compute dtype, and binds an undefined gradient view, so a layer's backward skips it.
+  bool trainable = true;
 };
 
 // A layer's bound parameter and gradient views in the order of its Params(), for the modules
@@ -101,6 +108,11 @@ class Layer {
   virtual int BlockIndex() const { return -1; }
   // Matmul FLOPs of forward per token at sequence length T (for FLOP/s and MFU reports).
   virtual double ForwardFlopsPerToken(int64_t /*seq_len*/) const { return 0.0; }
+  // Fine-tuning (Note [Adapters and frozen parameters], nn/adapters.h): freezes the
+  // parameters `plan` freezes and adds the LoRA adapters it asks for. BuildModel calls it
+  // once, before anything reads Params(). The default leaves the layer as declared: a layer
+  // of research code trains whole.
+  virtual void Adapt(const AdapterPlan& /*plan*/) {}
 
   // Called by the engine once storage exists; views are in the order of Params().
   void Bind(std::vector<Tensor> params, std::vector<Tensor> grads);

@@ -30,6 +30,8 @@ ParamSpec LinearProvider::Row(ParamSpec whole) const {
   return Split(std::move(whole), 1, 1, size(), rank());
 }
 
+// Here and below, an undefined (frozen) parameter gradient goes to the op, which skips it
+// (Note [Frozen parameters] in kernels/ops.h).
 void WholeLinears::ColumnBackward(LayerContext& ctx, std::span<const LinearGrad> linears,
                                   const Tensor& x, const Tensor& dx) const {
   kernels::Ops& ops = ctx.ops();

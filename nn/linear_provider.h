@@ -20,6 +20,10 @@
 // slice of the whole it holds (nn/layer.h). With one piece every spec stays whole and every
 // computation is the single-process op sequence, bit for bit.
 //
+// Every parameter gradient handed to a provider may be an undefined Tensor (a frozen
+// parameter): the provider skips it, writes nothing there, and computes everything else bit
+// for bit as with it defined, as the ops do (Note [Frozen parameters] in kernels/ops.h).
+//
 // Providers are shared by the layers of one model (std::shared_ptr) and must be used by one
 // thread at a time, as layers are. Errors: ztrain::Error from the ops; a Megatron provider's
 // collectives fail as its communicator's do.
@@ -36,8 +40,8 @@ namespace ztrain::nn {
 struct LinearGrad {
   Tensor dy;
   Tensor weight;
-  Tensor dweight;
-  Tensor dbias;  // undefined without a bias
+  Tensor dweight;  // undefined for a frozen weight
+  Tensor dbias;    // undefined without a bias, or for a frozen one
 };
 
 class LinearProvider {
@@ -56,9 +60,12 @@ class LinearProvider {
 
   // Backward of column-parallel linears that read the same whole input x:
   // dx = sum over the linears (and the pieces) of dy @ weight, overwritten; each dweight +=
-  // dy^T x and dbias += the column sums of dy.
+  // dy^T x and dbias += the column sums of dy, each skipped when undefined (frozen).
   virtual void ColumnBackward(LayerContext& ctx, std::span<const LinearGrad> linears,
                               const Tensor& x, const Tensor& dx) const = 0;
+  // t (fp32), a partial sum on each piece, summed over the pieces in place (LoRA's
+  // adapters, Note [LoRA in the linears]); nothing to do with one piece.
+  virtual void SumOverPieces(LayerContext& ctx, const Tensor& t) const = 0;
   // Forward of a row-parallel linear: y = residual + (x @ weight^T summed over the pieces) +
   // bias (bias may be undefined). y may be neither x nor residual.
   virtual void RowForward(LayerContext& ctx, const Tensor& x, const Tensor& weight,
@@ -67,7 +74,8 @@ class LinearProvider {
   // out[B,T,C] = wte[tokens] (+ wpe[t] when wpe is defined); wte is this piece's rows.
   virtual void EmbeddingForward(LayerContext& ctx, const MicroBatch& mb, const Tensor& wte,
                                 const Tensor& wpe, const Tensor& out) const = 0;
-  // dwte (this piece's rows) and dwpe (when defined) accumulate from dout.
+  // dwte (this piece's rows) and dwpe accumulate from dout, each when defined (an undefined
+  // one: frozen, or no position table).
   virtual void EmbeddingBackward(LayerContext& ctx, const MicroBatch& mb, const Tensor& dout,
                                  const Tensor& dwte, const Tensor& dwpe) const = 0;
 
@@ -77,8 +85,8 @@ class LinearProvider {
   virtual void HeadLossForward(LayerContext& ctx, const MicroBatch& mb, const Tensor& h,
                                const Tensor& weight, int64_t vocab,
                                const Tensor& losses) const = 0;
-  // dh[N,C] (overwritten) and dweight (accumulated) from dlosses[N] (fp32); the saved logits
-  // are turned into their gradient in place.
+  // dh[N,C] (overwritten) and dweight (accumulated; skipped when undefined: frozen) from
+  // dlosses[N] (fp32); the saved logits are turned into their gradient in place.
   virtual void HeadLossBackward(LayerContext& ctx, const MicroBatch& mb, const Tensor& h,
                                 const Tensor& weight, int64_t vocab, const Tensor& dlosses,
                                 const Tensor& dh, const Tensor& dweight) const = 0;
@@ -91,6 +99,7 @@ class WholeLinears final : public LinearProvider {
   int rank() const override { return 0; }
   void ColumnBackward(LayerContext& ctx, std::span<const LinearGrad> linears, const Tensor& x,
                       const Tensor& dx) const override;
+  void SumOverPieces(LayerContext&, const Tensor&) const override {}
   void RowForward(LayerContext& ctx, const Tensor& x, const Tensor& weight, const Tensor& bias,
                   const Tensor& residual, const Tensor& y) const override;
   void EmbeddingForward(LayerContext& ctx, const MicroBatch& mb, const Tensor& wte,

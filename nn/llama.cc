@@ -114,8 +114,13 @@ std::vector<float> RopeInverseFrequencies(const ModelConfig& m) {
 }
 
 ModelFamily LlamaFamily() {
-  return {"llama", "Llama 2/3, Mistral, Qwen2 (Hugging Face LlamaForCausalLM and kin)", &Build,
-          &ConfigProblems, &TensorParallelProblems, LlamaHfFamily()};
+  return {"llama",
+          "Llama 2/3, Mistral, Qwen2 (Hugging Face LlamaForCausalLM and kin)",
+          &Build,
+          &ConfigProblems,
+          &TensorParallelProblems,
+          LlamaHfFamily(),
+          {"q_proj", "v_proj"}};
 }
 
 }  // namespace ztrain::nn

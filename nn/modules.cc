@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "core/buffer.h"
 #include "core/error.h"
 
 namespace ztrain::nn {
@@ -72,10 +73,16 @@ void Norm::Backward(LayerContext& ctx, const ParamViews& v, const std::string& k
   }
 }
 
+void Norm::Adapt(const AdapterPlan& plan, ParamTable& table) const {
+  table.at(weight_).trainable = plan.Trains(table.at(weight_).name, false, false);
+  if (bias_ >= 0) table.at(bias_).trainable = plan.Trains(table.at(bias_).name, true, false);
+}
+
 // ---- Linear --------------------------------------------------------------------------------
 
 Linear::Linear(std::vector<LinearSpec> specs, LinearSplit split, const LinearProvider& provider,
-               ParamTable& table, int groups) {
+               ParamTable& table, int groups)
+    : specs_(specs), split_(split), groups_(groups) {
   ZTRAIN_ASSERT(!specs.empty() && (specs.size() == 1 || split == LinearSplit::kColumn));
   local_in_ = split == LinearSplit::kRow ? specs[0].in / provider.size() : specs[0].in;
   for (size_t i = 0; i < specs.size(); ++i) {
@@ -104,7 +111,8 @@ namespace {
 Tensor Packed(const ParamViews& v, const std::vector<int>& indices, bool grads) {
   if (indices.empty()) return Tensor();
   const Tensor first = grads ? v.grad(indices[0]) : v.param(indices[0]);
-  if (indices.size() == 1) return first;
+  // One view, or a frozen run's gradients (none: a packed run trains whole or not at all).
+  if (indices.size() == 1 || !first.defined()) return first;
   const char* end = static_cast<const char*>(first.data());
   Shape shape = first.shape();
   shape[0] = 0;
@@ -124,23 +132,137 @@ Tensor Linear::dweight(const ParamViews& v) const { return Packed(v, weights_, t
 Tensor Linear::bias(const ParamViews& v) const { return Packed(v, biases_, false); }
 Tensor Linear::dbias(const ParamViews& v) const { return Packed(v, biases_, true); }
 
-LinearGrad Linear::Grad(const ParamViews& v, const Tensor& dy) const {
-  return {dy, weight(v), dweight(v), dbias(v)};
+int64_t Linear::local_weight_elements() const {
+  int64_t n = local_out_ * local_in_;
+  for (const Adapter& a : adapters_) n += a.r * (local_in_ + a.out);
+  return n;
 }
 
 void Linear::Forward(LayerContext& ctx, const ParamViews& v, const Tensor& x,
                      const Tensor& y) const {
   ctx.ops().LinearForward(x, weight(v), bias(v), y);
+  for (const Adapter& a : adapters_) {
+    AddAdapterOutput(ctx, v, a, AdapterInput(ctx, nullptr, v, a, x), y);
+  }
 }
 
 void Linear::ForwardAdd(LayerContext& ctx, const LinearProvider& p, const ParamViews& v,
                         const Tensor& x, const Tensor& residual, const Tensor& y) const {
   p.RowForward(ctx, x, weight(v), bias(v), residual, y);
+  for (const Adapter& a : adapters_) AddAdapterOutput(ctx, v, a, AdapterInput(ctx, &p, v, a, x), y);
 }
 
 void Linear::BackwardRow(LayerContext& ctx, const ParamViews& v, const Tensor& dy,
                          const Tensor& x, const Tensor& dx) const {
-  ctx.ops().LinearBackward(dy, x, weight(v), dx, dweight(v), dbias(v));
+  kernels::Ops& ops = ctx.ops();
+  ops.LinearBackward(dy, x, weight(v), dx, dweight(v), dbias(v));
+  for (const Adapter& a : adapters_) {
+    const Buffer hold(ctx.allocator(), DType::kF32, {x.size(0), a.r}, MemoryCategory::kWorkspace);
+    const Tensor du = hold.AsTensor(DType::kF32, {x.size(0), a.r});
+    ops.LinearBackward(dy, ctx.Saved(a.name + ".lora_u"), v.param(a.b), du, v.grad(a.b), Tensor());
+    ops.Scale(du, a.scaling);
+    ops.Gemm(false, false, 1.0f, du, v.param(a.a), 1.0f, dx);  // dx += du A
+    ops.LinearBackward(du, x, v.param(a.a), Tensor(), v.grad(a.a), Tensor());
+  }
+}
+
+void Linear::Grads(LayerContext& ctx, const ParamViews& v, const Tensor& dy,
+                   std::vector<LinearGrad>& out) const {
+  kernels::Ops& ops = ctx.ops();
+  out.push_back({dy, weight(v), dweight(v), dbias(v)});
+  const int64_t n = dy.size(0);
+  for (const Adapter& a : adapters_) {
+    Tensor dy_a = dy;  // the declared linear's columns of dy
+    Buffer hold;
+    if (a.out != dy.size(1)) {
+      hold = Buffer(ctx.allocator(), dy.dtype(), {n, a.out}, MemoryCategory::kWorkspace);
+      dy_a = hold.AsTensor(dy.dtype(), {n, a.out});
+      ops.CopyColumns(dy, a.column, dy_a);
+    }
+    const Tensor du = ctx.Save(a.name + ".lora_du", DType::kF32, {n, a.r});
+    ops.LinearBackward(dy_a, ctx.Saved(a.name + ".lora_u"), v.param(a.b), du, v.grad(a.b),
+                       Tensor());
+    ops.Scale(du, a.scaling);
+    out.push_back({du, v.param(a.a), Tensor(), Tensor()});  // dx += du A
+  }
+}
+
+void Linear::FinishGrads(LayerContext& ctx, const LinearProvider& p, const ParamViews& v,
+                         const Tensor& x) const {
+  for (const Adapter& a : adapters_) {
+    const Tensor du = ctx.Saved(a.name + ".lora_du");
+    p.SumOverPieces(ctx, du);
+    ctx.ops().LinearBackward(du, x, v.param(a.a), Tensor(), v.grad(a.a), Tensor());
+  }
+}
+
+Tensor Linear::AdapterInput(LayerContext& ctx, const LinearProvider* p, const ParamViews& v,
+                            const Adapter& a, const Tensor& x) const {
+  const Tensor u = ctx.Save(a.name + ".lora_u", DType::kF32, {x.size(0), a.r});
+  ctx.ops().LinearForward(x, v.param(a.a), Tensor(), u);
+  if (p != nullptr) p->SumOverPieces(ctx, u);  // row-parallel: x and A are the piece's
+  ctx.ops().Scale(u, a.scaling);
+  return u;
+}
+
+void Linear::AddAdapterOutput(LayerContext& ctx, const ParamViews& v, const Adapter& a,
+                              const Tensor& u, const Tensor& y) const {
+  kernels::Ops& ops = ctx.ops();
+  if (a.out == y.size(1)) {
+    ops.Gemm(false, true, 1.0f, u, v.param(a.b), 1.0f, y);  // y += u B^T
+    return;
+  }
+  const Buffer hold(ctx.allocator(), y.dtype(), {y.size(0), a.out}, MemoryCategory::kWorkspace);
+  const Tensor d = hold.AsTensor(y.dtype(), {y.size(0), a.out});
+  ops.LinearForward(u, v.param(a.b), Tensor(), d);
+  ops.AddColumns(y, a.column, d, 1.0f);
+}
+
+void Linear::Adapt(const AdapterPlan& plan, int block, const LinearProvider& provider,
+                   ParamTable& table) {
+  int64_t column = 0;
+  bool packed_trains = false;
+  for (size_t i = 0; i < specs_.size(); ++i) {
+    const LinearSpec& s = specs_[i];
+    const std::optional<LoraAdapter> lora = plan.Lora(s.name, block);
+    ParamSpec& w = table.at(weights_[i]);
+    w.trainable = plan.Trains(w.name, false, lora.has_value());
+    if (i < biases_.size()) {
+      ParamSpec& b = table.at(biases_[i]);
+      b.trainable = plan.Trains(b.name, true, lora.has_value());
+    }
+    // A packed run is one tensor in every buffer: all of it trains or none.
+    ZTRAIN_CHECK_T(ConfigError, i == 0 || w.trainable == packed_trains,
+                   "lora.modules_to_save trains ", table.at(weights_[0]).name, " or ", w.name,
+                   " but not both; ztrain computes ", specs_[0].name,
+                   " and the linears packed "
+                   "with it in one GEMM: train all of them or none");
+    packed_trains = w.trainable;
+    const int64_t out = w.shape[0];
+    if (lora) {
+      ParamSpec lora_a = Weight(s.name + ".lora_A.weight", {lora->r, s.in});
+      ParamSpec lora_b = Weight(s.name + ".lora_B.weight", {s.out, lora->r});
+      AdapterPlan::InitA(*lora, s.in, lora_a);
+      AdapterPlan::InitB(*lora, lora_b);
+      if (split_ == LinearSplit::kColumn) {
+        lora_b = provider.Column(std::move(lora_b), groups_);
+      } else {
+        lora_a = provider.Row(std::move(lora_a));
+      }
+      adapters_.push_back({s.name, table.Add(std::move(lora_a)), table.Add(std::move(lora_b)),
+                           column, out, lora->r, lora->scaling});
+    }
+    column += out;
+  }
+  if (biases_.size() > 1) {
+    for (size_t i = 1; i < biases_.size(); ++i) {
+      ZTRAIN_CHECK_T(ConfigError, table.at(biases_[i]).trainable == table.at(biases_[0]).trainable,
+                     "lora.bias \"lora_only\" trains ", table.at(biases_[0]).name, " or ",
+                     table.at(biases_[i]).name, " but not both; ztrain computes ", specs_[0].name,
+                     " and the linears packed with it in one GEMM: adapt all "
+                     "of them or none, or use lora.bias \"all\" or \"none\"");
+    }
+  }
 }
 
 // ---- Attention -----------------------------------------------------------------------------
@@ -207,8 +329,16 @@ void Attention::Backward(LayerContext& ctx, const LinearProvider& p, const Param
   ops.AttentionBackward(datt.View({batch, t, qw}), ctx.Saved("qkv").View({batch, t, width}),
                         ctx.Saved("att").View({batch, t, qw}), ctx.Saved("lse"), heads_, dqkv3);
   if (!inv_freq_.empty()) ops.RopeBackward(dqkv3, heads_, InvFreq(ctx));
-  const LinearGrad g = qkv_.Grad(v, dqkv);
-  p.ColumnBackward(ctx, std::span<const LinearGrad>(&g, 1), x, dx);
+  std::vector<LinearGrad> g;
+  qkv_.Grads(ctx, v, dqkv, g);
+  p.ColumnBackward(ctx, g, x, dx);
+  qkv_.FinishGrads(ctx, p, v, x);
+}
+
+void Attention::Adapt(const AdapterPlan& plan, int block, const LinearProvider& provider,
+                      ParamTable& table) {
+  qkv_.Adapt(plan, block, provider, table);
+  o_.Adapt(plan, block, provider, table);
 }
 
 double Attention::ForwardFlopsPerToken(int64_t seq_len) const {
@@ -261,16 +391,29 @@ void Mlp::Backward(LayerContext& ctx, const LinearProvider& p, const ParamViews&
     down_.BackwardRow(ctx, v, dy, ctx.Saved("fch_gelu"), dact);
     const Tensor dfch = ctx.Scratch(ctx.dtype(), {n, h});
     ops.GeluBackward(dact, ctx.Saved("fch"), dfch);
-    const LinearGrad g = up_.Grad(v, dfch);
-    p.ColumnBackward(ctx, std::span<const LinearGrad>(&g, 1), x, dx);
+    std::vector<LinearGrad> g;
+    up_.Grads(ctx, v, dfch, g);
+    p.ColumnBackward(ctx, g, x, dx);
+    up_.FinishGrads(ctx, p, v, x);
     return;
   }
   down_.BackwardRow(ctx, v, dy, ctx.Saved("swiglu"), dact);
   const Tensor dgate = ctx.Scratch(ctx.dtype(), {n, h});
   const Tensor dup = ctx.Scratch(ctx.dtype(), {n, h});
   ops.SwiGluBackward(dact, ctx.Saved("gate"), ctx.Saved("up"), dgate, dup);
-  const LinearGrad g[] = {gate_.Grad(v, dgate), up_.Grad(v, dup)};
+  std::vector<LinearGrad> g;
+  gate_.Grads(ctx, v, dgate, g);
+  up_.Grads(ctx, v, dup, g);
   p.ColumnBackward(ctx, g, x, dx);
+  gate_.FinishGrads(ctx, p, v, x);
+  up_.FinishGrads(ctx, p, v, x);
+}
+
+void Mlp::Adapt(const AdapterPlan& plan, int block, const LinearProvider& provider,
+                ParamTable& table) {
+  if (kind_ == MlpKind::kSwiGlu) gate_.Adapt(plan, block, provider, table);
+  up_.Adapt(plan, block, provider, table);
+  down_.Adapt(plan, block, provider, table);
 }
 
 double Mlp::ForwardFlopsPerToken() const {

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "nn/adapters.h"
 #include "nn/layer.h"
 #include "nn/linear_provider.h"
 
@@ -25,6 +26,7 @@ class ParamTable {
  public:
   int Add(ParamSpec spec);
   const std::vector<ParamSpec>& specs() const { return specs_; }
+  ParamSpec& at(int i) { return specs_.at(static_cast<size_t>(i)); }
 
  private:
   std::vector<ParamSpec> specs_;
@@ -54,6 +56,8 @@ class Norm {
   // dx (overwritten) from dy; the parameter gradients accumulate.
   void Backward(LayerContext& ctx, const ParamViews& v, const std::string& key, const Tensor& dy,
                 const Tensor& x, const Tensor& dx) const;
+  // Freezes what `plan` does not train (Note [Adapters and frozen parameters]).
+  void Adapt(const AdapterPlan& plan, ParamTable& table) const;
 
  private:
   NormSpec spec_;
@@ -74,30 +78,75 @@ struct LinearSpec {
 // column-parallel linear may pack several declared linears (q, k and v) into one: their
 // weights (and biases) lie back to back in the layer's flat buffer (ParamSpec::packed), so
 // the packed weight is one [sum of outs, in] matrix and one GEMM computes them all.
+//
+// Note [LoRA in the linears]
+// Adapt gives each declared linear the plan targets its adapters A [r, in] and B [out, r]
+// (PEFT's lora_A, lora_B), split with the base weight: a column-parallel linear's B takes
+// W's rows (A is whole), a row-parallel linear's A takes W's columns (B is whole). Then
+//   y += s (x A^T) B^T,   s = lora_alpha / r (or / sqrt(r)),
+// after the base linear, into the declared linear's columns of y (a packed q/k/v's are a
+// window of y's columns, Ops::AddColumns). u = s x A^T is computed in fp32 and saved (N x r:
+// small); a row-parallel linear sums it over the pieces first (its x is split), so every
+// piece adds the whole s u B^T after the base linear's all-reduce. Backward, from dy:
+//   dB += dy^T u,  du = s dy B,  dA += du^T x,  dx += du A.
+// In a column-parallel linear dy and B are the piece's rows, so du is a partial sum: its
+// dx term joins the base weight's in the provider's ColumnBackward (whose all-reduce of dx
+// sums it), and du is summed over the pieces (LinearProvider::SumOverPieces) before dA.
+// A row-parallel linear needs no collective in backward. With one piece every sum is the
+// single-process op sequence.
 class Linear {
  public:
   Linear() = default;
   Linear(std::vector<LinearSpec> specs, LinearSplit split, const LinearProvider& provider,
          ParamTable& table, int groups = 1);
+  // Freezes the weights, trains the biases `plan` trains, and adds adapters to each declared
+  // linear it targets in block `block` (Note [LoRA in the linears]).
+  void Adapt(const AdapterPlan& plan, int block, const LinearProvider& provider, ParamTable& table);
   int64_t local_out() const { return local_out_; }
-  // The weight elements this piece multiplies per token (for FLOP counts).
-  int64_t local_weight_elements() const { return local_out_ * local_in_; }
+  // The weight elements this piece multiplies per token, adapters' included (FLOP counts).
+  int64_t local_weight_elements() const;
   Tensor weight(const ParamViews& v) const;
   Tensor bias(const ParamViews& v) const;  // undefined without biases
   Tensor dweight(const ParamViews& v) const;
   Tensor dbias(const ParamViews& v) const;
-  LinearGrad Grad(const ParamViews& v, const Tensor& dy) const;
-  // y = x W^T + b (column-parallel: this piece's output features).
+  // y = x W^T + b (column-parallel: this piece's output features), adapters added.
   void Forward(LayerContext& ctx, const ParamViews& v, const Tensor& x, const Tensor& y) const;
-  // Row-parallel: y = residual + x W^T (summed over the pieces) + b.
+  // Row-parallel: y = residual + x W^T (summed over the pieces) + b, adapters added.
   void ForwardAdd(LayerContext& ctx, const LinearProvider& p, const ParamViews& v,
                   const Tensor& x, const Tensor& residual, const Tensor& y) const;
-  // Row-parallel backward: dx = dy W (this piece's input features), dW, db accumulate.
+  // Column-parallel backward, in two halves around the provider's ColumnBackward of every
+  // linear that reads x: Grads appends this linear's terms of dx (its weight's, and each
+  // adapter's A with du) and accumulates the adapters' dB; FinishGrads, after it, sums each
+  // du over the pieces and accumulates dA.
+  void Grads(LayerContext& ctx, const ParamViews& v, const Tensor& dy,
+             std::vector<LinearGrad>& out) const;
+  void FinishGrads(LayerContext& ctx, const LinearProvider& p, const ParamViews& v,
+                   const Tensor& x) const;
+  // Row-parallel backward: dx = dy W (this piece's input features), dW, db and the
+  // adapters' gradients accumulate.
   void BackwardRow(LayerContext& ctx, const ParamViews& v, const Tensor& dy, const Tensor& x,
                    const Tensor& dx) const;
 
  private:
+  struct Adapter {
+    std::string name;    // the declared linear's: saved tensors' keys
+    int a = -1, b = -1;  // A's and B's indices in the table
+    int64_t column = 0;  // the declared linear's first column of this piece's y
+    int64_t out = 0;     // its columns of this piece's y
+    int64_t r = 0;
+    float scaling = 1.0f;
+  };
+  // u = scaling x A^T in fp32 (summed over the pieces when row-parallel), saved.
+  Tensor AdapterInput(LayerContext& ctx, const LinearProvider* p, const ParamViews& v,
+                      const Adapter& a, const Tensor& x) const;
+  void AddAdapterOutput(LayerContext& ctx, const ParamViews& v, const Adapter& a, const Tensor& u,
+                        const Tensor& y) const;
+
+  std::vector<LinearSpec> specs_;
+  LinearSplit split_ = LinearSplit::kColumn;
+  int groups_ = 1;
   std::vector<int> weights_, biases_;
+  std::vector<Adapter> adapters_;
   int64_t local_out_ = 0, local_in_ = 0;
 };
 
@@ -125,6 +174,7 @@ class Attention {
   void Backward(LayerContext& ctx, const LinearProvider& p, const ParamViews& v, int64_t batch,
                 const Tensor& dy, const Tensor& x, const Tensor& dx) const;
   double ForwardFlopsPerToken(int64_t seq_len) const;
+  void Adapt(const AdapterPlan& plan, int block, const LinearProvider& provider, ParamTable& table);
 
  private:
   Tensor InvFreq(LayerContext& ctx) const;
@@ -155,6 +205,7 @@ class Mlp {
   void Backward(LayerContext& ctx, const LinearProvider& p, const ParamViews& v, const Tensor& dy,
                 const Tensor& x, const Tensor& dx) const;
   double ForwardFlopsPerToken() const;
+  void Adapt(const AdapterPlan& plan, int block, const LinearProvider& provider, ParamTable& table);
 
  private:
   MlpKind kind_ = MlpKind::kGelu;

@@ -215,6 +215,8 @@ std::string_view SafetensorsDTypeName(DType dtype) {
       return "I32";
     case DType::kU16:
       return "U16";
+    case DType::kU8:
+      return "U8";
   }
   ZTRAIN_ASSERT(false, "unknown dtype");
 }

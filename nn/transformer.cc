@@ -39,6 +39,12 @@ void Embedding::Backward(const MicroBatch& mb, const Tensor&, const Tensor& dout
   provider_->EmbeddingBackward(ctx, mb, doutput, v.grad(wte_), v.grad(wpe_));
 }
 
+void Embedding::Adapt(const AdapterPlan& plan) {
+  for (int i : {wte_, wpe_}) {
+    if (i >= 0) table_.at(i).trainable = plan.Trains(table_.at(i).name, false, false);
+  }
+}
+
 // ---- TransformerBlock ------------------------------------------------------------------------
 
 TransformerBlock::TransformerBlock(const BlockSpec& spec,
@@ -65,6 +71,13 @@ TransformerBlock::TransformerBlock(const BlockSpec& spec,
 
 double TransformerBlock::ForwardFlopsPerToken(int64_t seq_len) const {
   return attention_.ForwardFlopsPerToken(seq_len) + mlp_.ForwardFlopsPerToken();
+}
+
+void TransformerBlock::Adapt(const AdapterPlan& plan) {
+  norm1_.Adapt(plan, table_);
+  attention_.Adapt(plan, index_, *provider_, table_);
+  norm2_.Adapt(plan, table_);
+  mlp_.Adapt(plan, index_, *provider_, table_);
 }
 
 void TransformerBlock::Forward(const MicroBatch&, const Tensor& input, const Tensor& output,
@@ -115,6 +128,13 @@ LmHead::LmHead(const HeadSpec& spec, std::shared_ptr<const LinearProvider> provi
 
 Shape LmHead::OutputShape(const Shape& input_shape) const {
   return {input_shape.at(0), input_shape.at(1)};
+}
+
+// A tied head's weight is the embedding's: it trains when the embedding does.
+void LmHead::Adapt(const AdapterPlan& plan) {
+  norm_.Adapt(plan, table_);
+  ParamSpec& w = table_.at(weight_);
+  w.trainable = plan.Trains(w.tied_to.empty() ? w.name : w.tied_to, false, false);
 }
 
 double LmHead::ForwardFlopsPerToken(int64_t) const {

@@ -33,6 +33,7 @@ class Embedding final : public Layer {
                LayerContext& ctx) override;
   void Backward(const MicroBatch& mb, const Tensor& input, const Tensor& doutput,
                 const Tensor& dinput, LayerContext& ctx) override;
+  void Adapt(const AdapterPlan& plan) override;
 
  private:
   std::shared_ptr<const LinearProvider> provider_;
@@ -64,6 +65,7 @@ class TransformerBlock final : public Layer {
                 const Tensor& dinput, LayerContext& ctx) override;
   // This piece's share (every matmul and the attention split over the provider's pieces).
   double ForwardFlopsPerToken(int64_t seq_len) const override;
+  void Adapt(const AdapterPlan& plan) override;
 
  private:
   std::shared_ptr<const LinearProvider> provider_;
@@ -97,6 +99,7 @@ class LmHead final : public Layer {
   void Backward(const MicroBatch& mb, const Tensor& input, const Tensor& doutput,
                 const Tensor& dinput, LayerContext& ctx) override;
   double ForwardFlopsPerToken(int64_t seq_len) const override;
+  void Adapt(const AdapterPlan& plan) override;
 
  private:
   std::shared_ptr<const LinearProvider> provider_;

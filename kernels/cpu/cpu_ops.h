@@ -9,7 +9,10 @@
 // keeps between calls (ScratchBytes()), and GEMMs on two bf16 operands through oneDNN
 // (Note [bf16 GEMMs] in gemm_mixed.cc). Calls whose arguments are all fp32 run the fp32
 // kernels directly, as before the 16-bit path existed. Zero moves bytes and takes every
-// dtype; Copy moves bytes between equal dtypes and converts between float dtypes.
+// dtype; Copy moves bytes between equal dtypes and converts between float dtypes; CopyColumns
+// moves bytes of any 2- or 4-byte dtype; AddColumns widens its 16-bit rows a block at a time
+// on the stack (kernels/cpu/columns.cc), outside the adapter. An undefined parameter gradient
+// is skipped (Note [Frozen parameters] in ops.h): the adapter passes it through untouched.
 // Shapes are checked before any work starts, so a throwing op has written nothing.
 // Thread safety: one thread at a time per object (ops.h); each op runs OpenMP-parallel inside
 // and never calls OpenBLAS or oneDNN from within a parallel region (Note [BLAS and OpenMP]).
@@ -95,6 +98,8 @@ class CpuOps final : public Ops {
 
   void Add(const Tensor& a, const Tensor& b, const Tensor& y) override;
   void AddInPlace(const Tensor& y, const Tensor& x) override;
+  void AddColumns(const Tensor& y, int64_t column, const Tensor& x, float alpha) override;
+  void CopyColumns(const Tensor& x, int64_t column, const Tensor& y) override;
   void Zero(const Tensor& t) override;
   void Copy(const Tensor& src, const Tensor& dst) override;
   void Synchronize() override {}

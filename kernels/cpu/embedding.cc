@@ -1,5 +1,6 @@
 // Token (+ position) embedding, forward and deterministic backward. The position table is
-// optional: a model without one (Llama: RoPE) passes an undefined wpe / dwpe.
+// optional: a model without one (Llama: RoPE) passes an undefined wpe / dwpe. The backward
+// also takes an undefined dwte (a frozen table, Note [Frozen parameters] in ops.h).
 #include <omp.h>
 
 #include <algorithm>
@@ -28,6 +29,16 @@ void CheckTokens(const int32_t* tokens, const EmbeddingDims& d, const char* op) 
   }
 }
 
+// wpe (undefined: no position table) is [maxT >= T, C].
+void CheckPositions(const Tensor& wpe, const EmbeddingDims& d, const char* op,
+                    const char* wpe_name) {
+  if (!wpe.defined()) return;
+  cpu::CheckCpuFloat(wpe, op, wpe_name);
+  ZTRAIN_CHECK(wpe.dim() == 2 && wpe.size(1) == d.channels && wpe.size(0) >= d.seq, op, ": ",
+               wpe_name, " has shape ", ShapeToString(wpe.shape()), ", expected [maxT >= ", d.seq,
+               ", ", d.channels, "]");
+}
+
 // wpe may be undefined (no position table).
 EmbeddingDims CheckEmbeddingArgs(const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
                                  const Tensor& act, const char* op, const char* wte_name,
@@ -39,14 +50,25 @@ EmbeddingDims CheckEmbeddingArgs(const Tensor& tokens, const Tensor& wte, const 
   ZTRAIN_CHECK(wte.dim() == 2, op, ": ", wte_name, " must be [Vp, C], got ",
                ShapeToString(wte.shape()));
   const EmbeddingDims d{tokens.size(0), tokens.size(1), wte.size(1), wte.size(0)};
-  if (wpe.defined()) {
-    cpu::CheckCpuFloat(wpe, op, wpe_name);
-    ZTRAIN_CHECK(wpe.dim() == 2 && wpe.size(1) == d.channels && wpe.size(0) >= d.seq, op, ": ",
-                 wpe_name, " has shape ", ShapeToString(wpe.shape()), ", expected [maxT >= ", d.seq,
-                 ", ", d.channels, "]");
-  }
+  CheckPositions(wpe, d, op, wpe_name);
   cpu::CheckCpuFloat(act, {d.batch, d.seq, d.channels}, op, act_name);
   CheckTokens(tokens.data<int32_t>(), d, op);
+  return d;
+}
+
+// The backward's sizes when dwte is undefined (a frozen token table, Note [Frozen
+// parameters] in ops.h): C comes from dout and the tokens' values are not read.
+EmbeddingDims CheckFrozenTableArgs(const Tensor& dout, const Tensor& tokens, const Tensor& dwpe,
+                                   const char* op) {
+  cpu::CheckCpu(tokens, op, "tokens", DType::kI32);
+  ZTRAIN_CHECK(tokens.dim() == 2, op, ": tokens must be [B, T], got ",
+               ShapeToString(tokens.shape()));
+  cpu::CheckCpuFloat(dout, op, "dout");
+  ZTRAIN_CHECK(dout.dim() == 3 && dout.size(0) == tokens.size(0) && dout.size(1) == tokens.size(1),
+               op, ": dout has shape ", ShapeToString(dout.shape()), ", expected [", tokens.size(0),
+               ", ", tokens.size(1), ", C] for tokens ", ShapeToString(tokens.shape()));
+  const EmbeddingDims d{tokens.size(0), tokens.size(1), dout.size(2), 0};
+  CheckPositions(dwpe, d, op, "dwpe");
   return d;
 }
 
@@ -110,6 +132,11 @@ void CpuOps::EmbeddingForward(const Tensor& tokens, const Tensor& wte, const Ten
 // up in the same order for any thread count and no two threads touch the same dwte element.
 void CpuOps::EmbeddingBackward(const Tensor& dout, const Tensor& tokens, const Tensor& dwte,
                                const Tensor& dwpe) {
+  constexpr const char* kOp = "EmbeddingBackward";
+  if (!dwte.defined() && !dwpe.defined()) {  // both tables frozen: nothing to accumulate
+    CheckFrozenTableArgs(dout, tokens, dwpe, kOp);
+    return;
+  }
   if (cpu::AnyHalf(dout, dwte, dwpe)) {  // Note [Widening adapter]: dwte is widened whole
     cpu::Widened w(scratch_);
     EmbeddingBackward(w.In(dout), tokens, w.InOut(dwte), w.InOut(dwpe));
@@ -117,14 +144,16 @@ void CpuOps::EmbeddingBackward(const Tensor& dout, const Tensor& tokens, const T
     return;
   }
   const EmbeddingDims d =
-      CheckEmbeddingArgs(tokens, dwte, dwpe, dout, "EmbeddingBackward", "dwte", "dwpe", "dout");
+      dwte.defined() ? CheckEmbeddingArgs(tokens, dwte, dwpe, dout, kOp, "dwte", "dwpe", "dout")
+                     : CheckFrozenTableArgs(dout, tokens, dwpe, kOp);
   const int32_t* tok = tokens.data<int32_t>();
   const float* g = dout.data<float>();
   float* gte = dwte.data<float>();
   float* gpe = dwpe.data<float>();
   const int64_t rows = d.batch * d.seq, ch = d.channels;
-  const int64_t blocks = (ch + kChannelBlock - 1) / kChannelBlock;
-  const int64_t pe_rows = gpe != nullptr ? d.seq : 0;  // none without a position table
+  // Each table is skipped when its gradient is undefined (no position table, or frozen).
+  const int64_t blocks = gte != nullptr ? (ch + kChannelBlock - 1) / kChannelBlock : 0;
+  const int64_t pe_rows = gpe != nullptr ? d.seq : 0;
 #pragma omp parallel if (rows * ch >= cpu::kParallelGrain)
   {
 #pragma omp for schedule(static) nowait

@@ -133,7 +133,7 @@ void CpuOps::LinearBackward(const Tensor& dy, const Tensor& x, const Tensor& wei
                             const Tensor& dx, const Tensor& dweight, const Tensor& dbias) {
   constexpr const char* kOp = "LinearBackward";
   const auto [oc, ch, rows] = CheckLinear(x, weight, dy, "dy", dbias, kOp);
-  cpu::CheckCpuFloat(dweight, weight.shape(), kOp, "dweight");
+  if (dweight.defined()) cpu::CheckCpuFloat(dweight, weight.shape(), kOp, "dweight");
   if (dx.defined()) cpu::CheckCpuFloat(dx, x.shape(), kOp, "dx");
   if (cpu::AnyHalf(dy, x, weight, dx, dweight, dbias)) {
     return MixedLinearBackward(dy, x, weight, dx, dweight, dbias, kOp);
@@ -144,9 +144,10 @@ void CpuOps::LinearBackward(const Tensor& dy, const Tensor& x, const Tensor& wei
     cpu::Sgemm(false, false, rows, ch, oc, 1.0f, g, oc, weight.data<float>(), ch, 0.0f,
                dx.data<float>(), ch, kOp);
   }
-  // dW[OC,C] += dy^T[OC,N] @ x[N,C]
-  cpu::Sgemm(true, false, oc, ch, rows, 1.0f, g, oc, x.data<float>(), ch, 1.0f,
-             dweight.data<float>(), ch, kOp);
+  if (dweight.defined()) {  // dW[OC,C] += dy^T[OC,N] @ x[N,C]; a frozen weight has none
+    cpu::Sgemm(true, false, oc, ch, rows, 1.0f, g, oc, x.data<float>(), ch, 1.0f,
+               dweight.data<float>(), ch, kOp);
+  }
   if (dbias.defined()) cpu::AccumulateColumnSums(g, rows, oc, dbias.data<float>());
 }
 

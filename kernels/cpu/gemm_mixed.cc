@@ -94,7 +94,8 @@ void CpuOps::MixedGemm(bool trans_a, bool trans_b, float alpha, const Tensor& a,
   if (bias.defined()) cpu::AddBiasRows(c32.data<float>(), w.In(bias).data<float>(), m, n);
 }
 
-// The fp32 path's three steps, each on any dtypes: dx = dy W, dW += dy^T x, dbias += colsum.
+// The fp32 path's three steps, each on any dtypes: dx = dy W, dW += dy^T x, dbias += colsum,
+// each skipped when its output is undefined (Note [Frozen parameters] in ops.h).
 void CpuOps::MixedLinearBackward(const Tensor& dy, const Tensor& x, const Tensor& weight,
                                  const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
                                  const char* op) {
@@ -104,7 +105,7 @@ void CpuOps::MixedLinearBackward(const Tensor& dy, const Tensor& x, const Tensor
   if (dx.defined()) {
     MixedGemm(false, false, 1.0f, dy2, weight, Tensor(), 0.0f, dx.View({rows, ch}), w, op);
   }
-  MixedGemm(true, false, 1.0f, dy2, x2, Tensor(), 1.0f, dweight, w, op);
+  if (dweight.defined()) MixedGemm(true, false, 1.0f, dy2, x2, Tensor(), 1.0f, dweight, w, op);
   if (dbias.defined()) {  // bitwise the fp32 kernel's sum of the widened dy either way
     const Tensor db = w.InOut(dbias);
     if (dy.dtype() == DType::kF32) {

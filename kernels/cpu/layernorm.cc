@@ -2,6 +2,7 @@
 // layernorm_backward with dx overwritten.
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "kernels/cpu/check.h"
 #include "kernels/cpu/column_sums.h"
@@ -107,8 +108,8 @@ void CpuOps::LayerNormBackward(const Tensor& dy, const Tensor& x, const Tensor& 
   const LayerNormArgs a = CheckLayerNormArgs(x, weight, mean, rstd, kOp);
   cpu::CheckCpu(dy, x.shape(), kOp, "dy");
   cpu::CheckCpu(dx, x.shape(), kOp, "dx");
-  cpu::CheckCpu(dweight, weight.shape(), kOp, "dweight");
-  cpu::CheckCpu(dbias, weight.shape(), kOp, "dbias");
+  if (dweight.defined()) cpu::CheckCpu(dweight, weight.shape(), kOp, "dweight");
+  if (dbias.defined()) cpu::CheckCpu(dbias, weight.shape(), kOp, "dbias");
   const int64_t ch = a.channels, rows = a.rows;
   const float* g = dy.data<float>();
   const float* xp = x.data<float>();
@@ -116,21 +117,27 @@ void CpuOps::LayerNormBackward(const Tensor& dy, const Tensor& x, const Tensor& 
   const float* mp = mean.data<float>();
   const float* rp = rstd.data<float>();
   float* dxp = dx.data<float>();
-  float* dw = dweight.data<float>();
-  float* db = dbias.data<float>();
+  // One frozen gradient (Note [Frozen parameters]): its sums go to `discard`, so the other
+  // comes out of the same code bit for bit. Neither defined: no sums at all.
+  const bool sums = dweight.defined() || dbias.defined();
+  std::vector<float> discard(dweight.defined() != dbias.defined() ? ch : 0);
+  float* dw = dweight.defined() ? dweight.data<float>() : discard.data();
+  float* db = dbias.defined() ? dbias.data<float>() : discard.data();
+  const auto terms = [&](int64_t r, int64_t c0, int64_t width, auto& acc) {
+    const float* gr = g + r * ch + c0;
+    const float* xr = xp + r * ch + c0;
+    const float m = mp[r], s = rp[r];
+#pragma omp simd
+    for (int64_t c = 0; c < width; ++c) {
+      acc[0][c] += gr[c] * (xr[c] - m) * s;
+      acc[1][c] += gr[c];
+    }
+  };
 #pragma omp parallel if (rows * ch >= cpu::kParallelGrain)
   {
-    cpu::SumColumnBlocks<2>(
-        rows, ch, {dw, db}, [&](int64_t r, int64_t c0, int64_t width, auto& acc) {
-          const float* gr = g + r * ch + c0;
-          const float* xr = xp + r * ch + c0;
-          const float m = mp[r], s = rp[r];
-#pragma omp simd
-          for (int64_t c = 0; c < width; ++c) {
-            acc[0][c] += gr[c] * (xr[c] - m) * s;
-            acc[1][c] += gr[c];
-          }
-        });  // its barrier: dy and x are read before dx (which may alias either) is written
+    // Its barrier: dy and x are read before dx (which may alias either) is written. `sums`
+    // is the same on every thread, so all meet the same worksharing loops.
+    if (sums) cpu::SumColumnBlocks<2>(rows, ch, {dw, db}, terms);
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
       RowInputGrad(g + r * ch, xp + r * ch, w, mp[r], rp[r], ch, dxp + r * ch);

@@ -79,23 +79,26 @@ void CpuOps::RmsNormBackward(const Tensor& dy, const Tensor& x, const Tensor& we
   const int64_t rows = CheckRmsNormArgs(x, weight, rstd, kOp);
   cpu::CheckCpu(dy, x.shape(), kOp, "dy");
   cpu::CheckCpu(dx, x.shape(), kOp, "dx");
-  cpu::CheckCpu(dweight, weight.shape(), kOp, "dweight");
+  if (dweight.defined()) cpu::CheckCpu(dweight, weight.shape(), kOp, "dweight");
   const int64_t ch = weight.size(0);
   const float* g = dy.data<float>();
   const float* xp = x.data<float>();
   const float* w = weight.data<float>();
   const float* rp = rstd.data<float>();
   float* dxp = dx.data<float>();
-  float* dw = dweight.data<float>();
+  float* dw = dweight.data<float>();  // null for a frozen weight (Note [Frozen parameters])
+  const auto term = [&](int64_t r, int64_t c0, int64_t width, auto& acc) {
+    const float* gr = g + r * ch + c0;
+    const float* xr = xp + r * ch + c0;
+    const float s = rp[r];
+#pragma omp simd
+    for (int64_t c = 0; c < width; ++c) acc[0][c] += gr[c] * xr[c] * s;
+  };
 #pragma omp parallel if (rows * ch >= cpu::kParallelGrain)
   {
-    cpu::SumColumnBlocks<1>(rows, ch, {dw}, [&](int64_t r, int64_t c0, int64_t width, auto& acc) {
-      const float* gr = g + r * ch + c0;
-      const float* xr = xp + r * ch + c0;
-      const float s = rp[r];
-#pragma omp simd
-      for (int64_t c = 0; c < width; ++c) acc[0][c] += gr[c] * xr[c] * s;
-    });  // its barrier: dy and x are read before dx (which may alias either) is written
+    // Its barrier: dy and x are read before dx (which may alias either) is written. `dw` is
+    // the same on every thread, so all meet the same worksharing loops.
+    if (dw != nullptr) cpu::SumColumnBlocks<1>(rows, ch, {dw}, term);
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
       RowInputGrad(g + r * ch, xp + r * ch, w, rp[r], ch, dxp + r * ch);

@@ -1,15 +1,16 @@
 #pragma once
 // The widening adapter: how CpuOps runs bf16 and fp16 arguments through its fp32 kernels.
 //
-// Note [Widening adapter]: an op called with any 16-bit argument widens each 16-bit input
-// into fp32 scratch (exactly), runs the fp32 kernel on fp32 views, and rounds each 16-bit
-// output once, to nearest even, into the caller's tensor. An accumulated output (dweight,
-// dbias, dwte, dwpe, AddInPlace's y, Gemm's c when beta != 0) is widened in, accumulated
-// into by the fp32 kernel and rounded once. So a 16-bit call gives bitwise the fp32 kernel's
-// result on the widened inputs, rounded: the same arithmetic, the same determinism.
-// Arguments that are fp32 already, not floating-point, or not on the host pass through
-// untouched, so the fp32 kernel's own checks name what is wrong with them (ops.h's fixed-fp32
-// arguments are never widened). The caller's outputs are written only by Commit, after the
+// Note [Widening adapter]: an op called with any 16-bit argument widens each 16-bit input into
+// fp32 scratch (exactly), runs the fp32 kernel on fp32 views, and rounds each 16-bit output
+// once, to nearest even, into the caller's tensor. An accumulated output (dweight, dbias,
+// dwte, dwpe, AddInPlace's y, Gemm's c when beta != 0) is widened in, accumulated into by the
+// fp32 kernel and rounded once. So a 16-bit call gives bitwise the fp32 kernel's result on the
+// widened inputs, rounded: the same arithmetic, the same determinism. Arguments that are fp32
+// already, not floating-point, or not on the host pass through untouched, so the fp32 kernel's
+// own checks name what is wrong with them (ops.h's fixed-fp32 arguments are never widened); so
+// do undefined ones (a frozen parameter's gradient, Note [Frozen parameters] in ops.h), which
+// the fp32 kernel then skips. The caller's outputs are written only by Commit, after the
 // kernel returned: a throwing op has written nothing. Elementwise ops and the row-wise
 // softmax-cross-entropy go through in chunks (ForEachChunk) so that their scratch stays a few
 // MiB; EmbeddingForward widens only the table rows it reads (embedding.cc); GEMMs with two

@@ -4,18 +4,20 @@
 // Every op is enqueued on the object's stream and returns without waiting (SumSquares, which
 // returns a value to the host, synchronises). The stream is a blocking stream, so work on the
 // legacy default stream (where NcclCommunicator orders its collectives) waits for the ops
-// issued before it: a collective on an op's output needs no host synchronisation. Tensors live on this device, contiguous,
-// row-major. Floating-point tensors are fp32 or bf16 (not mixed within one op, except where
-// ops.h fixes a dtype: LayerNorm's mean/rstd, RMSNorm's rstd, attention's lse, RoPE's
-// inv_freq and the losses are fp32); arithmetic accumulates in fp32. GEMMs go through cuBLAS /
-// cuBLASLt (bias and GELU fused in the epilogue where cuBLASLt offers it), the rest through
-// the kernels in kernels/cuda/*.cu: fused LayerNorm and RMSNorm, flash-style causal
-// attention with grouped key/value heads (online softmax, no T x T matrix in device memory;
-// head_dim at most 128), RoPE in place, SwiGLU, a fused softmax + cross-entropy that writes
-// the logits' gradient in place, and deterministic backwards (no floating-point atomics in
-// the embedding, norm and attention gradients: the same result every run).
-// Shapes and dtypes are checked on the host before anything is enqueued, so a throwing op
-// has enqueued nothing. One thread at a time per object, as every Ops.
+// issued before it: a collective on an op's output needs no host synchronisation. Tensors live on
+// this device, contiguous, row-major. Floating-point tensors are fp32 or bf16 (not mixed within one
+// op, except where ops.h fixes a dtype: LayerNorm's mean/rstd, RMSNorm's rstd, attention's lse,
+// RoPE's inv_freq and the losses are fp32); arithmetic accumulates in fp32. GEMMs go through cuBLAS
+// / cuBLASLt (bias and GELU fused in the epilogue where cuBLASLt offers it), the rest through the
+// kernels in kernels/cuda/*.cu: fused LayerNorm and RMSNorm, flash-style causal attention with
+// grouped key/value heads (online softmax, no T x T matrix in device memory; head_dim at most 128),
+// RoPE in place, SwiGLU, a fused softmax + cross-entropy that writes the logits' gradient in place,
+// and deterministic backwards (no floating-point atomics in the embedding, norm and attention
+// gradients: the same result every run). AddColumns also takes fp16 (ops.h lets it), CopyColumns
+// any dtype of 2 or 4 bytes (it moves bytes), like Zero and Copy. An undefined parameter gradient
+// is skipped (Note [Frozen parameters] in ops.h): nothing is launched for it, and the other outputs
+// are the same bits. Shapes and dtypes are checked on the host before anything is enqueued, so a
+// throwing op has enqueued nothing. One thread at a time per object, as every Ops.
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -80,6 +82,8 @@ class CudaOps final : public Ops {
 
   void Add(const Tensor& a, const Tensor& b, const Tensor& y) override;
   void AddInPlace(const Tensor& y, const Tensor& x) override;
+  void AddColumns(const Tensor& y, int64_t column, const Tensor& x, float alpha) override;
+  void CopyColumns(const Tensor& x, int64_t column, const Tensor& y) override;
   void Zero(const Tensor& t) override;
   void Copy(const Tensor& src, const Tensor& dst) override;
   void Synchronize() override;

@@ -1,12 +1,14 @@
 // Token + position embedding on the GPU, forward and deterministic backward. The position
 // table is optional (ops.h): with wpe / dwpe undefined, out is the token rows alone (copied
-// bit for bit) and the backward writes dwte only.
+// bit for bit) and the backward writes dwte only. An undefined dwte (a frozen token table,
+// Note [Frozen parameters] in ops.h) leaves the backward to dwpe alone.
 //
 // Both directions check every token against [0, Vp) and throw naming the first bad one, as
-// ops.h requires. Tokens live on the device, so the check costs a round trip: the forward
-// pass finds the first bad position with a small kernel and reads one int back; the
-// backward pass copies the tokens themselves (B*T int32, e.g. 32 KiB for 8 x 1024) because
-// it needs them on the host anyway. Either way the host waits for the stream once per call
+// ops.h requires (the backward only when it writes dwte: without it the tokens are unread).
+// Tokens live on the device, so the check costs a round trip: the forward pass finds the
+// first bad position with a small kernel and reads one int back; the backward pass copies
+// the tokens themselves (B*T int32, e.g. 32 KiB for 8 x 1024) because it needs them on the
+// host anyway. Either way the host waits for the stream once per call
 // (cudaStreamSynchronize): the work enqueued before it must finish first, so the caller
 // loses the overlap of CPU and GPU at this point, which for an embedding at the start of the
 // forward pass and the end of the backward pass is cheap.
@@ -31,6 +33,16 @@ struct EmbeddingDims {
   int64_t batch, seq, channels, vocab;
 };
 
+// wpe (undefined: no position table) is [maxT >= T, C] of `dtype`.
+void CheckPositions(Device device, const Tensor& wpe, DType dtype, const EmbeddingDims& d,
+                    const char* op, const char* wpe_name) {
+  if (!wpe.defined()) return;
+  CheckOnDevice(wpe, device, dtype, op, wpe_name);
+  ZTRAIN_CHECK(wpe.dim() == 2 && wpe.size(1) == d.channels && wpe.size(0) >= d.seq, op, ": ",
+               wpe_name, " has shape ", ShapeToString(wpe.shape()), ", expected [maxT >= ", d.seq,
+               ", ", d.channels, "]");
+}
+
 EmbeddingDims CheckEmbeddingArgs(Device device, const Tensor& tokens, const Tensor& wte,
                                  const Tensor& wpe, const Tensor& act, const char* op,
                                  const char* act_name, const char* wte_name,
@@ -42,13 +54,25 @@ EmbeddingDims CheckEmbeddingArgs(Device device, const Tensor& tokens, const Tens
   ZTRAIN_CHECK(wte.dim() == 2, op, ": ", wte_name, " must be [Vp, C], got ",
                ShapeToString(wte.shape()));
   const EmbeddingDims d{tokens.size(0), tokens.size(1), wte.size(1), wte.size(0)};
-  if (wpe.defined()) {  // an undefined one: no position table
-    CheckOnDevice(wpe, device, wte.dtype(), op, wpe_name);
-    ZTRAIN_CHECK(wpe.dim() == 2 && wpe.size(1) == d.channels && wpe.size(0) >= d.seq, op,
-                 ": ", wpe_name, " has shape ", ShapeToString(wpe.shape()),
-                 ", expected [maxT >= ", d.seq, ", ", d.channels, "]");
-  }
+  CheckPositions(device, wpe, wte.dtype(), d, op, wpe_name);
   CheckOnDevice(act, device, wte.dtype(), {d.batch, d.seq, d.channels}, op, act_name);
+  CheckInt32(d.batch * d.seq, op, "B*T");
+  return d;
+}
+
+// The backward's sizes when dwte is undefined (a frozen token table, Note [Frozen parameters]
+// in ops.h): C comes from dout, and the tokens' values are not read.
+EmbeddingDims CheckFrozenTableArgs(Device device, const Tensor& tokens, const Tensor& dwpe,
+                                   const Tensor& dout, const char* op) {
+  CheckOnDevice(tokens, device, DType::kI32, op, "tokens");
+  ZTRAIN_CHECK(tokens.dim() == 2, op, ": tokens must be [B, T], got ",
+               ShapeToString(tokens.shape()));
+  CheckFloat(dout, device, op, "dout");
+  ZTRAIN_CHECK(dout.dim() == 3 && dout.size(0) == tokens.size(0) && dout.size(1) == tokens.size(1),
+               op, ": dout has shape ", ShapeToString(dout.shape()), ", expected [", tokens.size(0),
+               ", ", tokens.size(1), ", C] for tokens ", ShapeToString(tokens.shape()));
+  const EmbeddingDims d{tokens.size(0), tokens.size(1), dout.size(2), 0};
+  CheckPositions(device, dwpe, dout.dtype(), d, op, "dwpe");
   CheckInt32(d.batch * d.seq, op, "B*T");
   return d;
 }
@@ -147,6 +171,20 @@ TokenLists GroupPositions(const std::vector<int32_t>& tokens, int64_t vocab) {
   return lists;
 }
 
+// The tokens copied to the host (waiting for the stream) and checked against [0, Vp).
+std::vector<int32_t> CheckedHostTokens(const Tensor& tokens, const EmbeddingDims& d,
+                                       cudaStream_t stream, const char* op) {
+  const int64_t rows = d.batch * d.seq;
+  std::vector<int32_t> host(static_cast<size_t>(rows));
+  ZTRAIN_CUDA_CHECK(
+      cudaMemcpyAsync(host.data(), tokens.data(), tokens.nbytes(), cudaMemcpyDeviceToHost, stream));
+  ZTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream));
+  for (int64_t i = 0; i < rows; ++i) {
+    if (host[i] < 0 || host[i] >= d.vocab) ThrowBadToken(host[i], i, d, op);
+  }
+  return host;
+}
+
 }  // namespace
 
 // The token check reads one int back and synchronises the stream (see the top of the file).
@@ -184,40 +222,44 @@ void CudaOps::EmbeddingForward(const Tensor& tokens, const Tensor& wte, const Te
 }
 
 // The tokens come to the host (one synchronisation, see the top of the file), are checked
-// and grouped there, and the groups go back into the workspace for the dwte kernel.
+// and grouped there, and the groups go back into the workspace for the dwte kernel. An
+// undefined dwte or dwpe (a frozen table or none, Note [Frozen parameters]) gets no kernel;
+// without dwte the tokens stay where they are.
 void CudaOps::EmbeddingBackward(const Tensor& dout, const Tensor& tokens, const Tensor& dwte,
                                 const Tensor& dwpe) {
   constexpr const char* kOp = "EmbeddingBackward";
-  const EmbeddingDims d =
-      CheckEmbeddingArgs(device(), tokens, dwte, dwpe, dout, kOp, "dout", "dwte", "dwpe");
+  const EmbeddingDims d = dwte.defined() ? CheckEmbeddingArgs(device(), tokens, dwte, dwpe, dout,
+                                                              kOp, "dout", "dwte", "dwpe")
+                                         : CheckFrozenTableArgs(device(), tokens, dwpe, dout, kOp);
   const int64_t rows = d.batch * d.seq;
-  if (rows == 0) return;
-  std::vector<int32_t> host_tokens(static_cast<size_t>(rows));
-  ZTRAIN_CUDA_CHECK(cudaMemcpyAsync(host_tokens.data(), tokens.data(), tokens.nbytes(),
-                                    cudaMemcpyDeviceToHost, stream_));
-  ZTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  for (int64_t i = 0; i < rows; ++i) {
-    if (host_tokens[i] < 0 || host_tokens[i] >= d.vocab) ThrowBadToken(host_tokens[i], i, d, kOp);
-  }
+  if (rows == 0 || (!dwte.defined() && !dwpe.defined())) return;
+  const std::vector<int32_t> host_tokens =
+      dwte.defined() ? CheckedHostTokens(tokens, d, stream_, kOp) : std::vector<int32_t>();
   if (d.channels == 0) return;
-  const TokenLists lists = GroupPositions(host_tokens, d.vocab);
-  const int64_t u = lists.distinct;
-  auto* device_lists = static_cast<int32_t*>(Workspace(lists.data.size() * sizeof(int32_t)));
-  // A pageable source: the call returns once the bytes are staged, so `lists` may die after.
-  ZTRAIN_CUDA_CHECK(cudaMemcpyAsync(device_lists, lists.data.data(),
-                                    lists.data.size() * sizeof(int32_t),
-                                    cudaMemcpyHostToDevice, stream_));
-  DispatchFloat(dwte.dtype(), [&](auto tag) {
+  int64_t u = 0;
+  int32_t* device_lists = nullptr;
+  if (dwte.defined()) {
+    const TokenLists lists = GroupPositions(host_tokens, d.vocab);
+    u = lists.distinct;
+    device_lists = static_cast<int32_t*>(Workspace(lists.data.size() * sizeof(int32_t)));
+    // A pageable source: the call returns once the bytes are staged, so `lists` may die after.
+    ZTRAIN_CUDA_CHECK(cudaMemcpyAsync(device_lists, lists.data.data(),
+                                      lists.data.size() * sizeof(int32_t), cudaMemcpyHostToDevice,
+                                      stream_));
+  }
+  DispatchFloat(dout.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     if (dwpe.defined()) {
       PositionGradKernel<T><<<GridFor(d.seq * d.channels), kThreads, 0, stream_>>>(
           dout.data<const T>(), d.batch, d.seq, d.channels, dwpe.data<T>());
       ZTRAIN_CUDA_CHECK_LAUNCH();
     }
-    TokenGradKernel<T><<<static_cast<unsigned>(u), kThreads, 0, stream_>>>(
-        device_lists, device_lists + u, device_lists + 2 * u + 1, dout.data<const T>(),
-        d.channels, dwte.data<T>());
-    ZTRAIN_CUDA_CHECK_LAUNCH();
+    if (dwte.defined()) {
+      TokenGradKernel<T><<<static_cast<unsigned>(u), kThreads, 0, stream_>>>(
+          device_lists, device_lists + u, device_lists + 2 * u + 1, dout.data<const T>(),
+          d.channels, dwte.data<T>());
+      ZTRAIN_CUDA_CHECK_LAUNCH();
+    }
   });
 }
 

@@ -229,7 +229,7 @@ void CudaOps::LinearBackward(const Tensor& dy, const Tensor& x, const Tensor& we
                              const Tensor& dx, const Tensor& dweight, const Tensor& dbias) {
   constexpr const char* kOp = "LinearBackward";
   const auto [oc, ch, rows] = CheckLinear(device(), x, weight, dy, "dy", dbias, "dbias", kOp);
-  CheckLike(dweight, weight, kOp, "dweight");
+  if (dweight.defined()) CheckLike(dweight, weight, kOp, "dweight");
   if (dx.defined()) CheckLike(dx, x, kOp, "dx");
   const cudaDataType_t type = CudaType(x.dtype());
   const int r = static_cast<int>(rows), o = static_cast<int>(oc), c = static_cast<int>(ch);
@@ -242,7 +242,8 @@ void CudaOps::LinearBackward(const Tensor& dy, const Tensor& x, const Tensor& we
                    {false, false, r, c, o, dy.data(), o, weight.data(), c, dx.data(), c}, 0.0f);
     }
   }
-  if (rows > 0 && oc > 0 && ch > 0) {  // dW[OC,C] += dy^T[OC,N] @ x[N,C]
+  // dW[OC,C] += dy^T[OC,N] @ x[N,C], unless the weight is frozen (Note [Frozen parameters])
+  if (dweight.defined() && rows > 0 && oc > 0 && ch > 0) {
     RowMajorGemm(cublas_, type, 1.0f,
                  {true, false, o, c, r, dy.data(), o, x.data(), c, dweight.data(), c}, 1.0f);
   }

@@ -1,9 +1,10 @@
 #pragma once
 // Device helpers shared by the kernels in kernels/cuda/*.cu (private to the backend):
-// fp32/bf16 loads and stores (arithmetic is always fp32), warp and block reductions whose
-// summation order is fixed (so results are bitwise reproducible), launch sizing, and the
-// host-side dtype dispatch.
+// fp32/bf16 loads and stores (and fp16, for AddColumns; arithmetic is always fp32), warp and
+// block reductions whose summation order is fixed (so results are bitwise reproducible),
+// launch sizing, and the host-side dtype dispatch.
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -19,6 +20,7 @@ inline constexpr int64_t kMaxBlocks = 8192;  // grid-stride loops cover the rest
 
 __device__ __forceinline__ float ToFloat(float v) { return v; }
 __device__ __forceinline__ float ToFloat(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float ToFloat(__half v) { return __half2float(v); }
 
 template <typename T>
 __device__ __forceinline__ T FromFloat(float v);
@@ -29,6 +31,10 @@ __device__ __forceinline__ float FromFloat<float>(float v) {
 template <>
 __device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float v) {
   return __float2bfloat16_rn(v);
+}
+template <>
+__device__ __forceinline__ __half FromFloat<__half>(float v) {
+  return __float2half_rn(v);
 }
 
 // Butterfly sum over the 32 lanes; every lane gets the same, order-fixed result.

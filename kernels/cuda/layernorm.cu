@@ -120,8 +120,8 @@ void CudaOps::LayerNormBackward(const Tensor& dy, const Tensor& x, const Tensor&
   const NormDims d = CheckLayerNormArgs(device(), x, weight, mean, rstd, kOp);
   CheckLike(dy, x, kOp, "dy");
   CheckLike(dx, x, kOp, "dx");
-  CheckLike(dweight, weight, kOp, "dweight");
-  CheckLike(dbias, weight, kOp, "dbias");
+  if (dweight.defined()) CheckLike(dweight, weight, kOp, "dweight");
+  if (dbias.defined()) CheckLike(dbias, weight, kOp, "dbias");
   CheckNormLaunch(x, d, kOp);
   if (d.rows == 0 || d.channels == 0) return;
   DispatchFloat(x.dtype(), [&](auto tag) {
@@ -129,6 +129,7 @@ void CudaOps::LayerNormBackward(const Tensor& dy, const Tensor& x, const Tensor&
     const LayerNormParamTerms<T> terms{dy.data<const T>(), x.data<const T>(),
                                        mean.data<const float>(), rstd.data<const float>(),
                                        d.channels};
+    // An undefined (frozen) dweight or dbias is null: skipped (Note [Frozen parameters]).
     AccumulateNormParamGrads<2>(*this, terms, d, std::array<T*, 2>{dweight.data<T>(),
                                                                    dbias.data<T>()});
     // After the partials: dx may alias dy or x.

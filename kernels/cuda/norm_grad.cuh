@@ -98,7 +98,8 @@ __global__ void NormParamPartialKernel(Term term, int64_t rows, int64_t ch,
   }
 }
 
-// Pass 2: out[k][c] += the sum of its chunk partials, in chunk order.
+// Pass 2: out[k][c] += the sum of its chunk partials, in chunk order; a null out[k] (a
+// frozen parameter's gradient, Note [Frozen parameters] in ops.h) is skipped.
 template <int K, typename T>
 __global__ void NormParamFinishKernel(const float* partial, int64_t chunks, int64_t ch,
                                       std::array<T*, K> out) {
@@ -106,6 +107,7 @@ __global__ void NormParamFinishKernel(const float* partial, int64_t chunks, int6
        c += int64_t{gridDim.x} * blockDim.x) {
 #pragma unroll
     for (int k = 0; k < K; ++k) {
+      if (out[k] == nullptr) continue;
       float sum = 0.0f;
       for (int64_t j = 0; j < chunks; ++j) sum += partial[(k * chunks + j) * ch + c];
       out[k][c] = FromFloat<T>(ToFloat(out[k][c]) + sum);
@@ -113,10 +115,13 @@ __global__ void NormParamFinishKernel(const float* partial, int64_t chunks, int6
   }
 }
 
-// Enqueues both passes on ops' stream, the partials in ops' workspace (rows, ch > 0).
+// Enqueues both passes on ops' stream, the partials in ops' workspace (rows, ch > 0); nothing
+// when every out[k] is null. Pass 1 is the same whichever are null, so each defined out[k]
+// gets the same bits.
 template <int K, typename T, typename Term>
 void AccumulateNormParamGrads(CudaOps& ops, const Term& term, const NormDims& d,
                               std::array<T*, K> out) {
+  if (std::all_of(out.begin(), out.end(), [](T* p) { return p == nullptr; })) return;
   const int64_t chunks = NormChunks(d.rows);
   auto* partial = static_cast<float*>(
       ops.Workspace(sizeof(float) * static_cast<size_t>(K * chunks * d.channels)));

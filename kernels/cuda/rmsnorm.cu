@@ -105,12 +105,13 @@ void CudaOps::RmsNormBackward(const Tensor& dy, const Tensor& x, const Tensor& w
   const NormDims d = CheckRmsNormArgs(device(), x, weight, rstd, kOp);
   CheckLike(dy, x, kOp, "dy");
   CheckLike(dx, x, kOp, "dx");
-  CheckLike(dweight, weight, kOp, "dweight");
+  if (dweight.defined()) CheckLike(dweight, weight, kOp, "dweight");
   if (d.rows == 0 || d.channels == 0) return;
   DispatchFloat(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const RmsNormParamTerm<T> term{dy.data<const T>(), x.data<const T>(),
                                    rstd.data<const float>(), d.channels};
+    // An undefined (frozen) dweight is null: skipped (Note [Frozen parameters]).
     AccumulateNormParamGrads<1>(*this, term, d, std::array<T*, 1>{dweight.data<T>()});
     // After the partials: dx may alias dy or x.
     RmsNormInputGradKernel<T><<<NormRowBlocks(d.rows), kThreads, 0, stream_>>>(

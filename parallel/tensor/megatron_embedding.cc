@@ -31,6 +31,40 @@ void CheckTokens(const Tensor& tokens, int64_t padded_vocab) {
   }
 }
 
+// The fp32 gradients of the embedding's tables on this rank: rows [vocab_begin, vocab_begin +
+// local_vocab) of wte, and the whole wpe; a null one is not accumulated.
+struct TableGrads {
+  float* dwte;
+  int64_t vocab_begin, local_vocab;
+  float* dwpe;
+};
+
+// dwte[token - vocab_begin] += g[i] for the tokens of this slice, dwpe[t] += sum over b of
+// g[b, t]. Parallel over blocks of channels: every task walks the tokens in order, so
+// repeated tokens add up in the same order whatever the thread count (deterministic, like the
+// CPU kernel), and no two tasks touch the same element.
+void AccumulateTableGrads(const nn::MicroBatch& mb, const float* g, int64_t c,
+                          const TableGrads& out) {
+  const int32_t* tok = mb.tokens.data<int32_t>();
+  const int64_t rows = mb.tokens.numel(), batch = mb.B(), seq = mb.T();
+  const bool tokens = out.dwte != nullptr, positions = out.dwpe != nullptr;
+  const int64_t blocks = (c + kChannelBlock - 1) / kChannelBlock;
+#pragma omp parallel for schedule(static) if (rows * c >= detail::kParallelGrain)
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    const int64_t j0 = blk * kChannelBlock, j1 = std::min(c, j0 + kChannelBlock);
+    for (int64_t i = 0; i < rows && tokens; ++i) {
+      const int64_t local = tok[i] - out.vocab_begin;
+      if (local < 0 || local >= out.local_vocab) continue;
+      for (int64_t j = j0; j < j1; ++j) out.dwte[local * c + j] += g[i * c + j];
+    }
+    for (int64_t t = 0; t < seq && positions; ++t) {
+      for (int64_t b = 0; b < batch; ++b) {
+        for (int64_t j = j0; j < j1; ++j) out.dwpe[t * c + j] += g[(b * seq + t) * c + j];
+      }
+    }
+  }
+}
+
 }  // namespace
 
 void MegatronLinears::EmbeddingForward(nn::LayerContext& ctx, const nn::MicroBatch& mb,
@@ -76,48 +110,30 @@ void MegatronLinears::EmbeddingForward(nn::LayerContext& ctx, const nn::MicroBat
 
 // No collective: doutput is replicated, so each rank accumulates its own wte rows and the
 // same (whole) wpe gradient as every other rank. 16-bit arguments are widened into fp32
-// workspace and the gradients rounded back once, as the CPU kernel's adapter does.
+// workspace and the gradients rounded back once, as the CPU kernel's adapter does. An
+// undefined dwte or dwpe (a frozen table, or no position table) is skipped (Note [Frozen
+// parameters] in kernels/ops.h).
 void MegatronLinears::EmbeddingBackward(nn::LayerContext& ctx, const nn::MicroBatch& mb,
                                         const Tensor& doutput, const Tensor& dwte_slice,
                                         const Tensor& dwpe_whole) const {
   detail::CheckHostOps(ctx, "the vocabulary-parallel embedding");
-  const int64_t local_vocab = dwte_slice.size(0), vocab_begin = local_vocab * tp_.rank();
-  const int64_t c = dwte_slice.size(1);
+  const bool tokens = dwte_slice.defined(), positions = dwpe_whole.defined();
+  if (!tokens && !positions) return;
+  const int64_t c = (tokens ? dwte_slice : dwpe_whole).size(1);
   CheckTensor(doutput, ctx.dtype(), {mb.B(), mb.T(), c}, "embedding doutput");
   kernels::Ops& ops = ctx.ops();
   const auto fp32 = [&](const Tensor& t) {
-    if (t.dtype() == DType::kF32) return t;
+    if (!t.defined() || t.dtype() == DType::kF32) return t;
     const Tensor w = ctx.Scratch(DType::kF32, t.shape());
     ops.Copy(t, w);
     return w;
   };
-  const bool positions = dwpe_whole.defined();
-  const Tensor g32 = fp32(doutput), dwte32 = fp32(dwte_slice);
-  const Tensor dwpe32 = positions ? fp32(dwpe_whole) : Tensor();
-  const int32_t* tok = mb.tokens.data<int32_t>();
-  const float* g = g32.data<float>();
-  float* dwte = dwte32.data<float>();
-  float* dwpe = positions ? dwpe32.data<float>() : nullptr;
-  const int64_t rows = mb.tokens.numel(), batch = mb.B(), seq = mb.T();
-  // Parallel over blocks of channels: every task walks the tokens in order, so repeated
-  // tokens add up in the same order whatever the thread count (deterministic, like the CPU
-  // kernel), and no two tasks touch the same element.
-  const int64_t blocks = (c + kChannelBlock - 1) / kChannelBlock;
-#pragma omp parallel for schedule(static) if (rows * c >= detail::kParallelGrain)
-  for (int64_t blk = 0; blk < blocks; ++blk) {
-    const int64_t j0 = blk * kChannelBlock, j1 = std::min(c, j0 + kChannelBlock);
-    for (int64_t i = 0; i < rows; ++i) {
-      const int64_t local = tok[i] - vocab_begin;
-      if (local < 0 || local >= local_vocab) continue;
-      for (int64_t j = j0; j < j1; ++j) dwte[local * c + j] += g[i * c + j];
-    }
-    for (int64_t t = 0; t < seq && positions; ++t) {
-      for (int64_t b = 0; b < batch; ++b) {
-        for (int64_t j = j0; j < j1; ++j) dwpe[t * c + j] += g[(b * seq + t) * c + j];
-      }
-    }
-  }
-  if (dwte32.data() != dwte_slice.data()) ops.Copy(dwte32, dwte_slice);
+  const Tensor g32 = fp32(doutput), dwte32 = fp32(dwte_slice), dwpe32 = fp32(dwpe_whole);
+  const int64_t local_vocab = tokens ? dwte_slice.size(0) : 0;
+  const TableGrads grads{dwte32.data<float>(), local_vocab * tp_.rank(), local_vocab,
+                         dwpe32.data<float>()};
+  AccumulateTableGrads(mb, g32.data<float>(), c, grads);
+  if (tokens && dwte32.data() != dwte_slice.data()) ops.Copy(dwte32, dwte_slice);
   if (positions && dwpe32.data() != dwpe_whole.data()) ops.Copy(dwpe32, dwpe_whole);
 }
 

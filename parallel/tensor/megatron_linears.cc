@@ -20,8 +20,12 @@ void MegatronLinears::ColumnBackward(nn::LayerContext& ctx,
     beta = 1.0f;
   }
   const comm::WorkPtr work = tp_.AllReduce(sum);
-  for (const nn::LinearGrad& l : linears) {  // reads neither dx nor its sum
-    ops.LinearBackward(l.dy, x, l.weight, Tensor(), l.dweight, l.dbias);
+  // Reads neither dx nor its sum; skips an undefined (frozen) dweight or dbias (Note [Frozen
+  // parameters] in kernels/ops.h).
+  for (const nn::LinearGrad& l : linears) {
+    if (l.dweight.defined() || l.dbias.defined()) {
+      ops.LinearBackward(l.dy, x, l.weight, Tensor(), l.dweight, l.dbias);
+    }
   }
   work->Wait();
   if (sum.data() != dx.data()) ops.Copy(sum, dx);
@@ -44,8 +48,14 @@ std::shared_ptr<const nn::LinearProvider> MakeLinears(comm::Communicator& tp) {
   return std::make_shared<const MegatronLinears>(tp);
 }
 
-nn::LayerList BuildParallelModel(const ModelConfig& model, comm::Communicator& tp) {
-  return nn::BuildModel(model, MakeLinears(tp));
+nn::LayerList BuildParallelModel(const ModelConfig& model, comm::Communicator& tp,
+                                 const nn::AdapterPlan& plan) {
+  return nn::BuildModel(model, MakeLinears(tp), plan);
+}
+
+void MegatronLinears::SumOverPieces(nn::LayerContext&, const Tensor& t) const {
+  ZTRAIN_ASSERT(t.dtype() == DType::kF32, "tensor-parallel sums are fp32");
+  tp_.AllReduce(t)->Wait();
 }
 
 }  // namespace ztrain::tensor

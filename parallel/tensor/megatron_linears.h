@@ -34,11 +34,13 @@
 // is (nn/layer.h), so initialisation and checkpoints can map local elements to whole ones.
 //
 // The provider holds a reference to the tp communicator, which must outlive it (and so every
-// layer built on it), and Wait()s every collective it issues. Every rank of the group must
-// run the same layers on the same micro-batch and the same input activation (replicated, as
-// after the previous layer's all-reduce). The vocabulary loops run on the host: these
-// computations need CPU ops (checked). They compute in the context's dtype, bf16 and fp16 included, with fp32
-// sums across the group (Note [Tensor parallelism in 16 bits], tp_common.h). Not thread
+// layer built on it), and Wait()s every collective it issues. Every rank of the group must run
+// the same layers on the same micro-batch and the same input activation (replicated, as after
+// the previous layer's all-reduce). The vocabulary loops run on the host: these computations
+// need CPU ops (checked). They compute in the context's dtype, bf16 and fp16 included, with
+// fp32 sums across the group (Note [Tensor parallelism in 16 bits], tp_common.h). An undefined
+// parameter gradient (a frozen parameter) is skipped, the rest computed bit for bit as with it
+// defined, the collectives unchanged (Note [Frozen parameters] in kernels/ops.h). Not thread
 // safe, like every Layer.
 #include <memory>
 
@@ -58,6 +60,8 @@ class MegatronLinears final : public nn::LinearProvider {
   // weight gradients are computed, so the two overlap).
   void ColumnBackward(nn::LayerContext& ctx, std::span<const nn::LinearGrad> linears,
                       const Tensor& x, const Tensor& dx) const override;
+  // An all-reduce over the tp group.
+  void SumOverPieces(nn::LayerContext& ctx, const Tensor& t) const override;
   // g: the partial sums are all-reduced in fp32, then bias and residual added once.
   void RowForward(nn::LayerContext& ctx, const Tensor& x, const Tensor& weight,
                   const Tensor& bias, const Tensor& residual, const Tensor& y) const override;
@@ -83,7 +87,8 @@ class MegatronLinears final : public nn::LinearProvider {
 std::shared_ptr<const nn::LinearProvider> MakeLinears(comm::Communicator& tp);
 
 // `model` built over the tp group (nn::BuildModel with MakeLinears(tp)): the single-process
-// model's layers, names and order, each parameter the rank's slice.
-nn::LayerList BuildParallelModel(const ModelConfig& model, comm::Communicator& tp);
+// model's layers, names and order, each parameter the rank's slice, adapted as `plan` says.
+nn::LayerList BuildParallelModel(const ModelConfig& model, comm::Communicator& tp,
+                                 const nn::AdapterPlan& plan = nn::AdapterPlan());
 
 }  // namespace ztrain::tensor

@@ -42,6 +42,8 @@ std::string g_device = "cpu";           // "cpu" or "cuda:<local rank>"
 std::string g_skip;                     // why every test skips, when it does
 std::string g_precision = "fp32";       // --precision bf16|fp16: both engines in it
 std::string g_family = "gpt2";          // --family llama: the tiny Llama of test_model.h
+bool g_lora =
+    false;  // --lora: PEFT-initialised adapters on every linear, biases trained (both runs)
 
 int64_t ZeroKey(const std::string& key, int64_t fallback) {
   return g_zero.contains(key) ? g_zero[key].get<int64_t>() : fallback;
@@ -60,6 +62,10 @@ std::vector<int64_t> PaddedLayerSizes(const Engine& e, int n) {
   return sizes;
 }
 
+nn::LayerList Build(const Config& c) {
+  return nn::BuildModel(c.model, nn::MakeWholeLinears(), nn::AdapterPlan(c.lora, c.model));
+}
+
 // The reference is always the plain single-process run: stage 0, no offload.
 Config MakeConfig(int world_size, int64_t micro, bool reference = false) {
   // n_embd 24 makes flat buffers that do not divide evenly by 4 ranks: padding is exercised.
@@ -75,6 +81,9 @@ Config MakeConfig(int world_size, int64_t micro, bool reference = false) {
   j["training"]["job_name"] = "zero_equivalence";
   j["device"] = g_device;
   if (g_precision != "fp32") j[g_precision] = {{"enabled", true}};
+  if (g_lora) {
+    j["lora"] = {{"r", 2}, {"lora_alpha", 4}, {"target_modules", "all-linear"}, {"bias", "all"}};
+  }
   if (!reference) {
     // Offload: the buffer and tile sizes come from --zero (e.g. sub_group_size=1000); the
     // keys below only name where the state goes.
@@ -103,8 +112,8 @@ TEST(ZeroEquivalenceTest, LossesAndWeightsMatchOneProcess) {
   if (!g_skip.empty()) GTEST_SKIP() << g_skip;
   const int n = g_world->size(), r = g_world->rank();
   const int64_t b = 2;  // rows per rank per micro-batch
-  Engine parallel(MakeConfig(n, b), nn::BuildModel(MakeConfig(n, b).model), g_dp);
-  Engine single(MakeConfig(1, b * n, true), nn::BuildModel(MakeConfig(1, b * n, true).model));
+  Engine parallel(MakeConfig(n, b), Build(MakeConfig(n, b)), g_dp);
+  Engine single(MakeConfig(1, b * n, true), Build(MakeConfig(1, b * n, true)));
   // The same global micro-batches on every rank; rank r takes rows [r*b, (r+1)*b), within
   // Note [Equivalence tolerances].
   constexpr int kSteps = 20;
@@ -129,6 +138,7 @@ TEST(ZeroEquivalenceTest, LossesAndWeightsMatchOneProcess) {
 
 TEST(ZeroEquivalenceTest, BytesPerStepMatchTheZeroFormula) {
   if (!g_skip.empty()) GTEST_SKIP() << g_skip;
+  if (g_lora) GTEST_SKIP() << "the formula of a fully trained model (lora_gradient_test: LoRA's)";
   if (g_precision != "fp32") GTEST_SKIP() << "the fp32 formula (16-bit gathers move half)";
   const int n = g_world->size();
   Engine parallel(MakeConfig(n, 2), nn::BuildModel(MakeConfig(n, 2).model), g_dp);
@@ -180,6 +190,7 @@ TEST(ZeroEquivalenceTest, BytesPerStepMatchTheZeroFormula) {
 
 TEST(ZeroEquivalenceTest, ModelStateIsShardedAsZeroSays) {
   if (!g_skip.empty()) GTEST_SKIP() << g_skip;
+  if (g_lora) GTEST_SKIP() << "the formula of a fully trained model (lora_gradient_test: LoRA's)";
   if (g_precision != "fp32") GTEST_SKIP() << "the fp32 formula (16-bit copies add to it)";
   const int n = g_world->size();
   Engine parallel(MakeConfig(n, 2), nn::BuildModel(MakeConfig(n, 2).model), g_dp);
@@ -258,6 +269,9 @@ TEST(ZeroEquivalenceTest, ModelStateIsShardedAsZeroSays) {
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--lora") == 0) ztrain::g_lora = true;
+  }
   for (int i = 1; i + 1 < argc; ++i) {
     if (std::strcmp(argv[i], "--stage") == 0) ztrain::g_stage = std::atoi(argv[i + 1]);
     if (std::strcmp(argv[i], "--gas") == 0) ztrain::g_gas = std::atoi(argv[i + 1]);

@@ -25,13 +25,16 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "cuda_test_util.h"
+#include "half_test_util.h"
 #include "kernel_test_util.h"
 #include "kernels/ops.h"
 
@@ -537,6 +540,149 @@ TEST_P(CudaOpsTest, BackwardsAreBitwiseDeterministic) {
   }
 }
 
+// One argument of a FrozenArgs call: floats of a dtype, or int32 tokens.
+struct FrozenArg {
+  std::vector<float> values;
+  Shape shape;
+  DType dtype;
+  std::vector<int32_t> tokens = {};
+};
+using GpuCall = std::function<void(Ops&, const std::vector<Tensor>&)>;
+
+// Note [Frozen parameters] on the GPU, as frozen_test_util.h checks it on the CPU: `call` runs
+// on device copies of `args` twice, with every tensor and with those at `frozen` undefined.
+// Every other tensor must end bit for bit the same; each frozen one must change in the first
+// run (so the skip is what is seen).
+void ExpectFrozenSkipped(Ops& gpu, const std::vector<FrozenArg>& args,
+                         const std::set<size_t>& frozen, const GpuCall& call) {
+  std::vector<DeviceTensor> full, part;
+  std::vector<Tensor> full_t, part_t;
+  for (const FrozenArg& a : args) {
+    for (auto* copies : {&full, &part}) {
+      if (a.tokens.empty()) {
+        copies->emplace_back(a.values, a.shape, a.dtype);
+      } else {
+        copies->emplace_back(a.tokens, a.shape);
+      }
+    }
+  }
+  for (size_t i = 0; i < args.size(); ++i) {
+    full_t.push_back(full[i]);
+    part_t.push_back(frozen.count(i) ? Tensor() : part[i].tensor());
+  }
+  std::vector<std::vector<uint8_t>> before;
+  for (const DeviceTensor& t : full) before.push_back(t.Bytes());
+  call(gpu, full_t);
+  call(gpu, part_t);
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (frozen.count(i)) {
+      EXPECT_NE(full[i].Bytes(), before[i]) << "argument " << i << " is never written";
+    } else {
+      EXPECT_EQ(part[i].Bytes(), full[i].Bytes()) << "argument " << i << " differs";
+    }
+  }
+}
+
+TEST_P(CudaOpsTest, FrozenParameterGradsAreSkipped) {
+  const DType t = dtype(), f32 = DType::kF32;
+  const int64_t rows = 130, ch = 264, oc = 72;  // three row chunks of the norm passes
+  {
+    SCOPED_TRACE("LinearBackward");
+    const std::vector<FrozenArg> args = {
+        {Rand(rows * oc, 1), {rows, oc}, t}, {Rand(rows * ch, 2), {rows, ch}, t},
+        {Rand(oc * ch, 3), {oc, ch}, t},     {Rand(rows * ch, 4), {rows, ch}, t},
+        {Rand(oc * ch, 5), {oc, ch}, t},     {Rand(oc, 6), {oc}, t}};
+    for (const std::set<size_t>& frozen : {std::set<size_t>{4}, {5}, {4, 5}}) {
+      ExpectFrozenSkipped(*gpu_, args, frozen, [](Ops& o, const auto& v) {
+        o.LinearBackward(v[0], v[1], v[2], v[3], v[4], v[5]);
+      });
+    }
+  }
+  const auto stat = Random(rows, 7, 0.5f, 2.0f);
+  {
+    SCOPED_TRACE("LayerNormBackward");
+    const std::vector<FrozenArg> args = {{Rand(rows * ch, 1), {rows, ch}, t},
+                                         {Rand(rows * ch, 2), {rows, ch}, t},
+                                         {Rand(ch, 3), {ch}, t},
+                                         {Random(rows, 8), {rows}, f32},
+                                         {stat, {rows}, f32},
+                                         {Rand(rows * ch, 4), {rows, ch}, t},
+                                         {Rand(ch, 5), {ch}, t},
+                                         {Rand(ch, 6), {ch}, t}};
+    for (const std::set<size_t>& frozen : {std::set<size_t>{6}, {7}, {6, 7}}) {
+      ExpectFrozenSkipped(*gpu_, args, frozen, [](Ops& o, const auto& v) {
+        o.LayerNormBackward(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]);
+      });
+    }
+  }
+  {
+    SCOPED_TRACE("RmsNormBackward");
+    const std::vector<FrozenArg> args = {{Rand(rows * ch, 1), {rows, ch}, t},
+                                         {Rand(rows * ch, 2), {rows, ch}, t},
+                                         {Rand(ch, 3), {ch}, t},
+                                         {stat, {rows}, f32},
+                                         {Rand(rows * ch, 4), {rows, ch}, t},
+                                         {Rand(ch, 5), {ch}, t}};
+    ExpectFrozenSkipped(*gpu_, args, {5}, [](Ops& o, const auto& v) {
+      o.RmsNormBackward(v[0], v[1], v[2], v[3], v[4], v[5]);
+    });
+  }
+  {
+    SCOPED_TRACE("EmbeddingBackward");
+    const EmbeddingData e(10);
+    const Shape act{e.batch, e.seq, e.ch};
+    const std::vector<FrozenArg> args = {{Rand(NumElements(act), 1), act, t},
+                                         {{}, {e.batch, e.seq}, DType::kI32, e.tokens},
+                                         {Rand(e.vocab * e.ch, 2), {e.vocab, e.ch}, t},
+                                         {Rand(e.max_seq * e.ch, 3), {e.max_seq, e.ch}, t}};
+    for (const std::set<size_t>& frozen : {std::set<size_t>{2}, {3}, {2, 3}}) {
+      ExpectFrozenSkipped(*gpu_, args, frozen, [](Ops& o, const auto& v) {
+        o.EmbeddingBackward(v[0], v[1], v[2], v[3]);
+      });
+    }
+  }
+}
+
+// AddColumns and CopyColumns against the CPU, bit for bit: alpha * x is exact (alpha = 0.75
+// on values of at most 8 significant bits), so y + alpha * x is one fp32 rounding on both
+// backends, fused or not, then one rounding to the dtype. fp16 too (AddColumns takes it).
+TEST_P(CudaOpsTest, ColumnWindowsMatchCpu) {
+  const DType dtypes[] = {dtype(), DType::kF16};  // fp16 in both instances: cheap
+  const int64_t rows = 37, full = 96;
+  const std::pair<int64_t, int64_t> windows[] = {{0, 32}, {64, 32}, {10, 7}, {0, 96}};
+  for (DType t : dtypes) {
+    for (const auto& [column, width] : windows) {
+      SCOPED_TRACE(std::string(DTypeName(t)) + " column " + std::to_string(column) + " w " +
+                   std::to_string(width));
+      const auto values = [](int64_t n, uint32_t seed) {
+        return RoundTo(DType::kBF16, Random(n, seed));  // 8 significant bits
+      };
+      testing::HostTensor y = testing::HostTensor::From(t, {rows, full}, values(rows * full, 1));
+      const testing::HostTensor x =
+          testing::HostTensor::From(t, {rows, width}, values(rows * width, 2));
+      const auto bytes = [](const testing::HostTensor& h) {
+        const auto* p = static_cast<const uint8_t*>(h.tensor().data());
+        return std::vector<uint8_t>(p, p + h.tensor().nbytes());
+      };
+      DeviceTensor gy(bytes(y), y.shape(), t), gx(bytes(x), x.shape(), t);
+      DeviceTensor gwindow = Out({rows, width});
+      cpu_->AddColumns(y.tensor(), column, x.tensor(), 0.75f);
+      gpu_->AddColumns(gy, column, gx, 0.75f);
+      EXPECT_EQ(gy.Bytes(), bytes(y)) << "AddColumns";
+      if (t != dtype()) continue;  // Out() makes tensors of the instance's dtype
+      gpu_->CopyColumns(gy, column, gwindow);
+      std::vector<uint8_t> want;
+      const std::vector<uint8_t> all = bytes(y);
+      const size_t elem = DTypeSize(t);
+      for (int64_t r = 0; r < rows; ++r) {
+        const auto row = all.begin() + (r * full + column) * elem;
+        want.insert(want.end(), row, row + width * elem);
+      }
+      EXPECT_EQ(gwindow.Bytes(), want) << "CopyColumns";
+    }
+  }
+}
+
 TEST_P(CudaOpsTest, BadInputThrowsNamingIt) {
   const EmbeddingData e(3);
   auto tokens = e.tokens;
@@ -591,6 +737,20 @@ TEST_P(CudaOpsTest, BadInputThrowsNamingIt) {
 
   DeviceTensor ga = Out({3, 4}), gb = Out({5, 2}), gc = Out({3, 2});
   ExpectErrorMentions([&] { gpu_->Gemm(false, false, 1.0f, ga, gb, 0.0f, gc); }, {"Gemm"});
+
+  DeviceTensor full = Out({4, 10}), narrow = Out({4, 3}), narrow_f32 = OutF32({4, 3});
+  ExpectErrorMentions([&] { gpu_->AddColumns(full, 8, narrow, 1.0f); },
+                      {"AddColumns", "column = 8", "0 <= column <= 7"});
+  ExpectErrorMentions([&] { gpu_->CopyColumns(full, -1, narrow); }, {"CopyColumns", "column = -1"});
+  ExpectErrorMentions([&] { gpu_->CopyColumns(full, 0, ga); }, {"CopyColumns", "y", "[3, 4]"});
+  if (bf16()) {
+    ExpectErrorMentions([&] { gpu_->AddColumns(full, 0, narrow_f32, 1.0f); },
+                        {"AddColumns", "x", "fp32", "y's dtype bf16"});
+  }
+  std::vector<float> host(12);
+  const Tensor on_host(host.data(), dtype(), {4, 3});
+  ExpectErrorMentions([&] { gpu_->AddColumns(full, 0, on_host, 1.0f); },
+                      {"AddColumns", "x", "cpu"});
 }
 
 }  // namespace

@@ -50,6 +50,11 @@ class DeviceTensor {
     std::memcpy(bytes.data(), host.data(), bytes.size());
     Init(bytes, std::move(shape), DType::kI32, device);
   }
+  // Raw bytes of any dtype (fp16, say, which the float constructor does not take).
+  DeviceTensor(const std::vector<uint8_t>& bytes, Shape shape, DType dtype, int device = 0) {
+    EXPECT_EQ(bytes.size(), NumElements(shape) * DTypeSize(dtype));
+    Init(bytes, std::move(shape), dtype, device);
+  }
   // Uninitialised in the sense of the op contract: every byte 0xff (NaN as fp32 and bf16),
   // so an output the op forgets to write shows up.
   DeviceTensor(Shape shape, DType dtype, int device = 0) {

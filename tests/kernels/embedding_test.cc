@@ -2,6 +2,7 @@
 // and the token embedding alone (no position table, an undefined wpe / dwpe).
 #include <vector>
 
+#include "frozen_test_util.h"
 #include "kernel_test_util.h"
 
 namespace ztrain::kernels {
@@ -70,6 +71,44 @@ TEST(EmbeddingTest, WithoutPositionTableCopiesTokenRowsAndSumsTheirGradients) {
   ops->EmbeddingBackward(View(dout, {batch, seq, ch}), View(tokens, {batch, seq}),
                          View(dwte, {vocab, ch}), Tensor());
   ExpectClose(dwte, want, 1e-6, "dwte");
+}
+
+// Note [Frozen parameters]: dwte, dwpe or both undefined; the other table's gradient comes out
+// bit for bit (in parallel: B * T * C is past the one-thread grain).
+TEST(EmbeddingTest, BackwardSkipsFrozenTables) {
+  using testing::ArgSpec;
+  using testing::Role;
+  auto ops = MakeCpuOps();
+  const int64_t batch = 4, seq = 64, ch = 130, vocab = 9, max_t = 70;
+  std::vector<ArgSpec> specs = {{"dout", Role::kAct, {batch, seq, ch}},
+                                {"tokens", Role::kIndex, {batch, seq}, int32_t(vocab)},
+                                {"dwte", Role::kGrad, {vocab, ch}},
+                                {"dwpe", Role::kGrad, {max_t, ch}}};
+  testing::ExpectFrozenGradsSkippedEverywhere(
+      *ops, specs, {{"dwte"}, {"dwpe"}, {"dwte", "dwpe"}},
+      [](Ops& o, const auto& v) { o.EmbeddingBackward(v[0], v[1], v[2], v[3]); });
+  specs.pop_back();  // no position table, and a frozen token table: nothing to do
+  testing::ExpectFrozenGradsSkippedEverywhere(*ops, specs, {{"dwte"}}, [](Ops& o, const auto& v) {
+    o.EmbeddingBackward(v[0], v[1], v[2], Tensor());
+  });
+}
+
+TEST(EmbeddingTest, BackwardWithAFrozenTokenTableChecksShapes) {
+  auto ops = MakeCpuOps();
+  std::vector<int32_t> tokens(6, 0);
+  std::vector<float> dout(6 * 4), dwpe(3 * 4);
+  ExpectErrorMentions(
+      [&] {
+        ops->EmbeddingBackward(View(dout, {2, 4, 3}), View(tokens, {2, 3}), Tensor(),
+                               View(dwpe, {3, 4}));
+      },
+      {"EmbeddingBackward", "dout", "[2, 4, 3]", "[2, 3, C]"});
+  ExpectErrorMentions(
+      [&] {
+        ops->EmbeddingBackward(View(dout, {2, 3, 4}), View(tokens, {2, 3}), Tensor(),
+                               View(dwpe, {4, 3}));
+      },
+      {"EmbeddingBackward", "dwpe", "[4, 3]"});
 }
 
 TEST(EmbeddingTest, RejectsOutOfRangeTokensNamingThem) {

@@ -1,6 +1,7 @@
 // Gemm and the linear layer against double references and finite differences.
 #include <vector>
 
+#include "frozen_test_util.h"
 #include "kernel_test_util.h"
 
 namespace ztrain::kernels {
@@ -135,6 +136,25 @@ TEST(LinearTest, BackwardAccumulatesParameterGradsAndCanSkipDx) {
   for (size_t i = 0; i < db1.size(); ++i) twice_b[i] = 2.0 * db1[i];
   ExpectClose(dw2, twice_w, 1e-6, "dweight after two calls");
   ExpectClose(db2, twice_b, 1e-6, "dbias after two calls");
+}
+
+// Note [Frozen parameters]: an undefined dweight and/or dbias is skipped; dx and the other
+// gradient come out bit for bit, on the fp32 path and the 16-bit ones (gemm_mixed.cc).
+TEST(LinearTest, BackwardSkipsFrozenParameterGrads) {
+  using testing::ArgSpec;
+  using testing::Role;
+  auto ops = MakeCpuOps();
+  const int64_t rows = 21, ch = 24, oc = 130;  // oc spans several column blocks
+  std::vector<ArgSpec> specs = {{"dy", Role::kAct, {rows, oc}},     {"x", Role::kAct, {rows, ch}},
+                                {"weight", Role::kParam, {oc, ch}}, {"dx", Role::kOut, {rows, ch}},
+                                {"dweight", Role::kGrad, {oc, ch}}, {"dbias", Role::kGrad, {oc}}};
+  testing::ExpectFrozenGradsSkippedEverywhere(
+      *ops, specs, {{"dweight"}, {"dbias"}, {"dweight", "dbias"}},
+      [](Ops& o, const auto& v) { o.LinearBackward(v[0], v[1], v[2], v[3], v[4], v[5]); });
+  specs.erase(specs.begin() + 3);  // without dx, as the providers' extra linears run
+  testing::ExpectFrozenGradsSkippedEverywhere(
+      *ops, specs, {{"dweight"}, {"dweight", "dbias"}},
+      [](Ops& o, const auto& v) { o.LinearBackward(v[0], v[1], v[2], Tensor(), v[3], v[4]); });
 }
 
 TEST(LinearTest, RejectsWrongShapes) {

@@ -167,6 +167,18 @@ inline double GemmTolerance(DType dtype) {
   return dtype == DType::kBF16 ? 1e-2 : dtype == DType::kF16 ? 2e-3 : 1e-5;
 }
 
+// Argument i of a call: random values in [-1, 1) (indices in [0, index_hi) for kIndex) from
+// `seed`, rounded to the mix's dtype for its role.
+inline HostTensor RandomArg(const ArgSpec& s, const DtypeMix& mix, uint32_t seed, size_t i) {
+  std::vector<float> v;
+  if (s.role == Role::kIndex) {
+    for (int32_t x : RandomInts(NumElements(s.shape), seed + i, 0, s.index_hi)) v.push_back(x);
+  } else {
+    v = Random(NumElements(s.shape), seed + 17 * i);
+  }
+  return HostTensor::From(mix.For(s.role), s.shape, v);
+}
+
 // Runs `op` on tensors of the mix's dtypes (random values in [-1, 1) rounded to each dtype)
 // and on fp32 tensors holding the same values. Every output must equal the fp32 one rounded
 // to its dtype: bit for bit (0 ulp), or within GemmTolerance(dtype) when gemm_tolerances is
@@ -178,13 +190,7 @@ inline void ExpectMatchesFp32OnRoundedInputs(Ops& ops, const std::vector<ArgSpec
   std::vector<HostTensor> mixed, ref;
   for (size_t i = 0; i < specs.size(); ++i) {
     const ArgSpec& s = specs[i];
-    std::vector<float> v;
-    if (s.role == Role::kIndex) {
-      for (int32_t x : RandomInts(NumElements(s.shape), seed + i, 0, s.index_hi)) v.push_back(x);
-    } else {
-      v = Random(NumElements(s.shape), seed + 17 * i);
-    }
-    mixed.push_back(HostTensor::From(mix.For(s.role), s.shape, v));
+    mixed.push_back(RandomArg(s, mix, seed, i));
     const DType ref_type = s.role == Role::kIndex ? DType::kI32 : DType::kF32;
     ref.push_back(HostTensor::From(ref_type, s.shape, mixed.back().Values()));
   }

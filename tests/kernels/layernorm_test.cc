@@ -2,6 +2,7 @@
 #include <cmath>
 #include <vector>
 
+#include "frozen_test_util.h"
 #include "kernel_test_util.h"
 
 namespace ztrain::kernels {
@@ -110,6 +111,28 @@ TEST(LayerNormTest, BackwardAccumulatesParameterGrads) {
   ExpectClose(dw, w2, 1e-6, "dweight after two calls");
   ExpectClose(db, b2, 1e-6, "dbias after two calls");
   EXPECT_EQ(dx, dx1) << "dx is overwritten, not accumulated";
+}
+
+// Note [Frozen parameters]: dweight, dbias or both undefined; dx and the other gradient come
+// out bit for bit (in parallel: rows * C is past the one-thread grain).
+TEST(LayerNormTest, BackwardSkipsFrozenParameterGrads) {
+  using testing::ArgSpec;
+  using testing::Role;
+  auto ops = MakeCpuOps();
+  const int64_t rows = 256, ch = 150;
+  testing::ExpectFrozenGradsSkippedEverywhere(
+      *ops,
+      {{"dy", Role::kAct, {rows, ch}},
+       {"x", Role::kAct, {rows, ch}},
+       {"weight", Role::kParam, {ch}},
+       {"mean", Role::kStat, {rows}},
+       {"rstd", Role::kStat, {rows}},
+       {"dx", Role::kOut, {rows, ch}},
+       {"dweight", Role::kGrad, {ch}},
+       {"dbias", Role::kGrad, {ch}}},
+      {{"dweight"}, {"dbias"}, {"dweight", "dbias"}}, [](Ops& o, const auto& v) {
+        o.LayerNormBackward(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]);
+      });
 }
 
 TEST(LayerNormTest, RejectsWrongShapes) {

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "frozen_test_util.h"
 #include "kernel_test_util.h"
 
 namespace ztrain::kernels {
@@ -123,6 +124,26 @@ TEST(RmsNormTest, BackwardAccumulatesDweightAndOverwritesDx) {
   for (int64_t c = 0; c < ch; ++c) w2[c] = 2.0 * dw1[c];
   ExpectClose(dw, w2, 1e-6, "dweight after two calls");
   EXPECT_EQ(dx, dx1) << "dx is overwritten, not accumulated";
+}
+
+// Note [Frozen parameters]: an undefined dweight; dx comes out bit for bit (in parallel too).
+TEST(RmsNormTest, BackwardSkipsAFrozenWeightGrad) {
+  using testing::ArgSpec;
+  using testing::Role;
+  auto ops = MakeCpuOps();
+  for (const int64_t rows : {int64_t{9}, int64_t{256}}) {  // one thread, and several
+    const int64_t ch = 150;
+    testing::ExpectFrozenGradsSkippedEverywhere(
+        *ops,
+        {{"dy", Role::kAct, {rows, ch}},
+         {"x", Role::kAct, {rows, ch}},
+         {"weight", Role::kParam, {ch}},
+         {"rstd", Role::kStat, {rows}},
+         {"dx", Role::kOut, {rows, ch}},
+         {"dweight", Role::kGrad, {ch}}},
+        {{"dweight"}},
+        [](Ops& o, const auto& v) { o.RmsNormBackward(v[0], v[1], v[2], v[3], v[4], v[5]); });
+  }
 }
 
 TEST(RmsNormTest, RejectsWrongShapesAndEps) {

@@ -25,6 +25,29 @@ independent formulations, in ways that fail when the reference is wrong.
                driven by the reference's gradients; losses[0] equals eval of batch 0; the loss
                falls on a repetitive stream; eval of a sharded model equals the unsharded one
   refusals     sliding_window < seq, Mistral biases, unknown rope types, mismatched weights
+  lora_names   PEFT's matching (suffix after ".", exact names skipping layers_to_transform, regex
+               fullmatch, exclude_modules, modules_to_save exclusion, layers_pattern, all-linear
+               without lm_head, >= 20 targets saved condensed), rank / alpha patterns, rslora, and
+               the saved tensor names (lora_A / lora_B, base_layer.bias vs .bias, copies) written
+               out by hand; refused configs
+  lora_math    float64: the adapted loss equals the model with W + scaling * B @ A merged by hand
+               (copies and biases replaced, a tied head kept on the original); gradients of A and
+               B follow from the merged model's weight gradient by the chain rule; copies' and
+               biases' gradients equal the merged model's; finite differences on A and B
+  lora_adapter_dir  make-adapter: adapter_config.json has exactly PEFT 0.20's keys with its
+               defaults and inference_mode true; tensor names / dtypes; lora_A within
+               +-1/sqrt(in) and not narrower, lora_B 0; deterministic per seed; --b-std; gaussian
+  lora_b_zero  B = 0: eval / train losses equal the base model's exactly; dL/dA = 0,
+               dL/dB = scaling * dL/dW @ A^T from the base model's own --grads; copies' gradients
+               are the base's; grad_norms over the trainable tensors
+  lora_train_roundtrip  train --adapter equals AdamW written out over the trainable tensors
+               (decay on 2+-dim only, clipping); --save-adapter F32, config unchanged, load + save
+               byte-identical; eval of the saved adapter; a file lacking lora_only biases
+  lora_merge   merged weights = W + s * B @ A, copies / biases replaced, the rest unchanged; merged
+               eval = adapted eval; tied + lm_head copy comes out untied; BF16 = F32 rounded
+  qlora        eval --quant equals a model directory holding bnb_quant's round trip of the decoder
+               linears (nothing else); QLoRA with B = 0 starts at the quantized base's loss
+  + the tests of bnb_quant_selftest.py (NF4 / FP4 / double quant / int8 / its CLI)
 
 Exit status: 0 all passed, 1 a check failed, 77 torch is not importable (a CTest SKIP).
 Run with /usr/bin/python3 (Debian's python3-torch).
@@ -658,9 +681,518 @@ def test_refusals(tmp):
     refused(lambda: ref.load_model(d), "unexpected")
 
 
+# ----------------------------------------------------------------------------------------------
+# PEFT LoRA
+
+
+PEFT_KEYS = {  # LoraConfig.to_dict() of peft 0.20 (PeftConfigMixin, PeftConfig, LoraConfig fields)
+    "task_type", "peft_type", "auto_mapping", "peft_version", "base_model_name_or_path", "revision",
+    "inference_mode", "r", "target_modules", "exclude_modules", "lora_alpha", "lora_dropout",
+    "fan_in_fan_out", "bias", "use_rslora", "modules_to_save", "init_lora_weights", "layers_to_transform",
+    "layers_pattern", "rank_pattern", "alpha_pattern", "megatron_config", "megatron_core",
+    "trainable_token_indices", "loftq_config", "eva_config", "corda_config", "lora_ga_config", "use_dora",
+    "velora_config", "alora_invocation_tokens", "use_qalora", "qalora_group_size", "monteclora_config",
+    "layer_replication", "lora_bias", "target_parameters", "use_bdlora", "arrow_config", "kasa_config",
+    "ensure_weight_tying"}
+PP = "base_model.model."
+
+
+def lora_cfg(**kw):
+    return ref.lora_config_from(kw, strict=True)
+
+
+def test_lora_names(tmp):
+    """The tensors a config trains, under PEFT's names, written out by hand."""
+    cfg = tiny("llama", attention_bias=True, num_hidden_layers=2)
+    # "q_proj" / "self_attn.v_proj" match by suffix and are filtered to layer 1; the exact full
+    # name of layer 0's down_proj skips the layers_to_transform filter (check_target_module_exists)
+    lc = lora_cfg(r=2, lora_alpha=4, target_modules=["q_proj", "self_attn.v_proj", "model.layers.0.mlp.down_proj"],
+                  layers_to_transform=[1], bias="all", modules_to_save=["embed_tokens"])
+    plan = ref.LoraPlan(cfg, lc)
+    L0, L1 = "model.layers.0.", "model.layers.1."
+    want = {
+        PP + L1 + "self_attn.q_proj.lora_A.weight": (2, 8), PP + L1 + "self_attn.q_proj.lora_B.weight": (24, 2),
+        PP + L1 + "self_attn.v_proj.lora_A.weight": (2, 8), PP + L1 + "self_attn.v_proj.lora_B.weight": (12, 2),
+        PP + L0 + "mlp.down_proj.lora_A.weight": (2, 12), PP + L0 + "mlp.down_proj.lora_B.weight": (8, 2),
+        PP + L1 + "self_attn.q_proj.base_layer.bias": (24,), PP + L1 + "self_attn.v_proj.base_layer.bias": (12,),
+        PP + L1 + "self_attn.k_proj.bias": (12,), PP + L1 + "self_attn.o_proj.bias": (8,),
+        PP + L0 + "self_attn.q_proj.bias": (24,), PP + L0 + "self_attn.k_proj.bias": (12,),
+        PP + L0 + "self_attn.v_proj.bias": (12,), PP + L0 + "self_attn.o_proj.bias": (8,),
+        PP + "model.embed_tokens.weight": (11, 8),
+    }
+    got = plan.expected()
+    shapes = [(n, got[n], want[n]) for n in got if n in want and got[n] != want[n]]
+    check(got == want, f"trainable names differ: only ours {sorted(set(got) - set(want))}, "
+          f"only PEFT's {sorted(set(want) - set(got))}, shapes {shapes}")
+    check(not any(".default" in n for n in got), "an adapter name in the saved keys")
+    check(set(plan.targets) == {L1 + "self_attn.q_proj", L1 + "self_attn.v_proj", L0 + "mlp.down_proj"}, "targets")
+    check(plan.targets[L1 + "self_attn.q_proj"] == (2, 4, 2.0), f"scaling {plan.targets[L1 + 'self_attn.q_proj']}")
+    # lora_only: only the adapted linears' biases; none: no biases
+    p2 = ref.LoraPlan(cfg, lora_cfg(target_modules=["q_proj", "o_proj"], bias="lora_only", layers_to_transform=0))
+    bias = {n for n, k, _, _ in p2.entries if k == "bias"}
+    check(bias == {PP + L0 + "self_attn.q_proj.base_layer.bias", PP + L0 + "self_attn.o_proj.base_layer.bias"},
+          f"lora_only biases {sorted(bias)}")
+    p3 = ref.LoraPlan(cfg, lora_cfg(target_modules=None))
+    check(set(p3.targets) == {L0 + "self_attn.q_proj", L0 + "self_attn.v_proj", L1 + "self_attn.q_proj",
+                              L1 + "self_attn.v_proj"} and not any(k == "bias" for _, k, _, _ in p3.entries),
+          "target_modules null is not PEFT's llama default (q_proj, v_proj)")
+    # rslora, rank / alpha patterns (first key k with re.match("(.*\.)?(k)$", name))
+    p4 = ref.LoraPlan(cfg, lora_cfg(r=4, lora_alpha=8, use_rslora=True, target_modules=["q_proj", "v_proj"],
+                                    rank_pattern={"q_proj": 9}, alpha_pattern={"layers.1.self_attn.v_proj": 2}))
+    check(p4.targets[L0 + "self_attn.q_proj"] == (9, 8, 8 / 3.0), f"rank_pattern {p4.targets[L0 + 'self_attn.q_proj']}")
+    check(p4.targets[L0 + "self_attn.v_proj"] == (4, 8, 4.0), "rslora scaling is not alpha / sqrt(r)")
+    check(p4.targets[L1 + "self_attn.v_proj"] == (4, 2, 1.0), "alpha_pattern")
+    # regex, exclusions, layers_pattern, all-linear
+    p5 = ref.LoraPlan(cfg, lora_cfg(target_modules=r".*\.1\..*_proj", exclude_modules=["k_proj"],
+                                    modules_to_save=["up_proj"]))
+    check(set(p5.targets) == {L1 + f"self_attn.{p}_proj" for p in "qvo"} | {L1 + "mlp.gate_proj", L1 + "mlp.down_proj"},
+          f"regex / exclude / modules_to_save exclusion: {sorted(p5.targets)}")
+    check(p5.copies == [L0 + "mlp.up_proj.weight", L1 + "mlp.up_proj.weight"], f"copies {p5.copies}")
+    p6 = ref.LoraPlan(cfg, lora_cfg(target_modules=["gate_proj"], layers_to_transform=1, layers_pattern="layers"))
+    check(set(p6.targets) == {L1 + "mlp.gate_proj"}, "layers_pattern")
+    p7 = ref.LoraPlan(cfg, lora_cfg(target_modules="all-linear"))
+    check(len(p7.targets) == 14 and "lm_head" not in p7.targets, "all-linear")
+    check(p7.saved_config["target_modules"] == sorted(p7.targets), "all-linear saved as the full names")
+    c3 = tiny("llama", num_hidden_layers=3)
+    p8 = ref.LoraPlan(c3, lora_cfg(target_modules="all-linear"))
+    check(len(p8.targets) == 21 and p8.saved_config["target_modules"] ==
+          ["down_proj", "gate_proj", "k_proj", "o_proj", "q_proj", "up_proj", "v_proj"],
+          f"21 targets are saved condensed: {p8.saved_config['target_modules']}")
+    # tied: modules_to_save lm_head copies the tied weight
+    tied = tiny("qwen2", tie_word_embeddings=True)
+    p9 = ref.LoraPlan(tied, lora_cfg(target_modules=["q_proj"], modules_to_save=["lm_head"]))
+    check(p9.expected()[PP + "lm_head.weight"] == (11, 8), "tied lm_head copy")
+
+    def refused(word, **kw):
+        try:
+            ref.LoraPlan(cfg, lora_cfg(**kw))
+        except ref.ConfigError as e:
+            check(word in str(e), f"error {e} does not name {word}")
+            return
+        raise Failure(f"LoRA config {kw} was not refused")
+
+    refused("lora_dropout", lora_dropout=0.1)
+    refused("use_dora", use_dora=True)
+    refused("unknown keys", target=["q_proj"])
+    refused("not supported", target_modules=["mlp"])
+    refused("lm_head", target_modules=["lm_head"])
+    refused("not found", target_modules=["qq_proj"])
+    refused("not found", target_modules=["proj"])  # suffix matching needs a "." before the entry
+    refused("layers_to_transform", target_modules="all-linear", layers_to_transform=[0])
+    refused("matches no module", target_modules=["q_proj"], modules_to_save=["classifier"])
+    refused("both a LoRA target", target_modules=["q_proj"], modules_to_save=["proj"])
+    refused("biases", target_modules=["q_proj"], modules_to_save=["o_proj"], bias="all")
+    refused("init_lora_weights", init_lora_weights="pissa")
+
+
+def lora_grads64(cfg, P, plan, trained, inputs, targets):
+    leaves = {n: t.clone().requires_grad_(True) for n, t in trained.items()}
+    Pf, lora = plan.split(leaves, P)
+    loss = ref.loss_fn(cfg, Pf, inputs, targets, F64, lora)
+    loss.backward()
+    return loss, {n: t.grad for n, t in leaves.items()}
+
+
+def test_lora_math():
+    """The adapted model equals the base with W + scaling * B @ A (an independent formulation);
+    its gradients follow from the merged model's by the chain rule, and match finite differences."""
+    for arch, over, lc in (
+            ("llama", dict(attention_bias=True, mlp_bias=True),
+             dict(r=3, lora_alpha=5, target_modules="all-linear", bias="all", modules_to_save=["lm_head"])),
+            ("qwen2", dict(tie_word_embeddings=True),
+             dict(r=2, lora_alpha=3, use_rslora=True, target_modules=["q_proj", "down_proj"], bias="lora_only",
+                  modules_to_save=["embed_tokens", "norm"]))):
+        cfg = tiny(arch, **over)
+        P = params64(cfg, 21)
+        plan = ref.LoraPlan(cfg, lora_cfg(**lc))
+        gen = torch.Generator().manual_seed(22)
+        trained = {n: t.to(F64) for n, t in ref.init_adapter(plan, P, seed=5, b_std=0.3).items()}
+        for n, kind, _, _ in plan.entries:  # move biases / copies off the base values
+            if kind in ("bias", "copy"):
+                trained[n] = trained[n] + 0.05 * torch.randn(trained[n].shape, generator=gen, dtype=F64)
+        buf = ids_for(cfg, 2, 6, 23)
+        inputs, targets = buf[:, :-1], buf[:, 1:]
+        loss, grads = lora_grads64(cfg, P, plan, trained, inputs, targets)
+        # independent: merge by hand, copies / biases by HF name
+        M = {n: t.clone() for n, t in P.items()}
+        if cfg.tie:
+            M["lm_head.weight"] = P["model.embed_tokens.weight"].clone()
+        for n, kind, hf, _ in plan.entries:
+            if kind in ("bias", "copy"):
+                M[hf] = trained[n].clone()
+        scal = {}
+        for mod, (r, alpha, s) in plan.targets.items():
+            want_s = alpha / math.sqrt(r) if lc.get("use_rslora") else alpha / r
+            check(s == want_s, f"{arch} {mod}: scaling {s}, want {want_s}")
+            scal[mod] = s
+            A, Bm = trained[PP + mod + ".lora_A.weight"], trained[PP + mod + ".lora_B.weight"]
+            M[mod + ".weight"] = M[mod + ".weight"] + s * (Bm @ A)
+        untied = ref.Cfg(dict(cfg.raw, tie_word_embeddings=False), arch)
+        leaves = {n: t.clone().requires_grad_(True) for n, t in M.items()}
+        merged_loss = ref.loss_fn(untied, leaves, inputs, targets, F64)
+        merged_loss.backward()
+        check(abs(float(loss) - float(merged_loss)) < 1e-12,
+              f"{arch}: adapted loss {float(loss)} != merged loss {float(merged_loss)}")
+        for mod, s in scal.items():
+            GW = leaves[mod + ".weight"].grad
+            A, Bm = trained[PP + mod + ".lora_A.weight"], trained[PP + mod + ".lora_B.weight"]
+            for name, want in ((PP + mod + ".lora_B.weight", s * GW @ A.t()),
+                               (PP + mod + ".lora_A.weight", s * Bm.t() @ GW)):
+                d = max_diff(grads[name], want)
+                check(d <= 1e-10 * (float(want.abs().max()) + 1e-12),
+                      f"{arch} {name}: gradient off the chain rule by {d:.3g}")
+        for n, kind, hf, _ in plan.entries:
+            if kind in ("bias", "copy"):
+                d = max_diff(grads[n], leaves[hf].grad)
+                check(d <= 1e-12 * (float(leaves[hf].grad.abs().max()) + 1e-12), f"{arch} {n}: gradient {d:.3g} off")
+                check(float(grads[n].abs().max()) > 0, f"{arch} {n}: zero gradient; the check is blind")
+        # finite differences along random directions, lora_B (and A) per module
+        h = 1e-5
+        for n in [e[0] for e in plan.entries if e[1] in ("lora_B", "lora_A")][:6]:
+            d = torch.randn(trained[n].shape, generator=gen, dtype=F64)
+            d /= d.norm()
+
+            def at(step):
+                T2 = dict(trained)
+                T2[n] = trained[n] + step * d
+                Pf, lora = plan.split(T2, P)
+                with torch.no_grad():
+                    return float(ref.loss_fn(cfg, Pf, inputs, targets, F64, lora))
+
+            fd = (at(h) - at(-h)) / (2 * h)
+            an = float((grads[n] * d).sum())
+            check(abs(fd - an) <= 2e-7 * max(abs(fd), abs(an), 1e-3) + 1e-10,
+                  f"{arch} {n}: autograd {an:.10g} vs finite differences {fd:.10g}")
+            check(abs(an) > 1e-9, f"{arch} {n}: vanishing directional derivative")
+
+
+def read_json(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def make_lora_fixture(tmp, arch="llama", over=None, lc=None, seed=1, b_std=0.0, dtype="BF16"):
+    over = dict(vocab_size=48, hidden_size=16, intermediate_size=24, num_attention_heads=4, num_key_value_heads=2,
+                **(over or {}))
+    model = os.path.join(tmp, f"m_{arch}")
+    run_cli("make-model", "--out", model, "--arch", arch, "--config-json", json.dumps(over), "--seed", 3, "--dtype", dtype)
+    adapter = os.path.join(tmp, f"a_{arch}_{seed}_{b_std}")
+    run_cli("make-adapter", "--model", model, "--out", adapter, "--lora-json", json.dumps(lc), "--seed", seed,
+            "--b-std", b_std)
+    tokens = os.path.join(tmp, "tokens.bin")
+    rnd = random.Random(7)
+    write_tokens(tokens, [rnd.randrange(48) for _ in range(3 * 2 * 8 + 1)])
+    return model, adapter, tokens
+
+
+def test_lora_adapter_dir(tmp):
+    """make-adapter's directory: PEFT's keys and values, tensor names, init laws, determinism."""
+    lc = dict(r=4, lora_alpha=16, target_modules=["q_proj", "v_proj", "down_proj"], bias="lora_only",
+              modules_to_save=["lm_head"])
+    model, adapter, _ = make_lora_fixture(tmp, over=dict(attention_bias=True), lc=lc)
+    text = open(os.path.join(adapter, "adapter_config.json")).read()
+    conf = json.loads(text)
+    check(set(conf) == PEFT_KEYS, f"adapter_config.json keys: extra {sorted(set(conf) - PEFT_KEYS)}, "
+          f"missing {sorted(PEFT_KEYS - set(conf))}")
+    check(text == json.dumps(conf, indent=2, sort_keys=True), "adapter_config.json is not json.dumps(indent=2, sort_keys)")
+    want = dict(peft_type="LORA", task_type="CAUSAL_LM", r=4, lora_alpha=16, lora_dropout=0.0, bias="lora_only",
+                use_rslora=False, modules_to_save=["lm_head"], layers_to_transform=None, init_lora_weights=True,
+                fan_in_fan_out=False, inference_mode=True, base_model_name_or_path=model, auto_mapping=None,
+                target_modules=["down_proj", "q_proj", "v_proj"], rank_pattern={}, alpha_pattern={}, use_dora=False,
+                lora_bias=False, megatron_core="megatron.core", loftq_config={}, exclude_modules=None, revision=None)
+    for k, v in want.items():
+        check(conf[k] == v, f"adapter_config.json {k} = {conf[k]!r}, want {v!r}")
+    raw = st.raw_tensors(os.path.join(adapter, "adapter_model.safetensors"))
+    meta = st.load(os.path.join(adapter, "adapter_model.safetensors"))[1]
+    check(meta == {"format": "pt"}, f"metadata {meta}")
+    names = set()
+    for i in range(2):
+        L = f"{PP}model.layers.{i}."
+        for m in ("self_attn.q_proj", "self_attn.v_proj", "mlp.down_proj"):
+            names |= {L + m + ".lora_A.weight", L + m + ".lora_B.weight"}
+        names |= {L + "self_attn.q_proj.base_layer.bias", L + "self_attn.v_proj.base_layer.bias"}
+    names.add(PP + "lm_head.weight")
+    check(set(raw) == names, f"tensor names: extra {sorted(set(raw) - names)}, missing {sorted(names - set(raw))}")
+    cfg, _, base = ref.load_model(model)
+    tensors, _ = st.load(os.path.join(adapter, "adapter_model.safetensors"))
+    for n, t in tensors.items():
+        if ".lora_A." in n:
+            fan_in = t.shape[1]
+            check(t.dtype == torch.float32 and float(t.abs().max()) <= 1 / math.sqrt(fan_in),
+                  f"{n}: not U(-1/sqrt(in), 1/sqrt(in))")
+            check(float(t.abs().max()) > 0.6 / math.sqrt(fan_in) and float(t.std()) > 0.4 / math.sqrt(fan_in),
+                  f"{n}: too narrow for kaiming_uniform(a=sqrt(5))")
+        elif ".lora_B." in n:
+            check(t.dtype == torch.float32 and float(t.abs().max()) == 0.0, f"{n}: lora_B is not zero")
+        else:
+            hf = n[len(PP):].replace(".base_layer.", ".")
+            check(t.dtype == torch.bfloat16 and torch.equal(t, base[hf]), f"{n}: not an exact copy of {hf}")
+    # determinism per seed; --b-std; gaussian init
+    a2 = os.path.join(tmp, "a2")
+    a3 = os.path.join(tmp, "a3")
+    run_cli("make-adapter", "--model", model, "--out", a2, "--lora-json", json.dumps(lc), "--seed", 1)
+    run_cli("make-adapter", "--model", model, "--out", a3, "--lora-json", json.dumps(lc), "--seed", 2, "--b-std", 0.5)
+    f1, f2 = (open(os.path.join(d, "adapter_model.safetensors"), "rb").read() for d in (adapter, a2))
+    check(f1 == f2, "make-adapter is not deterministic per seed")
+    t3, _ = st.load(os.path.join(a3, "adapter_model.safetensors"))
+    for n in t3:
+        if ".lora_A." in n:
+            check(not torch.equal(t3[n], tensors[n]), f"{n}: seeds 1 and 2 agree")
+        if ".lora_B." in n:
+            check(abs(float(t3[n].std()) - 0.5) < 0.2 and abs(float(t3[n].mean())) < 0.3, f"{n}: not N(0, 0.5)")
+    a4 = os.path.join(tmp, "a4")
+    run_cli("make-adapter", "--model", model, "--out", a4, "--lora-json",
+            json.dumps(dict(r=8, target_modules=["gate_proj"], init_lora_weights="gaussian")))
+    t4, _ = st.load(os.path.join(a4, "adapter_model.safetensors"))
+    A = torch.cat([t.reshape(-1) for n, t in t4.items() if ".lora_A." in n])
+    check(abs(float(A.std()) - 1 / 8) < 0.02, f"gaussian init: std {float(A.std())}, want 1/r")
+    # refusals reach the CLI as exit status 2
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        rc = ref.main(["make-adapter", "--model", model, "--out", a4, "--lora-json", '{"lora_dropout": 0.05}'])
+    check(rc == 2 and "lora_dropout" in err.getvalue(), f"lora_dropout 0.05: rc {rc} {err.getvalue()!r}")
+
+
+def test_lora_b_zero(tmp):
+    """B = 0: the adapted model is the base model, the copies' gradients are the base's, and
+    dL/dB = scaling * dL/dW @ A^T, dL/dA = 0 (from the base model's own --grads)."""
+    for arch, over, lc in (
+            ("llama", dict(attention_bias=True),
+             dict(r=4, lora_alpha=8, target_modules="all-linear", bias="all", modules_to_save=["lm_head"])),
+            ("qwen2", dict(tie_word_embeddings=True),
+             dict(r=2, lora_alpha=7, target_modules=["k_proj", "up_proj"], modules_to_save=["embed_tokens"]))):
+        sub = os.path.join(tmp, arch)
+        os.makedirs(sub)
+        model, adapter, tokens = make_lora_fixture(sub, arch, over, lc)
+        e0, e1 = os.path.join(sub, "e0.json"), os.path.join(sub, "e1.json")
+        run_cli("eval", "--model", model, "--tokens", tokens, "--batch", 2, "--seq", 8, "--batches", 3, "--out", e0)
+        run_cli("evaluate", "--model", model, "--tokens", tokens, "--batch", 2, "--seq", 8, "--batches", 3,
+                "--adapter", adapter, "--out", e1)
+        check(read_json(e0) == read_json(e1), f"{arch}: B = 0 adapter changes the loss: {read_json(e0)} {read_json(e1)}")
+        g0, g1 = os.path.join(sub, "g0.st"), os.path.join(sub, "g1.st")
+        o0, o1 = os.path.join(sub, "o0.json"), os.path.join(sub, "o1.json")
+        run_cli("train", "--model", model, "--tokens", tokens, "--batch", 2, "--seq", 8, "--steps", 1, "--lr", 1e-3,
+                "--out", o0, "--grads", g0)
+        run_cli("train", "--model", model, "--tokens", tokens, "--batch", 2, "--seq", 8, "--steps", 1, "--lr", 1e-3,
+                "--adapter", adapter, "--out", o1, "--grads", g1)
+        check(read_json(o0)["losses"] == read_json(o1)["losses"], f"{arch}: train losses[0] differ with B = 0")
+        full, _ = st.load(g0)
+        lg, _ = st.load(g1)
+        cfg, _, _ = ref.load_model(model)
+        plan, trained = ref.load_adapter(adapter, cfg, None)
+        check(set(lg) == {n for n, _, _, _ in plan.entries} and all(g.dtype == torch.float32 for g in lg.values()),
+              f"{arch}: --grads names {sorted(lg)}")
+        norm = math.sqrt(sum(float((g.double() ** 2).sum()) for g in lg.values()))
+        check(abs(read_json(o1)["grad_norms"][0] - norm) <= 1e-5 * norm,
+              f"{arch}: grad_norms is not over the trainable tensors")
+        for n, kind, hf, _ in plan.entries:
+            g = lg[n]
+            if kind == "lora_A":
+                check(float(g.abs().max()) == 0.0, f"{arch} {n}: gradient of A is not 0 with B = 0")
+            elif kind == "lora_B":
+                s = plan.targets[hf][2]
+                want = s * full[hf + ".weight"].double() @ trained[PP + hf + ".lora_A.weight"].double().t()
+                d = max_diff(g, want)
+                check(d <= 1e-5 * float(want.abs().max()) and float(want.abs().max()) > 0,
+                      f"{arch} {n}: dL/dB {d:.3g} off scaling * dL/dW @ A^T")
+            elif hf in full:
+                if cfg.tie and hf == "model.embed_tokens.weight":
+                    continue  # the base's tied gradient also holds the head's use
+                d = max_diff(g, full[hf])
+                check(d <= 1e-6 * float(full[hf].abs().max()),
+                      f"{arch} {n}: gradient differs from the base's {hf} by {d:.3g}")
+
+
+def adamw_adapter_reference(cfg, base, plan, trained, tokens, B, T, steps, lr, wd, b1, b2, eps, clip):
+    """AdamW written out over the trainable tensors only (as adamw_reference)."""
+    P = {n: t.clone() for n, t in trained.items()}
+    m = {n: torch.zeros_like(t) for n, t in P.items()}
+    v = {n: torch.zeros_like(t) for n, t in P.items()}
+    for k in range(steps):
+        inputs, targets = llmc_batch(tokens, k, B, T)
+        leaves = {n: t.clone().requires_grad_(True) for n, t in P.items()}
+        Pf, lora = plan.split(leaves, base)
+        ref.loss_fn(cfg, Pf, inputs, targets, lora=lora).backward()
+        g = {n: t.grad for n, t in leaves.items()}
+        norm = math.sqrt(sum(float((x.double() ** 2).sum()) for x in g.values()))
+        coef = min(1.0, clip / (norm + 1e-6)) if clip > 0 else 1.0
+        t = k + 1
+        for n in P:
+            gn = g[n] * coef
+            decay = wd if P[n].dim() >= 2 else 0.0
+            p = P[n] * (1 - lr * decay)
+            m[n] = b1 * m[n] + (1 - b1) * gn
+            v[n] = b2 * v[n] + (1 - b2) * gn * gn
+            P[n] = p - lr * (m[n] / (1 - b1 ** t)) / ((v[n] / (1 - b2 ** t)).sqrt() + eps)
+    return P
+
+
+def test_lora_train_roundtrip(tmp):
+    """train --adapter: AdamW over the trainable tensors only; --save-adapter round-trips."""
+    lc = dict(r=3, lora_alpha=6, target_modules=["q_proj", "o_proj", "gate_proj"], bias="all",
+              modules_to_save=["embed_tokens"])
+    model, adapter, tokens = make_lora_fixture(tmp, over=dict(attention_bias=True), lc=lc, b_std=0.05)
+    toks = ref.read_tokens(tokens).tolist()
+    B, T, steps, lr, wd, b1, b2, eps, clip = 2, 8, 3, 5e-3, 0.3, 0.9, 0.95, 1e-8, 0.05
+    out, saved = os.path.join(tmp, "o.json"), os.path.join(tmp, "saved")
+    run_cli("train", "--model", model, "--tokens", tokens, "--batch", B, "--seq", T, "--steps", steps, "--lr", lr,
+            "--weight-decay", wd, "--beta1", b1, "--beta2", b2, "--eps", eps, "--grad-clip", clip,
+            "--adapter", adapter, "--out", out, "--save-adapter", saved)
+    res = read_json(out)
+    check(res["grad_norms"][0] > clip, "the clip threshold does not bite")
+    cfg, _, stored = ref.load_model(model)
+    base = {n: t.float() for n, t in stored.items()}
+    plan, trained = ref.load_adapter(adapter, cfg, base)
+    want = adamw_adapter_reference(cfg, base, plan, trained, toks, B, T, steps, lr, wd, b1, b2, eps, clip)
+    plan2, got = ref.load_adapter(saved, cfg, base)
+    raw = st.raw_tensors(os.path.join(saved, "adapter_model.safetensors"))
+    for n in want:
+        check(raw[n][0] == "F32", f"saved {n} is {raw[n][0]}")
+        d = max_diff(got[n], want[n])
+        check(d < 2e-6, f"trained {n} differs from the written-out AdamW by {d:.3g}")
+        check(max_diff(got[n], trained[n]) > 1e-5, f"{n} did not move")
+    # decay only on 2+-dim tensors: with wd the bias path must equal the wd = 0 path after one step
+    one = adamw_adapter_reference(cfg, base, plan, trained, toks, B, T, 1, lr, wd, b1, b2, eps, clip)
+    nod = adamw_adapter_reference(cfg, base, plan, trained, toks, B, T, 1, lr, 0.0, b1, b2, eps, clip)
+    for n, kind, _, _ in plan.entries:
+        same = max_diff(one[n], nod[n]) == 0.0
+        check(same == (kind == "bias"), f"{n} ({kind}): decay applied = {not same}")
+    # the base model is untouched, the config is re-written unchanged, load + save is byte-identical
+    check(open(os.path.join(saved, "adapter_config.json")).read() ==
+          open(os.path.join(adapter, "adapter_config.json")).read(), "--save-adapter changed adapter_config.json")
+    again = os.path.join(tmp, "again")
+    ref.save_adapter(again, plan2, got)
+    for f in ("adapter_config.json", "adapter_model.safetensors"):
+        check(open(os.path.join(again, f), "rb").read() == open(os.path.join(saved, f), "rb").read(),
+              f"{f} does not round-trip")
+    # eval with the saved adapter is the written-out model's loss
+    ev = os.path.join(tmp, "e.json")
+    run_cli("eval", "--model", model, "--tokens", tokens, "--batch", B, "--seq", T, "--batches", 1,
+            "--adapter", saved, "--out", ev)
+    inputs, targets = llmc_batch(toks, 0, B, T)
+    Pf, lora = plan.split(want, base)
+    with torch.no_grad():
+        wl = float(ref.loss_fn(cfg, Pf, inputs, targets, lora=lora))
+    check(abs(read_json(ev)["loss"] - wl) < 1e-5, f"eval of the saved adapter {read_json(ev)['loss']} vs {wl}")
+    # a PEFT 0.20.0 file without the lora_only biases loads with the base biases
+    lc2 = dict(lc, bias="lora_only", modules_to_save=None)
+    a2 = os.path.join(tmp, "a2")
+    run_cli("make-adapter", "--model", model, "--out", a2, "--lora-json", json.dumps(lc2), "--b-std", 0.1)
+    t2, meta = st.load(os.path.join(a2, "adapter_model.safetensors"))
+    st.save(os.path.join(a2, "adapter_model.safetensors"), {n: t for n, t in t2.items() if "bias" not in n}, meta)
+    p3, t3 = ref.load_adapter(a2, cfg, base)
+    check(all(torch.equal(t3[n], base[hf]) for n, k, hf, _ in p3.entries if k == "bias"), "missing biases not from the base")
+    # refusals
+    for args, word in ((["--save", os.path.join(tmp, "x")], "--save-adapter"),):
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            rc = ref.main(["train", "--model", model, "--tokens", tokens, "--batch", "1", "--seq", "4", "--steps", "1",
+                           "--lr", "1e-3", "--adapter", adapter, "--out", os.path.join(tmp, "x.json")] + args)
+        check(rc == 2 and word in err.getvalue(), f"{args}: rc {rc} {err.getvalue()!r}")
+
+
+def test_lora_merge(tmp):
+    """merge: W + scaling * B @ A, biases and copies in place; the merged model's loss is the
+    adapted model's; a tied model with a copied lm_head comes out untied."""
+    for arch, over, lc in (
+            ("llama", dict(attention_bias=True, mlp_bias=True),
+             dict(r=2, lora_alpha=4, target_modules="all-linear", bias="all", modules_to_save=["norm"])),
+            ("qwen2", dict(tie_word_embeddings=True),
+             dict(r=3, lora_alpha=2, use_rslora=True, target_modules=["v_proj", "down_proj"], modules_to_save=["lm_head"]))):
+        sub = os.path.join(tmp, arch)
+        os.makedirs(sub)
+        model, adapter, tokens = make_lora_fixture(sub, arch, over, lc, b_std=0.2)
+        # move the copies / biases off the base, so that replacing them is visible
+        t, meta = st.load(os.path.join(adapter, "adapter_model.safetensors"))
+        gen = torch.Generator().manual_seed(3)
+        t = {n: (v.float() + 0.1 * torch.randn(v.shape, generator=gen)) if "lora_" not in n else v for n, v in t.items()}
+        st.save(os.path.join(adapter, "adapter_model.safetensors"), t, meta)
+        merged = os.path.join(sub, "merged")
+        run_cli("merge", "--model", model, "--adapter", adapter, "--out", merged)
+        cfg, raw, stored = ref.load_model(model)
+        mcfg, mraw, mt = ref.load_model(merged)
+        check(mraw["torch_dtype"] == "float32", "merged torch_dtype")
+        check(mcfg.tie == (cfg.tie and "lm_head" not in (lc.get("modules_to_save") or [])), f"{arch}: merged tie {mcfg.tie}")
+        plan, tr = ref.load_adapter(adapter, cfg, None)
+        for n, v in mt.items():
+            check(v.dtype == torch.float32, f"merged {n} is {v.dtype}")
+            mod = n[:-len(".weight")] if n.endswith(".weight") else None
+            if mod in plan.targets:
+                s = plan.targets[mod][2]
+                A, Bm = tr[PP + mod + ".lora_A.weight"], tr[PP + mod + ".lora_B.weight"]
+                want = stored[n].double() + s * (Bm.double() @ A.double())
+                check(max_diff(v, want) < 1e-6, f"{arch} {n}: merged weight off W + s * B @ A")
+                check(max_diff(v, stored[n]) > 1e-4, f"{arch} {n}: merge did nothing")
+            else:
+                peft = {hf: pn for pn, k, hf, _ in plan.entries if k in ("bias", "copy")}
+                if n in peft:
+                    check(torch.equal(v, tr[peft[n]]), f"{arch} {n}: not the adapter's copy / bias")
+                elif n == "lm_head.weight" and cfg.tie:
+                    raise Failure(f"{arch}: an lm_head appeared without a copy")
+                else:
+                    check(torch.equal(v, stored[n].float()), f"{arch} {n}: changed by the merge")
+        e1, e2 = os.path.join(sub, "e1.json"), os.path.join(sub, "e2.json")
+        run_cli("eval", "--model", model, "--tokens", tokens, "--batch", 2, "--seq", 8, "--batches", 3,
+                "--adapter", adapter, "--out", e1)
+        run_cli("eval", "--model", merged, "--tokens", tokens, "--batch", 2, "--seq", 8, "--batches", 3, "--out", e2)
+        l1, l2 = read_json(e1)["losses"], read_json(e2)["losses"]
+        check(max(abs(a - b) for a, b in zip(l1, l2)) < 2e-6, f"{arch}: merged losses {l2} vs adapted {l1}")
+        e0 = os.path.join(sub, "e0.json")
+        run_cli("eval", "--model", model, "--tokens", tokens, "--batch", 2, "--seq", 8, "--batches", 3, "--out", e0)
+        check(abs(read_json(e0)["loss"] - read_json(e1)["loss"]) > 1e-4, f"{arch}: the adapter changes nothing; blind")
+        bf = os.path.join(sub, "merged_bf16")
+        run_cli("merge", "--model", model, "--adapter", adapter, "--out", bf, "--dtype", "BF16")
+        _, _, mb = ref.load_model(bf)
+        check(all(torch.equal(mb[n], mt[n].to(torch.bfloat16)) for n in mt),
+              f"{arch}: BF16 merge is not the F32 one rounded")
+
+
+def test_qlora(tmp):
+    """--quant: the decoder linears replaced by bnb_quant's round trip, nothing else."""
+    import bnb_quant as bq
+    lc = dict(r=2, lora_alpha=4, target_modules=["q_proj", "up_proj"], bias="lora_only")
+    model, adapter, tokens = make_lora_fixture(tmp, over=dict(attention_bias=True), lc=lc, dtype="F32")
+    cfg, raw, stored = ref.load_model(model)
+    names = ref.quantized_names(cfg)
+    want = {f"model.layers.{i}.{m}_proj.weight" for i in range(cfg.num_layers)
+            for m in ("self_attn.q", "self_attn.k", "self_attn.v", "self_attn.o", "mlp.gate", "mlp.up", "mlp.down")}
+    check(set(names) == want, f"quantized weights {sorted(set(names) ^ want)}")
+    e_plain = os.path.join(tmp, "plain.json")
+    run_cli("eval", "--model", model, "--tokens", tokens, "--batch", 2, "--seq", 8, "--batches", 2, "--out", e_plain)
+    seen = set()
+    for quant, dq in (("nf4", False), ("nf4", True), ("fp4", False), ("int8", False)):
+        qdir = os.path.join(tmp, f"q_{quant}{int(dq)}")
+        qt = {n: (bq.dequantized(t, quant, dq, 64) if n in want else t) for n, t in stored.items()}
+        ref.save_model(qdir, raw, qt)
+        e1, e2 = os.path.join(tmp, "e1.json"), os.path.join(tmp, "e2.json")
+        run_cli("eval", "--model", model, "--tokens", tokens, "--batch", 2, "--seq", 8, "--batches", 2, "--quant", quant,
+                *(["--double-quant"] if dq else []), "--compute-dtype", "float32", "--out", e1)
+        run_cli("eval", "--model", qdir, "--tokens", tokens, "--batch", 2, "--seq", 8, "--batches", 2, "--out", e2)
+        check(read_json(e1) == read_json(e2),
+              f"--quant {quant} dq={dq}: {read_json(e1)} vs the dequantized model {read_json(e2)}")
+        check(read_json(e1)["loss"] != read_json(e_plain)["loss"], f"--quant {quant} changes nothing")
+        seen.add(read_json(e1)["loss"])
+        # QLoRA: B = 0 adapter on the quantized base = the quantized base; train runs
+        o = os.path.join(tmp, "o.json")
+        run_cli("train", "--model", model, "--tokens", tokens, "--batch", 2, "--seq", 8, "--steps", 2, "--lr", 1e-2,
+                "--adapter", adapter, "--quant", quant, *(["--double-quant"] if dq else []), "--out", o)
+        check(read_json(o)["losses"][0] == read_json(e1)["losses"][0],
+              f"QLoRA {quant}: losses[0] is not the quantized base's")
+    check(len(seen) == 4, "two quantization settings give the same loss")
+    for args, word in ((["--quant", "nf4"], "--adapter"), (["--quant", "int8", "--double-quant"], "--double-quant")):
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            rc = ref.main(["train", "--model", model, "--tokens", tokens, "--batch", "1", "--seq", "4", "--steps", "1",
+                           "--lr", "1e-3", "--out", os.path.join(tmp, "x.json")] + args)
+        check(rc == 2 and word in err.getvalue(), f"{args}: rc {rc} {err.getvalue()!r}")
+
+
 def main():
+    import bnb_quant_selftest
     tests = [test_param_names, test_naive_forward, test_gradients, test_gqa_equals_repeated_mha, test_causal_and_tied,
-             test_rope, test_safetensors, test_init_loss, test_train_eval, test_refusals]
+             test_rope, test_safetensors, test_init_loss, test_train_eval, test_refusals, test_lora_names,
+             test_lora_math, test_lora_adapter_dir, test_lora_b_zero, test_lora_train_roundtrip, test_lora_merge,
+             test_qlora] + bnb_quant_selftest.TESTS
     failed = 0
     t_all = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="hf_llama_selftest.") as tmp:
@@ -671,7 +1203,7 @@ def main():
             try:
                 test(sub) if test.__code__.co_argcount else test()
                 status = "ok"
-            except Failure as e:
+            except AssertionError as e:  # Failure, or bnb_quant_selftest's
                 failed += 1
                 status = f"FAILED: {e}"
             except Exception:  # a crash is a failure too, with its traceback

@@ -27,6 +27,7 @@ ncclDataType_t ReduceType(DType t) {
     case DType::kF16:
       return ncclFloat16;
     case DType::kU16:
+    case DType::kU8:
       break;
   }
   ZTRAIN_ASSERT(false, "no NCCL reduction for ", DTypeName(t));
