@@ -110,11 +110,6 @@ void CheckLora(const json& t, ConfigErrors& errors) {
   CheckLayers(t, errors);
   CheckTargets(t, errors);
   CheckInit(t, errors);
-  if (!At(t, "lora.init_from").get<std::string>().empty()) {
-    errors.Add("lora.init_from",
-               "starting from a PEFT adapter directory is not run by ztrain yet; leave it empty "
-               "(adapters start as init_lora_weights says)");
-  }
 }
 
 LoraConfig LoraFrom(const json& l) {

@@ -3,16 +3,20 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <vector>
 
 #include "core/config.h"
 #include "core/error.h"
 #include "core/logging.h"
 #include "engine/checkpoint.h"
+#include "kernels/ops.h"
 #include "nn/family.h"
 #include "nn/hf_checkpoint.h"
+#include "nn/init.h"
 #include "nn/llmc_model_file.h"
 #include "nn/model_export.h"
+#include "nn/peft.h"
 
 namespace ztrain {
 namespace {
@@ -104,16 +108,98 @@ void WriteJson(const std::string& path, const nlohmann::json& j) {
   ZTRAIN_CHECK_T(IoError, out.good(), "cannot write ", path);
 }
 
+// The base model a LoRA run trained on, one whole fp32 parameter at a time: model.init_from
+// (a HF directory read tensor by tensor, or an llm.c file read whole), or training.seed's.
+class BaseModel {
+ public:
+  explicit BaseModel(const Config& config) : config_(config) {
+    const std::string& path = config.model.init_from;
+    if (path.empty()) {
+      for (const auto& layer : nn::BuildModel(config.model)) {
+        for (const nn::ParamSpec& s : layer->Params()) specs_.emplace(s.name, s);
+      }
+    } else if (nn::IsHfModelDir(path)) {
+      hf_ = std::make_unique<nn::HfCheckpoint>(path);
+      for (const nn::HfTensor& t : nn::FindModelFamily(config.model.type).hf.layout(config.model)) {
+        layout_.emplace(t.param, t);
+      }
+    } else {
+      for (const nn::HfTensor& t : nn::FindModelFamily("gpt2").hf.layout(config.model)) {
+        llmc_[t.param].resize(static_cast<size_t>(NumElements(t.param_shape)));
+        shapes_[t.param] = t.param_shape;
+      }
+      nn::LoadLlmcModel(path, config.model, [&](const std::string& name) {
+        return Tensor(llmc_.at(name).data(), DType::kF32, shapes_.at(name));
+      });
+    }
+  }
+  std::vector<float> Value(const std::string& name, int64_t n) const {
+    std::vector<float> v(static_cast<size_t>(n));
+    if (hf_) {
+      nn::ReadHfParameter(*hf_, layout_.at(name), 0, n, v.data());
+    } else if (!llmc_.empty()) {
+      v = llmc_.at(name);
+    } else {
+      nn::InitParam(specs_.at(name), config_.training.seed, Tensor(v.data(), DType::kF32, {n}));
+    }
+    return v;
+  }
+
+ private:
+  const Config& config_;
+  std::unique_ptr<nn::HfCheckpoint> hf_;
+  std::map<std::string, nn::HfTensor> layout_;
+  std::map<std::string, std::vector<float>> llmc_;
+  std::map<std::string, Shape> shapes_;
+  std::map<std::string, nn::ParamSpec> specs_;
+};
+
+// The merged model (PEFT's merge_and_unload) into `writer`: W + scaling B A for each adapted
+// weight, the trained tensors as the checkpoint holds them, the rest the base's.
+int64_t WriteMerged(const Config& config, const checkpoint::ModelIndex& index,
+                    nn::HfModelWriter& writer) {
+  std::map<std::string, Shape> trained(index.parameters().begin(), index.parameters().end());
+  const auto read = [&](const std::string& name) {
+    std::vector<float> v(static_cast<size_t>(NumElements(trained.at(name))));
+    index.Read(name, checkpoint::Kind::kParam, 0, static_cast<int64_t>(v.size()), v.data());
+    return v;
+  };
+  const BaseModel base(config);
+  const std::unique_ptr<kernels::Ops> ops = kernels::MakeCpuOps();
+  const float scaling = static_cast<float>(config.lora.scaling());
+  int64_t elements = 0;
+  for (const nn::HfTensor& t : nn::FindModelFamily(config.model.type).hf.layout(config.model)) {
+    const int64_t n = NumElements(t.param_shape);
+    std::vector<float> w = trained.count(t.param) ? read(t.param) : base.Value(t.param, n);
+    const std::string linear = nn::ModuleOf(t.param);
+    if (trained.count(linear + ".lora_A.weight") != 0 && t.param == linear + ".weight") {
+      const std::vector<float> a = read(linear + ".lora_A.weight");
+      const std::vector<float> b = read(linear + ".lora_B.weight");
+      const Shape& as = trained.at(linear + ".lora_A.weight");  // [r, in]
+      const int64_t out = n / as[1];
+      ops->Gemm(false, false, scaling,
+                Tensor(const_cast<float*>(b.data()), DType::kF32, {out, as[0]}),
+                Tensor(const_cast<float*>(a.data()), DType::kF32, as), 1.0f,
+                Tensor(w.data(), DType::kF32, {out, as[1]}));  // W += scaling B A
+    }
+    writer.Add(t.param, w.data());
+    elements += n;
+  }
+  return elements;
+}
+
 }  // namespace
 
 ExportResult ExportCheckpoint(const std::string& checkpoint, const std::string& format,
-                              const std::string& out, DType dtype, int64_t max_shard_bytes) {
-  ZTRAIN_CHECK_T(ConfigError, format == "llmc" || format == "safetensors" || format == "hf",
-                 "--format must be hf, llmc or safetensors, got '", format, "'");
+                              const std::string& out, DType dtype, int64_t max_shard_bytes,
+                              bool merge) {
   ZTRAIN_CHECK_T(ConfigError,
-                 dtype == DType::kF32 || dtype == DType::kBF16 ||
-                     (format == "hf" && dtype == DType::kF16),
-                 "--dtype must be fp32 or bf16", format == "hf" ? " or fp16" : "");
+                 format == "llmc" || format == "safetensors" || format == "hf" || format == "peft",
+                 "--format must be hf, llmc, safetensors or peft, got '", format, "'");
+  const bool sixteen = format == "hf" || format == "peft";
+  ZTRAIN_CHECK_T(ConfigError,
+                 dtype == DType::kF32 || dtype == DType::kBF16 || (sixteen && dtype == DType::kF16),
+                 "--dtype must be fp32 or bf16", sixteen ? " or fp16" : "");
   ExportResult result;
   const Chosen chosen = ChooseCheckpoint(checkpoint);
   const nlohmann::json& meta = chosen.meta;
@@ -121,10 +207,39 @@ ExportResult ExportCheckpoint(const std::string& checkpoint, const std::string& 
   result.step = meta.at("step");
   const Config config = ParseConfig(meta.at("config"), meta.at("layout").at("world"));
   CheckOutputIsNoInput(out, checkpoint, chosen, config);
-  ZTRAIN_CHECK_T(ConfigError, format == "hf" || config.model.type == "gpt2", "--format ", format,
-                 " writes GPT-2 models; this checkpoint's model.type is '", config.model.type,
-                 "': use --format hf");
+  const bool lora = config.lora.enabled;
+  ZTRAIN_CHECK_T(ConfigError, !(format == "peft" || merge) || lora,
+                 "--format peft and --merge "
+                 "export LoRA runs; this checkpoint trained the whole model: use --format hf");
+  ZTRAIN_CHECK_T(ConfigError, !lora || format == "peft" || (format == "hf" && merge),
+                 "this checkpoint holds LoRA adapters (the base is model.init_from's, not "
+                 "saved): --format peft writes the adapter, --format hf --merge the base with "
+                 "the adapters merged in");
+  ZTRAIN_CHECK_T(ConfigError, !merge || format == "hf", "--merge writes --format hf");
+  ZTRAIN_CHECK_T(ConfigError, format == "hf" || format == "peft" || config.model.type == "gpt2",
+                 "--format ", format, " writes GPT-2 models; this checkpoint's model.type is '",
+                 config.model.type, "': use --format hf");
   const checkpoint::ModelIndex index(result.checkpoint, meta);
+  if (format == "peft") {
+    std::map<std::string, std::vector<float>> values;
+    for (const auto& [name, shape] : index.parameters()) {
+      std::vector<float>& v = values[name];
+      v.resize(static_cast<size_t>(NumElements(shape)));
+      index.Read(name, checkpoint::Kind::kParam, 0, NumElements(shape), v.data());
+      result.parameters += NumElements(shape);
+    }
+    nn::WritePeftAdapter(out, config.model, config.lora, dtype,
+                         [&](const std::string& name) { return values.at(name).data(); });
+    result.files = 2;
+    return result;
+  }
+  if (merge) {
+    nn::HfModelWriter writer(out, config.model, dtype, max_shard_bytes);
+    result.parameters = WriteMerged(config, index, writer);
+    nn::CopyHfCompanionFiles(config.model.init_from, out);
+    result.files = writer.Finish();
+    return result;
+  }
   const auto read = [&](const std::string& name, const Shape& shape) {
     std::vector<float> v(static_cast<size_t>(NumElements(shape)));
     index.Read(name, checkpoint::Kind::kParam, 0, NumElements(shape), v.data());

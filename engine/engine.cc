@@ -421,10 +421,7 @@ void Engine::InitParameters() {
   // Each rank initialises the elements it holds; the values depend on (seed, name, index)
   // only, so every layout starts from the single-process model.
   SetHeldParameters([this](const std::string& name, const Shape&, int64_t begin, int64_t count,
-                           float* out) {
-    nn::InitParam(FindSlot(name).spec, config_.training.seed, Tensor(out, DType::kF32, {count}),
-                  begin);
-  });
+                           float* out) { InitialValues(name, begin, count, out); });
 }
 
 // All-gathers layer l's shard into `whole` (its padded size). With parameters on NVMe the

@@ -189,8 +189,10 @@ class Engine {
   // Calls fn(name, value) for every owned parameter, in model order, with its whole value
   // (valid during the call only). At stage 3 this is collective: every rank of the dp group
   // calls it, and each layer is gathered in turn. Under tensor parallelism it is collective
-  // over the tp group too, which all-gathers the slices of split parameters.
-  void ForEachFullParameter(const std::function<void(const std::string&, const Tensor&)>& fn);
+  // over the tp group too, which all-gathers the slices of split parameters. With
+  // `trainable_only` the frozen parameters are left out (and not gathered).
+  void ForEachFullParameter(const std::function<void(const std::string&, const Tensor&)>& fn,
+                            bool trainable_only = false);
   // Sets every owned parameter: fill(name, destination) writes its whole value. Every rank
   // must write the same values; at stage 3 each keeps its shard, under tensor parallelism
   // its slice. Not collective.
@@ -202,14 +204,23 @@ class Engine {
   // Every rank must write the values of the same whole model. Not collective.
   using HeldParameterFill = std::function<void(const std::string& name, const Shape& full_shape,
                                                int64_t begin, int64_t count, float* out)>;
-  void SetHeldParameters(const HeldParameterFill& fill);
+  // With `only`, the parameters it accepts and no others (the rest keep their values: a PEFT
+  // adapter loaded over a base).
+  void SetHeldParameters(const HeldParameterFill& fill,
+                         const std::function<bool(const std::string&)>& only = {});
+  // The values training.seed gives elements [begin, begin + count) of whole parameter `name`
+  // (nn/init.h): what a parameter no file sets starts from (a LoRA adapter over a loaded
+  // base).
+  void InitialValues(const std::string& name, int64_t begin, int64_t count, float* out) const;
   std::vector<std::string> ParameterNames() const;  // owned parameters, model order
   // The whole model's parameters (every stage's, each tied weight once), in model order.
   std::vector<std::pair<std::string, Shape>> ModelParameters() const;
   // Calls fn(name, value) for every parameter of ModelParameters(), whole, on the rank at
   // dp 0, pp 0, tp 0, and for none elsewhere: later stages send theirs. Collective over the
-  // dp, pp and tp groups.
-  void ForEachModelParameter(const std::function<void(const std::string&, const Tensor&)>& fn);
+  // dp, pp and tp groups. With `trainable_only` the frozen parameters are left out (a LoRA
+  // run's adapter).
+  void ForEachModelParameter(const std::function<void(const std::string&, const Tensor&)>& fn,
+                             bool trainable_only = false);
   int64_t NumParameters() const;                    // owned elements, without padding
   // The owned elements that train (the rest are frozen: Note [Frozen parameters in the
   // engine], engine_frozen.cc).
@@ -333,7 +344,8 @@ class Engine {
   Tensor FrozenView(const Buffer& region, const Slot& s) const;
   static Tensor FrozenWords(const Buffer& region, int64_t bytes);
   comm::WorkPtr LaunchFrozenGather(size_t layer, const Buffer& whole);
-  void SetHeldFrozen(size_t layer, const HeldParameterFill& fill);
+  void SetHeldFrozen(size_t layer, const HeldParameterFill& fill,
+                     const std::function<bool(const std::string&)>& only = {});
   std::vector<float> WholeFrozen(size_t layer);
   // Mixed precision (engine_precision.cc).
   bool mixed() const { return act_dtype_ != DType::kF32; }

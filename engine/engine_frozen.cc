@@ -55,7 +55,8 @@ comm::WorkPtr Engine::LaunchFrozenGather(size_t l, const Buffer& whole) {
   return dp_->AllGather(mine, out);
 }
 
-void Engine::SetHeldFrozen(size_t l, const HeldParameterFill& fill) {
+void Engine::SetHeldFrozen(size_t l, const HeldParameterFill& fill,
+                           const std::function<bool(const std::string&)>& only) {
   const LayerState& st = *states_[l];
   const auto es = static_cast<int64_t>(DTypeSize(act_dtype_));
   const int64_t begin = (st.sharded ? dp_->rank() * st.frozen_shard : 0) / es;
@@ -63,7 +64,7 @@ void Engine::SetHeldFrozen(size_t l, const HeldParameterFill& fill) {
   const Tensor region = st.frozen.AsTensor(act_dtype_, {len});
   for (size_t slot : st.owned) {
     const Slot& s = slots_[slot];
-    if (!s.frozen()) continue;
+    if (!s.frozen() || (only && !only(s.spec.name))) continue;
     const int64_t at = s.offset / es;  // the parameter's first element in the region
     const int64_t lo = std::max(at, begin) - at;
     const int64_t hi = std::min(at + NumElements(s.spec.shape), begin + len) - at;

@@ -7,6 +7,7 @@
 
 #include "engine/engine.h"
 #include "engine/engine_state.h"
+#include "nn/init.h"
 #include "offload/param_swapper.h"
 
 namespace ztrain {
@@ -29,6 +30,12 @@ Tensor Engine::Parameter(const std::string& name) const {
 Shape Engine::ParameterShape(const std::string& name) const { return FindSlot(name).spec.shape; }
 
 bool Engine::Trainable(const std::string& name) const { return !FindSlot(name).frozen(); }
+
+void Engine::InitialValues(const std::string& name, int64_t begin, int64_t count,
+                           float* out) const {
+  nn::InitParam(FindSlot(name).spec, config_.training.seed, Tensor(out, DType::kF32, {count}),
+                begin);
+}
 
 Tensor Engine::Gradient(const std::string& name) const {
   const Slot& s = FindSlot(name);
@@ -56,13 +63,13 @@ void Engine::CopySlice(const nn::TensorSlice& slice, const Shape& local_shape, f
   });
 }
 
-void Engine::ForEachFullParameter(
-    const std::function<void(const std::string&, const Tensor&)>& fn) {
+void Engine::ForEachFullParameter(const std::function<void(const std::string&, const Tensor&)>& fn,
+                                  bool trainable_only) {
   for (size_t l = 0; l < states_.size(); ++l) {
     LayerState& st = *states_[l];
     Buffer whole, host_copy;
     const float* base = st.params.data<float>();
-    if (st.sharded) {
+    if (st.sharded && st.padded > 0) {
       whole = Buffer(activations_, DType::kF32, {st.padded}, MemoryCategory::kParameters);
       WaitFor(*LaunchGather(l, whole));
       base = whole.data<float>();
@@ -73,10 +80,12 @@ void Engine::ForEachFullParameter(
       ops_->Synchronize();
       base = host_copy.data<float>();
     }
-    std::vector<float> frozen = WholeFrozen(l);  // widened to fp32 (collective at stage 3)
+    // Widened to fp32 (collective at stage 3).
+    std::vector<float> frozen = trainable_only ? std::vector<float>() : WholeFrozen(l);
     const auto es = static_cast<int64_t>(DTypeSize(act_dtype_));
     for (size_t slot : st.owned) {
       const Slot& s = slots_[slot];
+      if (trainable_only && s.frozen()) continue;
       float* at = s.frozen() ? frozen.data() + s.offset / es : const_cast<float*>(base) + s.offset;
       const Tensor local(at, DType::kF32, s.spec.shape);
       if (!s.spec.tp.split()) {
@@ -155,7 +164,9 @@ void Engine::SetFullParameters(
 // in host memory are written in place; elsewhere (a device, NVMe) the held range is staged
 // on the host, one layer at a time, and stored where they live (WriteHeld, which also
 // refreshes the fp32 master).
-void Engine::SetHeldParameters(const HeldParameterFill& fill) {
+void Engine::SetHeldParameters(const HeldParameterFill& fill,
+                               const std::function<bool(const std::string&)>& only) {
+  const auto chosen = [&](const Slot& s) { return !only || only(s.spec.name); };
   for (size_t l = 0; l < states_.size(); ++l) {
     const LayerState& st = *states_[l];
     const int64_t held_begin = st.sharded ? st.opt_begin : 0;
@@ -168,12 +179,13 @@ void Engine::SetHeldParameters(const HeldParameterFill& fill) {
       staged = Buffer(staging(), DType::kF32, {held_len}, MemoryCategory::kParameters);
       staged.Zero();
       held = staged.data<float>();
+      if (only) ReadHeld(l, held);  // the parameters not chosen are written back as they are
     }
     // A shape-only engine walks the staging copies and writes nothing.
     for (size_t slot : st.owned) {
       if (!computes_) break;
       const Slot& s = slots_[slot];
-      if (s.frozen()) continue;  // SetHeldFrozen, below
+      if (s.frozen() || !chosen(s)) continue;  // frozen: SetHeldFrozen, below
       const int64_t lo = std::max(s.offset, held_begin) - s.offset;
       const int64_t hi = std::min(s.offset + NumElements(s.spec.shape), held_begin + held_len) -
                          s.offset;
@@ -186,7 +198,7 @@ void Engine::SetHeldParameters(const HeldParameterFill& fill) {
       });
     }
     if (staged.data() != nullptr) WriteHeld(l, held);
-    SetHeldFrozen(l, fill);
+    SetHeldFrozen(l, fill, only);
   }
   if (param_swap_) param_swap_->Flush();
   RefreshLowPrecision();

@@ -309,24 +309,26 @@ std::vector<std::pair<std::string, Shape>> Engine::ModelParameters() const {
   return out;
 }
 
-void Engine::ForEachModelParameter(
-    const std::function<void(const std::string&, const Tensor&)>& fn) {
+void Engine::ForEachModelParameter(const std::function<void(const std::string&, const Tensor&)>& fn,
+                                   bool trainable_only) {
   const bool lead = dp_->rank() == 0 && tp_->rank() == 0;  // one pipeline sends, one writes
   const bool writer = lead && pp_->rank() == 0;
   const bool sender = lead && pp_->rank() > 0;
-  ForEachFullParameter([&](const std::string& name, const Tensor& value) {
-    if (slots_[slot_by_name_.at(name)].stage_copy) return;  // the owner's stage sends it
-    if (writer) fn(name, value);
-    if (!sender) return;
-    if (!on_device()) {
-      WaitFor(*pp_->Send(value, 0, 0));
-      return;
-    }
-    Buffer sent(activations_, DType::kF32, value.shape(), MemoryCategory::kWorkspace);
-    const Tensor view = sent.AsTensor(DType::kF32, value.shape());
-    CopyIn(value.data<float>(), view);
-    WaitFor(*pp_->Send(view, 0, 0));
-  });
+  ForEachFullParameter(
+      [&](const std::string& name, const Tensor& value) {
+        if (slots_[slot_by_name_.at(name)].stage_copy) return;  // the owner's stage sends it
+        if (writer) fn(name, value);
+        if (!sender) return;
+        if (!on_device()) {
+          WaitFor(*pp_->Send(value, 0, 0));
+          return;
+        }
+        Buffer sent(activations_, DType::kF32, value.shape(), MemoryCategory::kWorkspace);
+        const Tensor view = sent.AsTensor(DType::kF32, value.shape());
+        CopyIn(value.data<float>(), view);
+        WaitFor(*pp_->Send(view, 0, 0));
+      },
+      trainable_only);
   if (!writer) return;
   // The later stages' parameters, stage by stage in model order.
   for (int s = 1; s < pp_->size(); ++s) {
@@ -334,7 +336,7 @@ void Engine::ForEachModelParameter(
     const auto e = static_cast<size_t>(stage_bounds_[static_cast<size_t>(s) + 1]);
     for (size_t l = b; l < e; ++l) {
       for (const nn::ParamSpec& spec : model_specs_[l]) {
-        if (!spec.tied_to.empty()) continue;
+        if (!spec.tied_to.empty() || (trainable_only && !spec.trainable)) continue;
         const Shape shape = FullShape(spec);
         Buffer value(activations_, DType::kF32, shape, MemoryCategory::kWorkspace);
         const Tensor view = value.AsTensor(DType::kF32, shape);

@@ -9,6 +9,7 @@
 #include "nn/family.h"
 #include "nn/hf_checkpoint.h"
 #include "nn/llmc_model_file.h"
+#include "nn/peft.h"
 
 namespace ztrain {
 namespace {
@@ -30,10 +31,18 @@ nn::ParamLookup LookupIn(StagedModel& staged, const Engine& e) {
 LoadedWeights LoadLlmc(const std::string& path, const ModelConfig& model, Engine& e) {
   StagedModel staged;
   const auto element = static_cast<int64_t>(DTypeSize(nn::ReadLlmcModelDType(path)));
+  std::map<std::string, bool> in_file;  // GPT-2's parameters; others are LoRA's adapters
+  for (const nn::HfTensor& t : nn::FindModelFamily("gpt2").hf.layout(model))
+    in_file[t.param] = true;
   int64_t bytes = 0;
   for (const auto& [name, shape] : e.ModelParameters()) {
-    staged[name].resize(NumElements(shape));
-    bytes += NumElements(shape) * element;
+    std::vector<float>& v = staged[name];
+    v.resize(NumElements(shape));
+    if (in_file.count(name) != 0) {
+      bytes += NumElements(shape) * element;
+    } else {
+      e.InitialValues(name, 0, NumElements(shape), v.data());
+    }
   }
   nn::LoadLlmcModel(path, model, LookupIn(staged, e));
   e.SetFullParameters([&staged](const std::string& name, const Tensor& out) {
@@ -42,33 +51,58 @@ LoadedWeights LoadLlmc(const std::string& path, const ModelConfig& model, Engine
   return {"llm.c model file", bytes, bytes};
 }
 
+// The tensors of `layout` in `ckpt` (checked: present, shaped, readable), for SetHeldParameters:
+// what each parameter is, and the bytes read as the fill reads them (`loaded`).
+class LayoutReader {
+ public:
+  LayoutReader(const nn::HfCheckpoint& ckpt, const std::vector<nn::HfTensor>& layout,
+               const nn::HfFamily& family, const char* unused_why, LoadedWeights& loaded)
+      : ckpt_(ckpt), loaded_(loaded) {
+    const std::vector<std::string> unused = nn::CheckHfTensors(ckpt, layout, family);
+    if (!unused.empty()) {
+      Log().warn("{}: {} tensors {} and are not read (first: '{}')", ckpt.dir(), unused.size(),
+                 unused_why, unused.front());
+    }
+    for (const nn::HfTensor& t : layout) {
+      const nn::SafetensorsEntry* entry = ckpt.Find(t.hf_name);
+      by_param_[t.param] = {&t, nn::SafetensorsDTypeSize(entry->dtype)};
+      loaded_.bytes_in_file += entry->end - entry->begin;
+    }
+  }
+  // The layout's tensor of `param`, or nullptr.
+  const nn::HfTensor* Find(const std::string& param) const {
+    auto it = by_param_.find(param);
+    return it == by_param_.end() ? nullptr : it->second.first;
+  }
+  void Read(const std::string& param, int64_t begin, int64_t count, float* out) {
+    const auto& [t, element] = by_param_.at(param);
+    loaded_.bytes_read += nn::ReadHfParameter(ckpt_, *t, begin, count, out) * element;
+  }
+
+ private:
+  const nn::HfCheckpoint& ckpt_;
+  LoadedWeights& loaded_;
+  std::map<std::string, std::pair<const nn::HfTensor*, int64_t>> by_param_;
+};
+
 LoadedWeights LoadHf(const std::string& dir, const ModelConfig& model, Engine& e) {
   const nn::HfFamily& family = nn::FindModelFamily(model.type).hf;
   const nn::HfCheckpoint ckpt(dir);
   const std::vector<nn::HfTensor> layout = family.layout(model);
-  const std::vector<std::string> unused = nn::CheckHfTensors(ckpt, layout, family);
-  if (!unused.empty()) {
-    Log().warn("{}: {} tensors are not parameters of the {} model and are not read (first: "
-               "'{}')",
-               dir, unused.size(), model.type, unused.front());
-  }
   LoadedWeights loaded{"Hugging Face directory", 0, 0};
-  std::map<std::string, const nn::HfTensor*> by_param;
-  std::map<std::string, int64_t> element_bytes;
-  for (const nn::HfTensor& t : layout) {
-    by_param[t.param] = &t;
-    const nn::SafetensorsEntry* entry = ckpt.Find(t.hf_name);
-    element_bytes[t.param] = nn::SafetensorsDTypeSize(entry->dtype);
-    loaded.bytes_in_file += entry->end - entry->begin;
-  }
+  LayoutReader reader(ckpt, layout, family,
+                      ("are not parameters of the " + model.type + " model").c_str(), loaded);
   e.SetHeldParameters([&](const std::string& name, const Shape& full_shape, int64_t begin,
                           int64_t count, float* out) {
-    auto it = by_param.find(name);
-    ZTRAIN_CHECK(it != by_param.end() && it->second->param_shape == full_shape,
-                 "the Hugging Face layout of model.type '", model.type,
-                 "' does not describe parameter '", name, "' ", ShapeToString(full_shape));
-    loaded.bytes_read +=
-        nn::ReadHfParameter(ckpt, *it->second, begin, count, out) * element_bytes[name];
+    const nn::HfTensor* t = reader.Find(name);
+    if (t == nullptr) {  // not the base's: a LoRA adapter
+      e.InitialValues(name, begin, count, out);
+      return;
+    }
+    ZTRAIN_CHECK(t->param_shape == full_shape, "the Hugging Face layout of model.type '",
+                 model.type, "' does not describe parameter '", name, "' ",
+                 ShapeToString(full_shape));
+    reader.Read(name, begin, count, out);
   });
   return loaded;
 }
@@ -79,7 +113,36 @@ LoadedWeights LoadModelWeights(const std::string& path, const ModelConfig& model
   return nn::IsHfModelDir(path) ? LoadHf(path, model, e) : LoadLlmc(path, model, e);
 }
 
-std::string SaveModelWeights(const std::string& path, const ModelConfig& model, Engine& e) {
+LoadedWeights LoadPeftAdapter(const std::string& dir, const Config& config, Engine& e) {
+  const std::vector<nn::HfTensor> layout = nn::PeftLayout(config.model, config.lora);
+  const nn::HfCheckpoint ckpt(dir, nn::kPeftAdapterFiles);
+  LoadedWeights loaded{"PEFT adapter directory", 0, 0};
+  LayoutReader reader(ckpt, layout, nn::FindModelFamily(config.model.type).hf,
+                      "are not trained by this config's lora section", loaded);
+  e.SetHeldParameters(
+      [&](const std::string& name, const Shape&, int64_t begin, int64_t count, float* out) {
+        reader.Read(name, begin, count, out);
+      },
+      [&](const std::string& name) { return reader.Find(name) != nullptr; });
+  return loaded;
+}
+
+std::string SaveModelWeights(const std::string& path, const Config& config, Engine& e) {
+  const ModelConfig& model = config.model;
+  if (config.lora.enabled) {
+    StagedModel staged;
+    e.ForEachModelParameter(
+        [&](const std::string& name, const Tensor& value) {
+          const float* p = value.data<float>();
+          staged[name].assign(p, p + value.numel());
+        },
+        /*trainable_only=*/true);
+    if (staged.empty()) return "PEFT adapter directory";  // written by another rank
+    nn::WritePeftAdapter(path, model, config.lora, DType::kF32,
+                         [&](const std::string& name) { return staged.at(name).data(); });
+    return fmt::format("PEFT adapter directory, fp32, {} tensors of the base {}", staged.size(),
+                       model.init_from.empty() ? "from training.seed" : model.init_from);
+  }
   if (!nn::NamesHfModelDir(path)) {
     StagedModel staged;
     bool writer = false;

@@ -22,11 +22,17 @@ struct LoadedWeights {
 };
 
 // Sets every parameter this rank holds from `path` (an llm.c model file or a HF directory).
+// LoRA's adapters, which a base model's file does not hold, start from training.seed.
 LoadedWeights LoadModelWeights(const std::string& path, const ModelConfig& model, Engine& e);
 
-// Writes the model to `path`: a HF directory when nn::NamesHfModelDir(path) (fp32 tensors,
-// tokenizer files copied from model.init_from when it is a HF directory), else an llm.c
-// model file. Returns what was written, for the log.
-std::string SaveModelWeights(const std::string& path, const ModelConfig& model, Engine& e);
+// Sets the tensors a PEFT adapter directory holds (nn/peft.h: the adapters, trained biases,
+// modules to save of config.lora), each rank its own elements; the rest keep their values.
+LoadedWeights LoadPeftAdapter(const std::string& dir, const Config& config, Engine& e);
+
+// Writes the model to `path`: with LoRA (config.lora.enabled) the PEFT adapter directory of
+// its trained tensors (nn/peft.h; the base is model.init_from's); else a HF directory when
+// nn::NamesHfModelDir(path) (fp32 tensors, tokenizer files copied from model.init_from when
+// it is a HF directory), else an llm.c model file. Returns what was written, for the log.
+std::string SaveModelWeights(const std::string& path, const Config& config, Engine& e);
 
 }  // namespace ztrain

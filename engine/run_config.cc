@@ -18,6 +18,7 @@
 #include "nn/family.h"
 #include "nn/hf_checkpoint.h"
 #include "nn/llmc_model_file.h"
+#include "nn/peft.h"
 
 namespace ztrain {
 namespace {
@@ -35,30 +36,59 @@ struct Resolution {
   std::vector<AutoChoice> choices;
 };
 
-// Takes the file's model keys `file` into the config's `model` where it leaves them out or
-// "auto"; a value it gives that differs is a problem naming both, and `setter` (what sets the
-// key). `prefix` is the key path below model ("rope_scaling.").
-void TakeModelKeys(json& model, const json& file, const std::string& prefix,
-                   const std::string& path, const char* setter, json& taken, Resolution& r) {
+// Takes the keys `file` sets into the config's section `section_name` (`section`: "model",
+// or "lora" from a PEFT adapter) where the config leaves them out or "auto"; a value it gives
+// that differs is a problem naming both, and `setter` (what sets the key). `prefix` is the
+// key path below the section ("rope_scaling.").
+void TakeKeys(json& section, const json& file, const std::string& section_name,
+              const std::string& prefix, const std::string& path, const char* setter, json& taken,
+              Resolution& r) {
   for (const auto& [key, value] : file.items()) {
     if (value.is_object()) {
-      if (!model.contains(key) || model[key] == "auto") model[key] = json::object();
-      if (model[key].is_object()) {
-        TakeModelKeys(model[key], value, prefix + key + ".", path, setter, taken, r);
+      if (!section.contains(key) || section[key] == "auto") section[key] = json::object();
+      if (section[key].is_object()) {
+        TakeKeys(section[key], value, section_name, prefix + key + ".", path, setter, taken, r);
       }
       continue;
     }
-    const json given = model.value(key, json("auto"));
+    const json given = section.value(key, json("auto"));
     if (given == "auto") {
-      model[key] = value;
+      section[key] = value;
       taken[prefix + key] = value;
     } else if (given != value && !(given.is_number() && value.is_number() &&
                                    given.get<double>() == value.get<double>())) {
-      r.problems.push_back(StrCat("model.", prefix, key, ": the config says ", given.dump(),
-                                  " but model.init_from '", path, "' has ", value.dump(),
-                                  "; remove model.", prefix, key, " (", setter,
-                                  ") or make them agree"));
+      r.problems.push_back(StrCat(section_name, ".", prefix, key, ": the config says ",
+                                  given.dump(), " but ", section_name, ".init_from '", path,
+                                  "' has ", value.dump(), "; remove ", section_name, ".", prefix,
+                                  key, " (", setter, ") or make them agree"));
     }
+  }
+}
+
+void TakeModelKeys(json& model, const json& file, const std::string& prefix,
+                   const std::string& path, const char* setter, json& taken, Resolution& r) {
+  TakeKeys(model, file, "model", prefix, path, setter, taken, r);
+}
+
+// Step 1b: a PEFT adapter's adapter_config.json sets the lora section (nn/peft.h).
+void LoraFromAdapterDir(json& j, Resolution& r) {
+  if (!j.is_object() || !j.contains("lora") || !j["lora"].is_object()) return;
+  json& lora = j["lora"];
+  const json init = lora.value("init_from", json(""));
+  if (!init.is_string() || init.get<std::string>().empty()) return;
+  const std::string path = init.get<std::string>();
+  json keys;
+  try {
+    keys = nn::ReadPeftConfig(path);
+  } catch (const Error& e) {
+    r.problems.push_back(StrCat("lora.init_from: ", e.what()));
+    return;
+  }
+  json taken = json::object();
+  TakeKeys(lora, keys, "lora", "", path, "the adapter sets it", taken, r);
+  if (!taken.empty()) {
+    r.choices.push_back(
+        {"lora", taken, StrCat("from the adapter_config.json of lora.init_from '", path, "'")});
   }
 }
 
@@ -254,6 +284,7 @@ void HardwareAutos(json& j, int world_size, const LaunchEnv& launch, Resolution&
 Config ResolveRunConfig(json j, int world_size, const LaunchEnv& launch) {
   Resolution r;
   ShapeFromModelFile(j, r);
+  LoraFromAdapterDir(j, r);
   HardwareAutos(j, world_size, launch, r);
   Config config;
   std::vector<std::string> problems = ConfigProblems(j, world_size, &config);
@@ -266,6 +297,14 @@ Config ResolveRunConfig(json j, int world_size, const LaunchEnv& launch) {
     } catch (const ConfigError& e) {  // one problem a line
       std::istringstream lines(e.what());
       for (std::string line; std::getline(lines, line);) problems.push_back("model: " + line);
+    }
+  }
+  if (problems.empty() && config.lora.enabled) {  // what the adapter plan refuses
+    try {
+      nn::BuildModel(config.model, nn::MakeWholeLinears(),
+                     nn::AdapterPlan(config.lora, config.model));
+    } catch (const ConfigError& e) {
+      problems.push_back(e.what());
     }
   }
   problems.insert(problems.begin(), r.problems.begin(), r.problems.end());

@@ -86,6 +86,18 @@ Trainer::Trainer(Config config, comm::Communicator* world, const LaunchEnv& laun
                100.0 * static_cast<double>(w.bytes_read) /
                    static_cast<double>(std::max<int64_t>(1, w.bytes_in_file)));
   }
+  if (!config_.lora.init_from.empty()) {
+    const LoadedWeights w = LoadPeftAdapter(config_.lora.init_from, config_, *engine_);
+    Log().info("loaded the LoRA adapter from {}: this rank read {} of its {} tensor bytes",
+               config_.lora.init_from, w.bytes_read, w.bytes_in_file);
+  }
+  if (config_.lora.enabled) {
+    Log().info(
+        "LoRA: {} of the model's {} parameters train (rank {}, scaling {:g}); the base "
+        "is frozen",
+        engine_->NumTrainableParameters(), engine_->NumParameters(), config_.lora.r,
+        config_.lora.scaling());
+  }
   // The loaders check every shard as they open them (Note [Preflight]): a problem there names
   // the key, as check-config does.
   for (const auto& [split, key, loader] :
@@ -384,8 +396,7 @@ void Trainer::WriteReports() const {
 
 void Trainer::Finish(const TrainSummary& s) {
   if (!config_.training.save_final.empty()) {
-    const std::string what =
-        SaveModelWeights(config_.training.save_final, config_.model, *engine_);
+    const std::string what = SaveModelWeights(config_.training.save_final, config_, *engine_);
     Log().info("saved the model to {} ({})", config_.training.save_final, what);
   }
   WriteReports();

@@ -309,12 +309,13 @@ int RunTrain(const std::string& config_path, const std::string& resume) {
 }
 
 int RunExport(const std::string& checkpoint, const std::string& format, const std::string& out,
-              const std::string& dtype, const std::string& max_shard_size) {
+              const std::string& dtype, const std::string& max_shard_size, bool merge) {
   const DType type = dtype == "bf16" ? DType::kBF16 : dtype == "fp16" ? DType::kF16 : DType::kF32;
   const ExportResult r =
-      ExportCheckpoint(checkpoint, format, out, type, ParseBytes(max_shard_size));
-  Log().info("exported {} (step {}, {} parameters) to {} ({}, {}, {} file{})", r.checkpoint,
-             r.step, r.parameters, out, format, dtype, r.files, r.files == 1 ? "" : "s");
+      ExportCheckpoint(checkpoint, format, out, type, ParseBytes(max_shard_size), merge);
+  Log().info("exported {} (step {}, {} parameters) to {} ({}{}, {}, {} file{})", r.checkpoint,
+             r.step, r.parameters, out, format, merge ? " merged" : "", dtype, r.files,
+             r.files == 1 ? "" : "s");
   return kExitOk;
 }
 

@@ -15,7 +15,7 @@ inline constexpr int kExitInterrupted = 130;
 // srun, torchrun) with several ranks, trains data-parallel over all of them.
 // `ztrain export`: the checkpoint as one model file (engine/checkpoint_export.h).
 int RunExport(const std::string& checkpoint, const std::string& format, const std::string& out,
-              const std::string& dtype, const std::string& max_shard_size);
+              const std::string& dtype, const std::string& max_shard_size, bool merge);
 // `resume`: "" (start fresh unless checkpoint.resume), "latest" or a step to resume from.
 int RunTrain(const std::string& config_path, const std::string& resume = "");
 // Prints the resolved config (exit 0) or every error found (exit 2); on stderr, where its

@@ -88,15 +88,20 @@ int Main(int argc, char** argv) {
   CLI::App* exp = app.add_subcommand("export", "write a model from a checkpoint");
   std::string export_checkpoint, export_format, export_out, export_dtype = "fp32";
   std::string export_shard = "5GB";
+  bool export_merge = false;
   exp->add_option("--checkpoint", export_checkpoint,
                   "a checkpoint (<checkpoint.dir>/step<N>) or checkpoint.dir (its latest)")
       ->required();
   exp->add_option("--format", export_format,
                   "hf (a Hugging Face model directory, any model.type), llmc (llm.c's model "
-                  "file, GPT-2) or safetensors (one Hugging Face GPT-2 file, config.json beside "
-                  "it)")
+                  "file, GPT-2), safetensors (one Hugging Face GPT-2 file, config.json beside "
+                  "it) or peft (a LoRA run's adapter: adapter_config.json, "
+                  "adapter_model.safetensors)")
       ->required()
-      ->check(CLI::IsMember({"hf", "llmc", "safetensors"}));
+      ->check(CLI::IsMember({"hf", "llmc", "safetensors", "peft"}));
+  exp->add_flag("--merge", export_merge,
+                "hf from a LoRA run: the base with each adapter's scaling B A added, trained "
+                "biases and modules in place (PEFT's merge_and_unload)");
   exp->add_option("--out", export_out, "the directory (hf) or model file to write")->required();
   exp->add_option("--dtype", export_dtype, "fp32 or bf16 (hf: also fp16)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
@@ -118,7 +123,10 @@ int Main(int argc, char** argv) {
   if (*est) return RunEstimate(estimate);
   if (*tune) return RunTune(tune_config, tune_budget, tune_world, tune_max);
   if (*data) return RunData(text_path, shard_path, token_format);
-  if (*exp) return RunExport(export_checkpoint, export_format, export_out, export_dtype, export_shard);
+  if (*exp) {
+    return RunExport(export_checkpoint, export_format, export_out, export_dtype, export_shard,
+                     export_merge);
+  }
   return RunTrain(config_path, resume);
 }
 

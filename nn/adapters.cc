@@ -18,15 +18,6 @@ bool EndsWith(const std::string& s, const std::string& suffix) {
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// A parameter's module: its name less the last component (".weight", ".bias"); GPT-2's
-// embedding tables "wte" and "wpe" are modules of their own.
-std::string ModuleOf(const std::string& param) {
-  const size_t dot = param.rfind('.');
-  if (dot == std::string::npos) return param;
-  const std::string last = param.substr(dot + 1);
-  return last == "weight" || last == "bias" ? param.substr(0, dot) : param;
-}
-
 std::string List(const std::vector<std::string>& names) {
   std::string out;
   for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
@@ -34,6 +25,13 @@ std::string List(const std::vector<std::string>& names) {
 }
 
 }  // namespace
+
+std::string ModuleOf(const std::string& param) {
+  const size_t dot = param.rfind('.');
+  if (dot == std::string::npos) return param;
+  const std::string last = param.substr(dot + 1);
+  return last == "weight" || last == "bias" ? param.substr(0, dot) : param;
+}
 
 AdapterPlan::AdapterPlan(const LoraConfig& lora, const ModelConfig& model)
     : enabled_(lora.enabled), lora_(lora) {
@@ -66,14 +64,14 @@ std::string AdapterPlan::HfModule(const std::string& name) const {
 
 bool AdapterPlan::Targets(const std::string& linear) const {
   bool any = false;
+  const std::string module = HfModule(linear);  // what PEFT matches
   for (size_t i = 0; i < targets_.size(); ++i) {
-    if (linear == targets_[i] || EndsWith(linear, "." + targets_[i])) {
+    if (module == targets_[i] || EndsWith(module, "." + targets_[i])) {
       target_matched_[i] = true;
       any = true;
     }
   }
-  if (!regex_.empty() &&
-      (regex_ == "all-linear" || std::regex_match(HfModule(linear), compiled_))) {
+  if (!regex_.empty() && (regex_ == "all-linear" || std::regex_match(module, compiled_))) {
     target_matched_.back() = true;
     any = true;
   }

@@ -11,13 +11,13 @@
 //     `modules_to_save`; and each linear the plan targets adds two trainable parameters
 //     beside its weight, "<linear>.lora_A.weight" [r, in] and "<linear>.lora_B.weight"
 //     [out, r] (Note [LoRA in the linears], nn/modules.h).
-//   - A linear's name is its weight's less ".weight" ("layers.3.self_attn.q_proj"). A list of
-//     target_modules matches it as PEFT matches module names: equal to an entry, or ending
-//     with "." + the entry. A string is a regular expression matched as a whole against the
-//     linear's Hugging Face module name ("model.layers.3.self_attn.q_proj"), as PEFT matches
-//     a string; "all-linear" takes every linear of the blocks (PEFT: every linear but the
-//     output layer). modules_to_save match a parameter's Hugging Face module name by suffix,
-//     as PEFT's do. Only the blocks' linears take adapters: an entry that matches nothing, or
+//   - Names are matched as PEFT matches them, on Hugging Face module names (a linear's weight's
+//     HF name less ".weight": "model.layers.3.self_attn.q_proj"): a list of target_modules
+//     takes a module equal to an entry or ending with "." + the entry ("q_proj",
+//     "self_attn.q_proj", or PEFT's saved full names); a string is a regular expression
+//     matched against the whole name; "all-linear" takes every linear of the blocks (PEFT:
+//     every linear but the output layer). modules_to_save take a module whose name ends with
+//     an entry. Only the blocks' linears take adapters: an entry that matches nothing, or
 //     matches the LM head or an embedding, is a ConfigError naming what it matches.
 //   - The engine keeps a frozen parameter in the compute dtype only, with no gradient and no
 //     optimizer state, and shards it at ZeRO-3 (Note [Frozen parameters in the engine]);
@@ -35,6 +35,10 @@
 #include "nn/layer.h"
 
 namespace ztrain::nn {
+
+// A parameter's module: its name less the last component (".weight", ".bias"); GPT-2's
+// embedding tables "wte" and "wpe" are modules of their own.
+std::string ModuleOf(const std::string& param);
 
 // One linear's adapters: rank, scaling and how A and B start.
 struct LoraAdapter {

@@ -30,21 +30,8 @@ bool ReadableDType(const std::string& name, DType* out) {
   return true;
 }
 
-json ParseJsonFile(const std::string& path, const char* what) {
-  std::ifstream in(path);
-  ZTRAIN_CHECK_T(IoError, in.good(), "cannot open ", what, " '", path, "'");
-  json j = json::parse(in, nullptr, /*allow_exceptions=*/false);
-  ZTRAIN_CHECK_T(IoError, !j.is_discarded() && j.is_object(), what, " '", path,
-                 "' is not a JSON object");
-  return j;
-}
-
-void WriteJsonFile(const std::string& path, const json& j) {
-  const std::string text = j.dump(2) + "\n";
-  detail::AtomicFileWriter out(path, "JSON file");
-  out.Write(text.data(), text.size());
-  out.Commit();
-}
+using detail::ParseJsonFile;
+using detail::WriteJsonFile;
 
 std::string ShardName(size_t k, size_t n) {
   char name[64];
@@ -110,25 +97,36 @@ bool NamesHfModelDir(const std::string& path) {
   return !path.empty() && (path.back() == '/' || fs::is_directory(path, ec));
 }
 
-json ReadHfConfig(const std::string& dir) {
-  const std::string path = (fs::path(dir) / "config.json").string();
+// `dir`'s JSON file `name` (`what` the directory is, for the message).
+json ReadDirJson(const std::string& dir, const char* name, const char* what) {
+  const std::string path = (fs::path(dir) / name).string();
   std::error_code ec;
-  ZTRAIN_CHECK_T(ConfigError, fs::is_regular_file(path, ec), "'", dir,
-                 "' is a directory without config.json: not a Hugging Face model directory");
+  ZTRAIN_CHECK_T(ConfigError, fs::is_regular_file(path, ec), "'", dir, "' is a directory without ",
+                 name, ": not ", what);
   try {
-    return ParseJsonFile(path, "config.json");
+    return ParseJsonFile(path, name);
   } catch (const IoError& e) {
     throw ConfigError(e.what());
   }
 }
 
+json ReadHfConfig(const std::string& dir) {
+  return ReadDirJson(dir, "config.json", "a Hugging Face model directory");
+}
+
 // ---- Reading -------------------------------------------------------------------------------
 
-HfCheckpoint::HfCheckpoint(std::string dir) : dir_(std::move(dir)), config_(ReadHfConfig(dir_)) {
+HfCheckpoint::HfCheckpoint(std::string dir, const HfFiles& files)
+    : dir_(std::move(dir)),
+      config_(ReadDirJson(
+          dir_, files.config,
+          files.index ? "a Hugging Face model directory" : "a PEFT adapter directory")) {
   const fs::path root(dir_);
+  const char* kIndexName = files.index;
+  const char* kSingleName = files.single;
   std::error_code ec;
   std::map<std::string, std::string> weight_map;  // from the index
-  if (fs::is_regular_file(root / kIndexName, ec)) {
+  if (kIndexName && fs::is_regular_file(root / kIndexName, ec)) {
     const std::string index_path = (root / kIndexName).string();
     const json index = ParseJsonFile(index_path, "safetensors index");
     ZTRAIN_CHECK_T(IoError, index.contains("weight_map") && index["weight_map"].is_object(),
@@ -144,10 +142,12 @@ HfCheckpoint::HfCheckpoint(std::string dir) : dir_(std::move(dir)), config_(Read
     }
     files_.assign(files.begin(), files.end());
   } else {
-    ZTRAIN_CHECK_T(IoError, fs::is_regular_file(root / kSingleName, ec), "Hugging Face directory '",
-                   dir_, "' has neither ", kSingleName, " nor ", kIndexName,
+    ZTRAIN_CHECK_T(IoError, fs::is_regular_file(root / kSingleName, ec),
+                   kIndexName ? "Hugging Face directory '" : "PEFT adapter directory '", dir_,
+                   kIndexName ? StrCat("' has neither ", kSingleName, " nor ", kIndexName)
+                              : StrCat("' has no ", kSingleName),
                    "; ztrain reads safetensors weights (convert .bin / .pth files with "
-                   "transformers' save_pretrained(..., safe_serialization=True))");
+                   "save_pretrained(..., safe_serialization=True))");
     files_.push_back(kSingleName);
   }
   for (size_t f = 0; f < files_.size(); ++f) {

@@ -46,9 +46,21 @@ bool NamesHfModelDir(const std::string& path);
 // config.json of `dir` (ConfigError when missing or not a JSON object).
 nlohmann::json ReadHfConfig(const std::string& dir);
 
+// The files of a directory: a model's (config.json, model.safetensors or its shards), or a
+// PEFT adapter's (adapter_config.json, adapter_model.safetensors: nn/peft.h).
+struct HfFiles {
+  const char* config;
+  const char* single;  // the weights in one file
+  const char* index;   // the shards' index; nullptr: never sharded
+};
+inline constexpr HfFiles kHfModelFiles{"config.json", "model.safetensors",
+                                       "model.safetensors.index.json"};
+inline constexpr HfFiles kPeftAdapterFiles{"adapter_config.json", "adapter_model.safetensors",
+                                           nullptr};
+
 class HfCheckpoint {
  public:
-  explicit HfCheckpoint(std::string dir);
+  explicit HfCheckpoint(std::string dir, const HfFiles& files = kHfModelFiles);
   ~HfCheckpoint();
   HfCheckpoint(const HfCheckpoint&) = delete;
   HfCheckpoint& operator=(const HfCheckpoint&) = delete;

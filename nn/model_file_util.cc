@@ -7,11 +7,28 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <utility>
 
 #include "core/error.h"
 
 namespace ztrain::nn::detail {
+
+nlohmann::json ParseJsonFile(const std::string& path, const char* what) {
+  std::ifstream in(path);
+  ZTRAIN_CHECK_T(IoError, in.good(), "cannot open ", what, " '", path, "'");
+  nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  ZTRAIN_CHECK_T(IoError, !j.is_discarded() && j.is_object(), what, " '", path,
+                 "' is not a JSON object");
+  return j;
+}
+
+void WriteJsonFile(const std::string& path, const nlohmann::json& j) {
+  const std::string text = j.dump(2) + "\n";
+  AtomicFileWriter out(path, "JSON file");
+  out.Write(text.data(), text.size());
+  out.Commit();
+}
 namespace {
 
 std::string ErrnoText() { return std::strerror(errno); }

@@ -13,9 +13,15 @@
 // safe. Every failure is an IoError naming the file and the OS error.
 #include <cstddef>
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 
 namespace ztrain::nn::detail {
+
+// A JSON object from `path` (IoError naming `what` and the path when it cannot be read or is
+// no object), and one written atomically (Note [atomic model files]), indented.
+nlohmann::json ParseJsonFile(const std::string& path, const char* what);
+void WriteJsonFile(const std::string& path, const nlohmann::json& j);
 
 class AtomicFileWriter {
  public:

@@ -117,7 +117,8 @@ void ExpectHonest(const Mode& mode, const std::string& dir, const nlohmann::json
   options.gpu = false;  // the engine here runs on the CPU backend
   const MemoryEstimate e = EstimateMemory(cfg, options);
 
-  Engine engine(cfg, nn::BuildModel(cfg.model));
+  Engine engine(
+      cfg, nn::BuildModel(cfg.model, nn::MakeWholeLinears(), nn::AdapterPlan(cfg.lora, cfg.model)));
   const int64_t swap_bytes = SwapFileBytes(dir);
   for (int step = 0; step < 2; ++step) {
     testing::OwnedBatch a(4, 64, 512, 10 + step), b(4, 64, 512, 20 + step);
@@ -194,6 +195,19 @@ const Mode kModes[] = {
      R"({"activation_checkpointing": {"number_checkpoints": 1}})"},
     {"stage2_opt_cpu_bf16_checkpointing", R"({"stage": 2, "offload_optimizer": {"device": "cpu"}})",
      R"({"bf16": {"enabled": true}, "activation_checkpointing": {"enabled": true}})"},
+    // LoRA (issue 19): a frozen base in the compute dtype, adapters and biases trained.
+    {"stage0_lora", R"({"stage": 0})",
+     R"({"lora": {"r": 4, "target_modules": "all-linear", "bias": "all"}})"},
+    {"stage3_lora_bf16", R"({"stage": 3, "stage3_param_persistence_threshold": 0})",
+     R"({"bf16": {"enabled": true}, "lora": {"r": 4, "target_modules": "all-linear"}})"},
+    {"stage3_lora_param_opt_cpu",
+     R"({"stage": 3, "offload_param": {"device": "cpu", "pin_memory": true},
+                                      "offload_optimizer": {"device": "cpu"}})",
+     R"({"lora": {"r": 4, "target_modules": "all-linear"},
+         "activation_checkpointing": {"enabled": true}})"},
+    {"stage2_lora_opt_nvme", R"({"stage": 2, "sub_group_size": 3000,
+                                "offload_optimizer": {"device": "nvme", "nvme_path": "NVME"}})",
+     R"({"lora": {"r": 4}})"},
 };
 
 INSTANTIATE_TEST_SUITE_P(AllModes, EstimateHonestTest, ::testing::ValuesIn(kModes),

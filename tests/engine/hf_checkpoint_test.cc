@@ -357,7 +357,7 @@ TEST(HfCheckpointTest, EngineSavesAndLoadsEitherFamily) {
     testing::OwnedBatch batch(2, 8, 11, 3);
     for (int step = 0; step < 3; ++step) trained.TrainStep({&batch.mb, 1});
     const std::string out = dir.path() + "/model/";
-    SaveModelWeights(out, cfg.model, trained);
+    SaveModelWeights(out, cfg, trained);
     EXPECT_TRUE(nn::IsHfModelDir(out));
     Engine loaded(cfg, nn::BuildModel(cfg.model));
     const LoadedWeights w = LoadModelWeights(out, cfg.model, loaded);
@@ -380,7 +380,7 @@ TEST(HfConfigTest, AnLlmcFileIsGpt2) {
   const Config gpt2 = ParseConfig(testing::TinyConfigJson());
   Engine engine(gpt2, nn::BuildModel(gpt2.model));
   const std::string file = (fs::path(dir.path()) / "model.bin").string();
-  SaveModelWeights(file, gpt2.model, engine);
+  SaveModelWeights(file, gpt2, engine);
   json j = DefaultConfigJson();
   j["model"] = {{"init_from", file}};
   j["data"] = {{"seq_len", 8}};

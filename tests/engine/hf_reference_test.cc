@@ -23,6 +23,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <random>
 #include <span>
 #include <string>
@@ -33,6 +34,7 @@
 #include "engine/run_config.h"
 #include "nn/family.h"
 #include "nn/hf_checkpoint.h"
+#include "reference_util.h"
 #include "test_model.h"
 
 namespace ztrain {
@@ -54,42 +56,17 @@ struct Case {
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
-std::string Quote(const std::string& s) {
-  std::string out = "'";
-  for (char ch : s) out += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
-  return out + "'";
-}
-
-// The python that imports torch (CMake's ZTRAIN_TORCH_PYTHON), or "".
-std::string TorchPython() {
-  const std::string python = ZTRAIN_TORCH_PYTHON;
-  if (python.empty()) return "";
-  return std::system((Quote(python) + " -c 'import torch' >/dev/null 2>&1").c_str()) == 0 ? python
-                                                                                          : "";
-}
-
-json ReadJson(const fs::path& p) {
-  std::ifstream in(p);
-  return json::parse(in);
-}
-
 class HfReferenceTest : public ::testing::TestWithParam<Case> {
  protected:
   void SetUp() override {
-    python_ = TorchPython();
+    python_ = testing::TorchPython();
     if (python_.empty()) GTEST_SKIP() << "no python3 with torch (Debian's python3-torch)";
     dir_ = fs::temp_directory_path() / ("ztrain_hf_reference_" + GetParam().name + "_" +
                                         std::to_string(::getpid()));
     fs::remove_all(dir_);
     fs::create_directories(dir_);
-    // Token ids below the vocabulary (256), as raw int32 for the reference.
-    std::mt19937 rng(1234);
-    std::uniform_int_distribution<int32_t> id(0, 255);
-    tokens_.resize(static_cast<size_t>(kSteps * kBatch * kSeq + 1));
-    for (int32_t& t : tokens_) t = id(rng);
-    std::ofstream(dir_ / "tokens.i32", std::ios::binary)
-        .write(reinterpret_cast<const char*>(tokens_.data()),
-               static_cast<std::streamsize>(tokens_.size() * sizeof(int32_t)));
+    tokens_ = std::make_unique<testing::ReferenceTokens>(dir_ / "tokens.i32", kSteps, kBatch,
+                                                         kSeq, 1234);
     const Case& c = GetParam();
     Reference(StrCat("make-model --out ", Quote(model_dir()), " --arch ", c.arch,
                      " --config-json ", Quote(c.hf.dump()), " --dtype ", c.dtype, " --shards ",
@@ -103,44 +80,22 @@ class HfReferenceTest : public ::testing::TestWithParam<Case> {
   static std::string StrCat(const Args&... args) {
     return detail::StrCat(args...);
   }
-  void Reference(const std::string& args) const {
-    const std::string cmd = Quote(python_) + " " + Quote(std::string(ZTRAIN_REFERENCE_DIR) +
-                                                          "/hf_llama.py") + " " + args;
-    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
-  }
+  void Reference(const std::string& args) const { testing::RunReference(python_, args); }
+  static std::string Quote(const std::string& s) { return testing::ShellQuote(s); }
   std::string model_dir() const { return (dir_ / "model").string(); }
   std::string tokens_path() const { return (dir_ / "tokens.i32").string(); }
 
   // The run's config: the model only from init_from.
   Config RunConfig() const {
-    json j = DefaultConfigJson();
+    json j = testing::ReferenceRunJson(kBatch, kSeq);
     j["model"] = {{"init_from", model_dir()}};
-    j["data"] = {{"seq_len", kSeq}};
-    j["train_micro_batch_size_per_gpu"] = kBatch;
-    j["gradient_accumulation_steps"] = 1;
-    j["gradient_clipping"] = 0.0;
-    j["optimizer"] = {{"type", "AdamW"},
-                      {"params",
-                       {{"lr", 1e-3}, {"betas", {0.9, 0.999}}, {"eps", 1e-8}, {"weight_decay", 0.1}}}};
-    j.erase("scheduler");
-    j["device"] = "cpu";
     return ResolveRunConfig(j, 1, LaunchEnv{});
   }
-
-  // Batch k as the reference reads it: tokens[k B T, k B T + B T + 1).
-  nn::MicroBatch Batch(int64_t k) {
-    const int64_t n = kBatch * kSeq;
-    inputs_.assign(tokens_.begin() + k * n, tokens_.begin() + k * n + n);
-    targets_.assign(tokens_.begin() + k * n + 1, tokens_.begin() + k * n + n + 1);
-    nn::MicroBatch mb;
-    mb.tokens = Tensor(inputs_.data(), DType::kI32, {kBatch, kSeq});
-    mb.targets = Tensor(targets_.data(), DType::kI32, {kBatch, kSeq});
-    return mb;
-  }
+  nn::MicroBatch Batch(int64_t k) { return tokens_->Batch(k); }
 
   std::string python_;
   fs::path dir_;
-  std::vector<int32_t> tokens_, inputs_, targets_;
+  std::unique_ptr<testing::ReferenceTokens> tokens_;
 };
 
 TEST_P(HfReferenceTest, GradientsLossesAndExportMatchTheReference) {
@@ -149,7 +104,7 @@ TEST_P(HfReferenceTest, GradientsLossesAndExportMatchTheReference) {
                    " --lr 1e-3 --weight-decay 0.1 --eps 1e-8 --threads 2 --out ",
                    Quote((dir_ / "ref.json").string()), " --grads ",
                    Quote((dir_ / "grads.safetensors").string())));
-  const json ref = ReadJson(dir_ / "ref.json");
+  const json ref = testing::ReadJsonFile(dir_ / "ref.json");
   const Config cfg = RunConfig();
   ASSERT_EQ(cfg.model.type, "llama");
   Engine engine(cfg, nn::BuildModel(cfg.model));
@@ -195,13 +150,13 @@ TEST_P(HfReferenceTest, GradientsLossesAndExportMatchTheReference) {
 
   // The trained model out as a HF directory, evaluated by the reference.
   const std::string out = (dir_ / "trained").string() + "/";
-  SaveModelWeights(out, cfg.model, engine);
+  SaveModelWeights(out, cfg, engine);
   double mine = 0.0;
   for (int64_t k = 0; k < 2; ++k) mine += engine.EvalLoss(Batch(k)) / 2.0;
   Reference(StrCat("eval --model ", Quote(out), " --tokens ", Quote(tokens_path()), " --batch ",
                    kBatch, " --seq ", kSeq, " --batches 2 --threads 2 --out ",
                    Quote((dir_ / "eval.json").string())));
-  const double theirs = ReadJson(dir_ / "eval.json")["loss"].get<double>();
+  const double theirs = testing::ReadJsonFile(dir_ / "eval.json")["loss"].get<double>();
   EXPECT_NEAR(mine, theirs, 1e-5 * theirs);
   std::printf("%s: worst gradient error %.2e of its tensor's largest, worst loss %.2e relative "
               "over %lld steps, exported eval loss %.7f vs reference %.7f\n",

@@ -5,8 +5,11 @@
 # straight (within Note [Equivalence tolerances], tests/rounding_model.h). A layout is
 # np:zero_stage:pp:tp:offload (offload none|nvme); every layout sees the same global batch
 # (16 rows x 2 micro-batches). With family llama the model is a small Llama (grouped-query
-# attention, untied head) whose final weights are saved as Hugging Face directories.
-#   checkpoint_cli_test.sh <ztrain> <mpiexec> <layout A> <layout B> [gpt2|llama]
+# attention, untied head) whose final weights are saved as Hugging Face directories; with
+# llama_lora, that Llama fine-tuned with LoRA adapters on every linear (its base from the seed,
+# frozen), whose adapters are saved as PEFT directories, and whose last checkpoint exports as
+# the same adapter and, merged, as a HF directory.
+#   checkpoint_cli_test.sh <ztrain> <mpiexec> <layout A> <layout B> [gpt2|llama|llama_lora]
 set -euo pipefail
 source "$(dirname "$0")/compare_runs.sh"
 ztrain=$1 mpiexec=$2 a=$3 b=$4 family=${5:-gpt2}
@@ -23,11 +26,15 @@ config() {  # layout, steps, job -> JSON
   fi
   local model='{"n_layer": 2, "n_head": 4, "n_embd": 64, "vocab_size": 256, "max_seq_len": 32}'
   local save_final=", \"save_final\": \"$work/$3.bin\""
-  if [ "$family" = llama ]; then
+  local lora=""
+  if [ "$family" != gpt2 ]; then
     model='{"type": "llama", "n_layer": 2, "n_head": 4, "n_kv_head": 2, "n_embd": 64,
             "intermediate_size": 96, "vocab_size": 256, "max_seq_len": 32,
             "tie_word_embeddings": false}'
     save_final=", \"save_final\": \"$work/$3_hf/\""
+  fi
+  if [ "$family" = llama_lora ]; then
+    lora=', "lora": {"r": 4, "lora_alpha": 8, "target_modules": "all-linear", "bias": "all"}'
   fi
   cat <<JSON
 {"train_micro_batch_size_per_gpu": $((16 / dp)), "gradient_accumulation_steps": 2,
@@ -38,7 +45,7 @@ config() {  # layout, steps, job -> JSON
  "model": $model,
  "training": {"steps": $2, "eval_interval": 0, "output_dir": "$work/out_$3"$save_final},
  "checkpoint": {"dir": "$work/ckpt_$3", "interval": 10},
- "csv_monitor": {"enabled": true, "output_path": "$work", "job_name": "$3"}}
+ "csv_monitor": {"enabled": true, "output_path": "$work", "job_name": "$3"}$lora}
 JSON
 }
 run() {  # layout, config file, log, extra args...
@@ -58,7 +65,7 @@ run "$a" "$work/a.json" "$work/a.log"
 run "$b" "$work/b.json" "$work/b.log" --resume
 grep -q "resumed from .*step10" "$work/b.log" || { cat "$work/b.log"; echo "did not resume"; exit 1; }
 models=("$work/single.bin" "$work/resumed.bin")
-[ "$family" = llama ] && models=("$work/single_hf" "$work/resumed_hf")
+[ "$family" != gpt2 ] && models=("$work/single_hf" "$work/resumed_hf")
 compare_runs "$work/single.json" "$work/single/train.csv" "$work/resumed/train.csv" 20 \
   "${models[@]}"
 if [ "$family" = llama ]; then
@@ -68,5 +75,23 @@ if [ "$family" = llama ]; then
   [ -f "$work/exported/model.safetensors.index.json" ] || { echo "export was not sharded"; exit 1; }
   compare_runs "$work/single.json" "$work/resumed/train.csv" "$work/resumed/train.csv" 20 \
     "$work/resumed_hf" "$work/exported" --exact
+fi
+if [ "$family" = llama_lora ]; then
+  [ -f "$work/resumed_hf/adapter_config.json" ] || { echo "save_final wrote no PEFT adapter"; exit 1; }
+  # The last checkpoint holds the adapters: exported, they are the saved final adapter
+  # exactly; merged into the base (training.seed's), a HF model directory.
+  "$ztrain" export --checkpoint "$work/ckpt_resumed" --format peft --out "$work/exported" \
+    > "$work/export.log" 2>&1 || { cat "$work/export.log"; exit 1; }
+  compare_runs "$work/single.json" "$work/resumed/train.csv" "$work/resumed/train.csv" 20 \
+    "$work/resumed_hf" "$work/exported" --exact
+  "$ztrain" export --checkpoint "$work/ckpt_resumed" --format hf --merge --out "$work/merged" \
+    > "$work/merge.log" 2>&1 || { cat "$work/merge.log"; exit 1; }
+  [ -f "$work/merged/config.json" ] && [ -f "$work/merged/model.safetensors" ] ||
+    { cat "$work/merge.log"; echo "the merged export wrote no HF directory"; exit 1; }
+  if "$ztrain" export --checkpoint "$work/ckpt_resumed" --format hf --out "$work/unmerged" \
+    > "$work/unmerged.log" 2>&1; then
+    echo "a LoRA checkpoint exported as --format hf without --merge"; exit 1
+  fi
+  grep -q "format hf --merge" "$work/unmerged.log" || { cat "$work/unmerged.log"; exit 1; }
 fi
 echo "$family $a -> $b: 20 losses and the final weights equal 20 straight steps in one process"

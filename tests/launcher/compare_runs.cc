@@ -11,6 +11,7 @@
 // tolerance, 2 for bad arguments.
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -21,6 +22,7 @@
 #include "nn/family.h"
 #include "nn/hf_checkpoint.h"
 #include "nn/llmc_model_file.h"
+#include "nn/peft.h"
 #include "tests/rounding_model.h"
 
 namespace ztrain {
@@ -64,11 +66,18 @@ std::map<std::string, Shape> Shapes(const ModelConfig& m) {
   return shapes;
 }
 
-Model ReadModel(const std::string& path, const ModelConfig& m) {
+bool IsPeftDir(const std::string& path) {
+  return std::filesystem::is_regular_file(std::filesystem::path(path) / "adapter_config.json");
+}
+
+Model ReadModel(const std::string& path, const Config& c) {
+  const ModelConfig& m = c.model;
   Model values;
-  if (nn::IsHfModelDir(path)) {  // a Hugging Face directory (training.save_final ending in /)
-    const nn::HfCheckpoint ckpt(path);
-    for (const nn::HfTensor& t : nn::FindModelFamily(m.type).hf.layout(m)) {
+  const bool peft = IsPeftDir(path);     // a LoRA run's adapter (nn/peft.h)
+  if (peft || nn::IsHfModelDir(path)) {  // or a HF directory (save_final ending in /)
+    const nn::HfCheckpoint ckpt(path, peft ? nn::kPeftAdapterFiles : nn::kHfModelFiles);
+    for (const nn::HfTensor& t :
+         peft ? nn::PeftLayout(m, c.lora) : nn::FindModelFamily(m.type).hf.layout(m)) {
       std::vector<float>& v = values[t.param];
       v.resize(static_cast<size_t>(NumElements(t.param_shape)));
       nn::ReadHfParameter(ckpt, t, 0, NumElements(t.param_shape), v.data());
@@ -149,21 +158,23 @@ int Compare(int argc, char** argv) {
     lr_sum += want[i].lr;
   }
   if (!models[0].empty()) {
-    const bool dirs = nn::IsHfModelDir(models[0]) && nn::IsHfModelDir(models[1]);
-    const std::string a = dirs ? Bytes(models[0] + "/config.json") : Bytes(models[0]);
-    const std::string b = dirs ? Bytes(models[1] + "/config.json") : Bytes(models[1]);
+    const bool peft = IsPeftDir(models[0]) && IsPeftDir(models[1]);
+    const bool dirs = peft || (nn::IsHfModelDir(models[0]) && nn::IsHfModelDir(models[1]));
+    const std::string config_file = peft ? "/adapter_config.json" : "/config.json";
+    const std::string a = dirs ? Bytes(models[0] + config_file) : Bytes(models[0]);
+    const std::string b = dirs ? Bytes(models[1] + config_file) : Bytes(models[1]);
     if (dirs ? a != b : a.size() < 1024 || b.size() < 1024 || a.compare(0, 1024, b, 0, 1024) != 0) {
       failures.push_back(dirs ? "the model directories' config.json differ"
                               : "the model files' 1 KiB headers differ");
     } else if (exact && !dirs && a != b) {
       failures.push_back("the model files differ (must be identical)");
     } else {
-      const Model ref = ReadModel(models[0], config.model), run = ReadModel(models[1], config.model);
+      const Model ref = ReadModel(models[0], config), run = ReadModel(models[1], config);
       for (const auto& [name, values] : ref) {
         check.Values(name, run.at(name).data(), values.data(),
                      static_cast<int64_t>(values.size()), lr_sum);
       }
-      if (check.tensors() < 10) failures.push_back("too few tensors compared");
+      if (check.tensors() < (peft ? 4 : 10)) failures.push_back("too few tensors compared");
     }
   }
   check.Report("compare_runs");
