@@ -2,7 +2,8 @@
 # Runs the CPU benchmarks one after another so their figures share one machine state:
 # GPT-2 124M step vs OpenBLAS SGEMM peak and the same step in PyTorch (when python3-torch is
 # installed: apt-get install python3-torch), the Llama ~110M step in fp32 and bf16 vs SGEMM,
-# oneDNN's bf16 matmul peak and PyTorch, AdamW vs STREAM and PyTorch's AdamW, swap-file I/O
+# oneDNN's bf16 matmul peak and PyTorch, AdamW vs STREAM and PyTorch's AdamW, QLoRA's
+# dequantize vs STREAM and its step vs a LoRA step, swap-file I/O
 # vs fio, checkpoint save/resume vs fio, the ZeRO-3 step with NVMe offload vs in memory, the
 # per-op timings, and (when the build has MPI) data-parallel scaling on 2 ranks against the 1-rank
 # step, the pipeline bubble and the tensor-parallel step.
@@ -25,6 +26,9 @@ fi
 "$build/bench/gpt2_bench" --steps 5 "${torch_args[@]}"
 "$build/bench/llama_bench" --steps 5 "${torch_args[@]}"
 "$build/bench/adam_bench" "${torch_args[@]}"
+# QLoRA: NF4/FP4/INT8 dequantize vs STREAM copy, quantization's rate, and a QLoRA step vs a
+# LoRA step on a bf16 base.
+"$build/bench/quant_bench"
 # Swap-file I/O against fio on the build directory's disk (1 GiB, deleted afterwards).
 "$build/bench/io_bench" --dir "$build" --reps 5
 # Checkpoint write and read (a ~620 MB GPT-2 checkpoint) against fio on the same disk

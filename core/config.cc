@@ -225,6 +225,7 @@ Config ConfigFrom(const json& t, int world_size) {
   c.precision = PrecisionFrom(t);
   c.activation_checkpointing = ActivationCheckpointingFrom(t["activation_checkpointing"]);
   c.lora = detail::LoraFrom(t["lora"]);
+  c.quantization = detail::QuantizationFrom(t["quantization"]);
   c.prescale_gradients = t["prescale_gradients"];
   c.gradient_predivide_factor = t["gradient_predivide_factor"];
   c.memory_breakdown = t["memory_breakdown"];

@@ -226,6 +226,15 @@ struct LoraConfig {
   double scaling() const;
 };
 
+// A quantized frozen base (QLoRA) in bitsandbytes' names (Note [Quantized base],
+// nn/adapters.h); the `quantization` section of docs/config.md says what each key does.
+struct QuantizationConfig {
+  std::string type;           // "": not quantized; "nf4", "fp4" (load_in_4bit) or "int8"
+  bool double_quant = false;  // bnb_4bit_use_double_quant
+  std::vector<std::string> skip_modules;  // llm_int8_skip_modules
+  bool enabled() const { return !type.empty(); }
+};
+
 // A value chosen for an "auto" in the config, and why (Note [Resolving "auto"],
 // core/config_resolve.cc; the machine-dependent ones in engine/run_config.h).
 struct AutoChoice {
@@ -258,6 +267,7 @@ struct Config {
   PrecisionConfig precision;
   ActivationCheckpointingConfig activation_checkpointing;
   LoraConfig lora;
+  QuantizationConfig quantization;
   bool prescale_gradients = false;
   double gradient_predivide_factor = 1.0;
   bool memory_breakdown = false;

@@ -54,6 +54,9 @@ void CheckRanges(const nlohmann::json& tree, ConfigErrors& errors);
 void ResolveLora(const nlohmann::json& input, nlohmann::json& tree);
 void CheckLora(const nlohmann::json& tree, ConfigErrors& errors);
 LoraConfig LoraFrom(const nlohmann::json& lora);
+// The `quantization` section: what the trainer cannot use; the parsed section.
+void CheckQuantization(const nlohmann::json& tree, ConfigErrors& errors);
+QuantizationConfig QuantizationFrom(const nlohmann::json& quantization);
 
 // Helpers (config.cc).
 // The value at dotted `path`; throws InternalError when it is missing (a schema bug).

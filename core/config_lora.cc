@@ -101,11 +101,6 @@ void CheckLora(const json& t, ConfigErrors& errors) {
   const double dropout = At(t, "lora.lora_dropout").get<double>();
   if (!(dropout >= 0.0 && dropout < 1.0)) {
     errors.Add("lora.lora_dropout", StrCat("must be in [0, 1), got ", dropout));
-  } else if (dropout > 0.0) {
-    errors.Add("lora.lora_dropout",
-               StrCat("ztrain does not run dropout on the adapters' input yet; set 0 (PEFT's "
-                      "default), got ",
-                      dropout));
   }
   CheckLayers(t, errors);
   CheckTargets(t, errors);

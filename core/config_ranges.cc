@@ -404,6 +404,7 @@ void CheckRanges(const json& tree, ConfigErrors& errors) {
   CheckPrecision(tree, errors);
   CheckActivationCheckpointing(tree, errors);
   CheckLora(tree, errors);
+  CheckQuantization(tree, errors);
 }
 
 }  // namespace ztrain::detail

@@ -129,8 +129,11 @@ std::vector<ConfigKey> LoraKeys() {
       Key("lora.r", T::kInt, 8, "The adapters' rank."),
       Key("lora.lora_alpha", T::kNumber, 8.0, "scaling = lora_alpha / r (or / sqrt(r))."),
       Key("lora.lora_dropout", T::kNumber, 0.0,
-          "Dropout on the adapters' input (PEFT's `lora_dropout`); ztrain runs 0 only so far "
-          "(a larger value is refused by name)."),
+          "Dropout on the adapters' input (PEFT's `lora_dropout`), in [0, 1): while training, "
+          "each adapter drops each element of its input with this probability and scales "
+          "the rest by 1 / (1 - p); evaluation drops nothing. The mask depends on "
+          "training.seed, the step, the micro-batch and the element's place in the global "
+          "batch only, so every layout draws the same one."),
       Key("lora.target_modules", T::kStringOrList, nullptr,
           "The linears to adapt: names matched as PEFT matches them (a linear whose name is "
           "the entry or ends with `.` + the entry: `q_proj`, `self_attn.v_proj`; GPT-2: "
@@ -166,6 +169,62 @@ std::vector<ConfigKey> LoraKeys() {
           "PEFT's task type; ztrain trains causal language models.")
           .Choices({"CAUSAL_LM"}),
       Key("lora.peft_type", T::kString, "LORA", "PEFT's adapter type.").Choices({"LORA"}),
+  };
+}
+
+// A quantized frozen base (QLoRA) in bitsandbytes' names, as transformers'
+// BitsAndBytesConfig writes them (Note [Quantized base] in nn/adapters.h).
+std::vector<ConfigKey> QuantizationKeys() {
+  return {
+      Key("quantization", T::kSection, nullptr,
+          "A quantized frozen base under LoRA (QLoRA), in transformers' `BitsAndBytesConfig` "
+          "names: the block linears' weights are quantized while loading, as bitsandbytes "
+          "quantizes them, kept (and at ZeRO-3 sharded, gathered and offloaded) quantized, "
+          "and dequantized into the compute dtype per linear just before its GEMM. Needs a "
+          "`lora` section."),
+      Key("quantization.quant_method", T::kString, "bitsandbytes",
+          "transformers' name of the method.")
+          .Choices({"bitsandbytes"}),
+      Key("quantization.load_in_4bit", T::kBool, false,
+          "4-bit weights (NF4 or FP4): blocks of 64 consecutive elements, an fp32 absmax per "
+          "block, two codes a byte."),
+      Key("quantization.load_in_8bit", T::kBool, false,
+          "LLM.int8 weights: int8 codes with an fp32 absmax per row (the weight rounded to "
+          "fp16 first, as bitsandbytes does). No column is kept in 16 bits: bitsandbytes "
+          "keeps weights whole in int8 too; its outlier threshold applies to activations, and "
+          "ztrain multiplies every column with the dequantized weight in the compute dtype."),
+      Key("quantization.bnb_4bit_quant_type", T::kString, nullptr,
+          "`nf4` (QLoRA's NormalFloat) or `fp4`. null: `fp4`, bitsandbytes' default. Only with "
+          "load_in_4bit.")
+          .Nullable()
+          .Choices({"nf4", "fp4"}),
+      Key("quantization.bnb_4bit_use_double_quant", T::kBool, nullptr,
+          "Double quantization: the absmax values less their mean in 8-bit blocks of 256 "
+          "(0.127 bits a weight instead of 0.5). null: false. Only with load_in_4bit.")
+          .Nullable(),
+      Key("quantization.bnb_4bit_compute_dtype", T::kString, nullptr,
+          "The dtype weights are dequantized into: it must be the run's compute dtype "
+          "(`bfloat16` with bf16.enabled, `float16` with fp16.enabled, else `float32`). null: "
+          "the run's.")
+          .Nullable()
+          .Choices({"float32", "bfloat16", "float16"}),
+      Key("quantization.bnb_4bit_quant_storage", T::kString, "uint8",
+          "The packed codes' storage type; ztrain stores bytes.")
+          .Choices({"uint8"}),
+      Key("quantization.llm_int8_skip_modules", T::kStringList, nullptr,
+          "Linears left unquantized (in the compute dtype): a block linear whose Hugging Face "
+          "module name is an entry, ends with `.` + an entry, or lies inside a module so named "
+          "(`mlp`, `model.layers.0`). The embeddings and the head are never quantized.")
+          .Nullable(),
+      Key("quantization.llm_int8_threshold", T::kNumber, 6.0,
+          "bitsandbytes' outlier threshold for LLM.int8 activations. ztrain computes every "
+          "column in the compute dtype, so only the default is accepted."),
+      Key("quantization.llm_int8_has_fp16_weight", T::kBool, false,
+          "bitsandbytes: keep trainable 16-bit weights beside the int8 ones. Not run: the "
+          "quantized base is frozen; train it through the adapters."),
+      Key("quantization.llm_int8_enable_fp32_cpu_offload", T::kBool, false,
+          "transformers: put modules that do not fit on the CPU in fp32. ztrain places memory "
+          "through zero_optimization's offload_param / offload_optimizer instead."),
   };
 }
 
@@ -274,6 +333,7 @@ std::vector<ConfigKey> ModelDataTrainingKeys() {
 std::vector<ConfigKey> ZtrainKeys() {
   std::vector<ConfigKey> keys = ModelDataTrainingKeys();
   for (ConfigKey& k : LoraKeys()) keys.push_back(std::move(k));
+  for (ConfigKey& k : QuantizationKeys()) keys.push_back(std::move(k));
   return keys;
 }
 

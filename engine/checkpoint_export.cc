@@ -13,6 +13,8 @@
 #include "kernels/ops.h"
 #include "nn/family.h"
 #include "nn/hf_checkpoint.h"
+#include "kernels/quant.h"
+#include "nn/adapters.h"
 #include "nn/init.h"
 #include "nn/llmc_model_file.h"
 #include "nn/model_export.h"
@@ -110,20 +112,24 @@ void WriteJson(const std::string& path, const nlohmann::json& j) {
 
 // The base model a LoRA run trained on, one whole fp32 parameter at a time: model.init_from
 // (a HF directory read tensor by tensor, or an llm.c file read whole), or training.seed's.
+// A weight the run kept quantized (QLoRA) is the values the run computed with: quantized as
+// bitsandbytes quantizes it and dequantized (PEFT's merge_and_unload of a bitsandbytes model
+// dequantizes the same way before it adds the adapter), so the merged model evaluates as the
+// trained one did.
 class BaseModel {
  public:
   explicit BaseModel(const Config& config) : config_(config) {
+    for (const auto& layer :
+         nn::BuildModel(config.model, nn::MakeWholeLinears(), nn::AdapterPlan(config))) {
+      for (const nn::ParamSpec& s : layer->Params()) specs_.emplace(s.name, s);
+    }
     const std::string& path = config.model.init_from;
-    if (path.empty()) {
-      for (const auto& layer : nn::BuildModel(config.model)) {
-        for (const nn::ParamSpec& s : layer->Params()) specs_.emplace(s.name, s);
-      }
-    } else if (nn::IsHfModelDir(path)) {
+    if (nn::IsHfModelDir(path)) {
       hf_ = std::make_unique<nn::HfCheckpoint>(path);
       for (const nn::HfTensor& t : nn::FindModelFamily(config.model.type).hf.layout(config.model)) {
         layout_.emplace(t.param, t);
       }
-    } else {
+    } else if (!path.empty()) {
       for (const nn::HfTensor& t : nn::FindModelFamily("gpt2").hf.layout(config.model)) {
         llmc_[t.param].resize(static_cast<size_t>(NumElements(t.param_shape)));
         shapes_[t.param] = t.param_shape;
@@ -142,6 +148,15 @@ class BaseModel {
     } else {
       nn::InitParam(specs_.at(name), config_.training.seed, Tensor(v.data(), DType::kF32, {n}));
     }
+    const nn::ParamSpec& spec = specs_.at(name);
+    if (spec.quantized()) {
+      std::vector<uint8_t> blob(
+          static_cast<size_t>(kernels::LayoutOf(spec.quant, spec.quant_geometry).total));
+      kernels::QuantizeInto(spec.quant, spec.quant_geometry, v.data(), blob.data());
+      ops_->Dequantize(Tensor(blob.data(), DType::kU8, {static_cast<int64_t>(blob.size())}),
+                       spec.quant, spec.quant_geometry,
+                       Tensor(v.data(), DType::kF32, spec.shape));
+    }
     return v;
   }
 
@@ -152,6 +167,7 @@ class BaseModel {
   std::map<std::string, std::vector<float>> llmc_;
   std::map<std::string, Shape> shapes_;
   std::map<std::string, nn::ParamSpec> specs_;
+  std::unique_ptr<kernels::Ops> ops_ = kernels::MakeCpuOps();
 };
 
 // The merged model (PEFT's merge_and_unload) into `writer`: W + scaling B A for each adapted

@@ -178,7 +178,7 @@ void Engine::BuildStorage() {
     }
     std::vector<int64_t> offsets(specs.size(), -1);
     // Trainable parameters in elements of the flat buffers, frozen ones in elements of the
-    // compute dtype in the frozen region.
+    // compute dtype in the frozen region (a quantized one's blob too: a multiple of 4 bytes).
     detail::ParamPacker packer, frozen_packer;
     size_t last_placed = specs.size();
     auto place = [&](size_t i) {
@@ -188,9 +188,10 @@ void Engine::BuildStorage() {
                                          specs[i - 1].trainable == specs[i].trainable),
                     "layer ", layers_[l]->Name(), ": packed parameter '", specs[i].name,
                     "' does not follow an owned parameter of its kind");
-      offsets[i] = specs[i].trainable ? packer.Place(specs[i])
-                                      : frozen_packer.Place(specs[i]) *
-                                            static_cast<int64_t>(DTypeSize(act_dtype_));
+      const auto es = static_cast<int64_t>(DTypeSize(act_dtype_));
+      offsets[i] = specs[i].trainable
+                       ? packer.Place(specs[i])
+                       : frozen_packer.Place(specs[i], FrozenBytes(specs[i]) / es) * es;
       last_placed = i;
     };
     if (first < specs.size()) place(first);
@@ -484,13 +485,19 @@ double Engine::MeanOverDp(double value) {
   return static_cast<double>(AllReduceScalar(*dp_, static_cast<float>(value))) / dp_->size();
 }
 
+nn::LayerContext::Dropout Engine::DropoutFor(const nn::MicroBatch& mb, int micro_batch) const {
+  return {kernels::DropoutKey(static_cast<uint64_t>(config_.training.seed), step_ + 1, micro_batch),
+          static_cast<int64_t>(dp_->rank()) * mb.B() * mb.T()};
+}
+
 double Engine::ForwardBackwardImpl(const nn::MicroBatch& mb, float loss_weight, StepStats* stats,
-                                   bool reduce) {
+                                   bool reduce, int micro_batch) {
   ZTRAIN_CHECK(pp_->size() == 1,
                "ForwardBackward runs the whole model; a pipeline stage runs "
                "its part inside TrainStep");
   const double wait_before = comm_wait_seconds_;
   MicroBatchRun run;
+  run.dropout = DropoutFor(mb, micro_batch);
   RunForward(mb, mb.tokens, run, stats);
   const Tensor losses = run.out_views.back();
   const double loss = MeanOf(ToHost(losses));
@@ -523,6 +530,7 @@ void Engine::RunForward(const nn::MicroBatch& mb, const Tensor& input, MicroBatc
   Tensor x = input;
   for (size_t i = 0; i < n_layers; ++i) {
     run.ctx.emplace_back(*ops_, activations_, act_dtype_);
+    if (run.dropout) run.ctx.back().set_dropout(*run.dropout);
     const Shape shape = layers_[i]->OutputShape(x.shape());
     const DType dtype = layers_[i]->OutputDType(act_dtype_);
     run.outputs[i] = Buffer(activations_, dtype, shape, MemoryCategory::kActivations);
@@ -627,7 +635,8 @@ StepStats Engine::TrainStep(std::span<const nn::MicroBatch> host_batches) {
   double loss_sum = 0.0;
   for (size_t i = 0; i < micro_batches.size(); ++i) {
     const bool last = i + 1 == micro_batches.size();
-    loss_sum += ForwardBackwardImpl(micro_batches[i], weight, &stats, /*reduce=*/last);
+    loss_sum += ForwardBackwardImpl(micro_batches[i], weight, &stats, /*reduce=*/last,
+                                    static_cast<int>(i));
     stats.tokens += micro_batches[i].tokens.numel() * dp_->size();
   }
   stats.loss = MeanOverDp(loss_sum / static_cast<double>(micro_batches.size()));

@@ -184,7 +184,8 @@ class Engine {
   Tensor Gradient(const std::string& name) const;
   Shape ParameterShape(const std::string& name) const;
   // False for a frozen parameter (Note [Frozen parameters in the engine]): no gradient, and
-  // Parameter() is its value in the compute dtype.
+  // Parameter() is its value in the compute dtype, or for a quantized one (Note [Quantized
+  // base], nn/adapters.h) its blob's bytes (U8; ForEachFullParameter dequantizes).
   bool Trainable(const std::string& name) const;
   // Calls fn(name, value) for every owned parameter, in model order, with its whole value
   // (valid during the call only). At stage 3 this is collective: every rank of the dp group
@@ -338,15 +339,20 @@ class Engine {
   // All-gathers layer l's parameters into `whole`: fp32 (the master values) or, under mixed
   // precision, the compute dtype.
   comm::WorkPtr LaunchGather(size_t layer, const Buffer& whole, DType dtype = DType::kF32);
-  // Frozen parameters (engine_frozen.cc): a frozen slot's view into a layer's frozen region
-  // (undefined when the region is absent), the region as 16-bit words, the stage-3 gather of
-  // layer l's region into `whole`, setting the rank's part of it, and its whole values.
+  // Frozen parameters (engine_frozen.cc): the bytes a frozen parameter takes in its region
+  // (its values in the compute dtype, or its quantized blob), a frozen slot's view into a
+  // layer's frozen region (undefined when the region is absent; U8 for a quantized one), the
+  // region as 16-bit words, the stage-3 gather of layer l's region into `whole`, setting the
+  // rank's part of it, the whole region's bytes on the host, and a frozen parameter's fp32
+  // values (this piece's, dequantized) from them.
+  int64_t FrozenBytes(const nn::ParamSpec& spec) const;
   Tensor FrozenView(const Buffer& region, const Slot& s) const;
   static Tensor FrozenWords(const Buffer& region, int64_t bytes);
   comm::WorkPtr LaunchFrozenGather(size_t layer, const Buffer& whole);
   void SetHeldFrozen(size_t layer, const HeldParameterFill& fill,
                      const std::function<bool(const std::string&)>& only = {});
-  std::vector<float> WholeFrozen(size_t layer);
+  std::vector<uint8_t> WholeFrozen(size_t layer);
+  std::vector<float> FrozenValues(const Slot& s, const std::vector<uint8_t>& region) const;
   // Mixed precision (engine_precision.cc).
   bool mixed() const { return act_dtype_ != DType::kF32; }
   // The compute-dtype copies of stages 0-2 from the fp32 parameters (after every update).
@@ -358,7 +364,11 @@ class Engine {
   // scale update, and the optimizer step unless skipped.
   void FinishStep(StepStats& stats);
   double ForwardBackwardImpl(const nn::MicroBatch& mb, float loss_weight, StepStats* stats,
-                             bool reduce);
+                             bool reduce, int micro_batch = 0);
+  // The dropout key of micro-batch `micro_batch` of the step being taken (Note [LoRA
+  // dropout], nn/modules.h): the same on every rank and layout, its rows placed where the
+  // single-process micro-batch has them (this dp rank's come after the lower ranks').
+  nn::LayerContext::Dropout DropoutFor(const nn::MicroBatch& mb, int micro_batch) const;
   // The stage's forward of one micro-batch from `input` (the tokens on the first stage), and
   // its backward from the gradient of the stage's output; RunBackward returns the gradient of
   // the stage's input (empty on the first stage).

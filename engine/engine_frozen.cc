@@ -25,6 +25,13 @@
 // the trained state only: a frozen parameter comes back from model.init_from, or from
 // training.seed, as it came the first time. A frozen weight tied to another pipeline stage's
 // is held by both stages as their own frozen parameters, equal from the start.
+//
+// A quantized weight (Note [Quantized base], nn/adapters.h) takes its blob's bytes in the
+// region instead of its values (a quarter of bf16's for 4-bit, half for INT8), so everything
+// above moves the quantized bytes: the stage-3 shards, the gathers, the offloaded shards.
+// SetHeldFrozen quantizes it from the WHOLE weight (each rank whose part of the region holds
+// some of the blob asks `fill` for all of the weight, in fp32, one weight at a time), and
+// FrozenValues dequantizes it for exports. The layers dequantize it themselves.
 #include <algorithm>
 
 #include "engine/engine.h"
@@ -32,9 +39,19 @@
 
 namespace ztrain {
 
+int64_t Engine::FrozenBytes(const nn::ParamSpec& spec) const {
+  if (!spec.quantized()) {
+    return NumElements(spec.shape) * static_cast<int64_t>(DTypeSize(act_dtype_));
+  }
+  const int64_t bytes = kernels::LayoutOf(spec.quant, spec.quant_geometry).total;
+  ZTRAIN_ASSERT(bytes % 4 == 0, "a quantized blob of ", bytes, " bytes");
+  return bytes;
+}
+
 Tensor Engine::FrozenView(const Buffer& region, const Slot& s) const {
   if (region.data() == nullptr) return Tensor();
   char* at = region.data<char>() + s.offset;
+  if (s.spec.quantized()) return Tensor(at, DType::kU8, {FrozenBytes(s.spec)}, region.device());
   return Tensor(at, act_dtype_, s.spec.shape, region.device());
 }
 
@@ -59,35 +76,51 @@ void Engine::SetHeldFrozen(size_t l, const HeldParameterFill& fill,
                            const std::function<bool(const std::string&)>& only) {
   const LayerState& st = *states_[l];
   const auto es = static_cast<int64_t>(DTypeSize(act_dtype_));
-  const int64_t begin = (st.sharded ? dp_->rank() * st.frozen_shard : 0) / es;
-  const int64_t len = (st.sharded ? st.frozen_shard : st.frozen_padded) / es;
-  const Tensor region = st.frozen.AsTensor(act_dtype_, {len});
+  // The rank's bytes of the region: all of it, or its shard at stage 3.
+  const int64_t begin = st.sharded ? dp_->rank() * st.frozen_shard : 0;
+  const int64_t len = st.sharded ? st.frozen_shard : st.frozen_padded;
+  const Tensor region = st.frozen.AsTensor(DType::kU8, {len});
   for (size_t slot : st.owned) {
     const Slot& s = slots_[slot];
     if (!s.frozen() || (only && !only(s.spec.name))) continue;
-    const int64_t at = s.offset / es;  // the parameter's first element in the region
-    const int64_t lo = std::max(at, begin) - at;
-    const int64_t hi = std::min(at + NumElements(s.spec.shape), begin + len) - at;
+    // The parameter's bytes [lo, hi) that the rank holds.
+    const int64_t bytes = FrozenBytes(s.spec);
+    const int64_t lo = std::max(s.offset, begin) - s.offset;
+    const int64_t hi = std::min(s.offset + bytes, begin + len) - s.offset;
     if (lo >= hi) continue;
-    // Its held elements [lo, hi) in fp32, one parameter at a time, then rounded into place.
-    Buffer staged(staging(), DType::kF32, {hi - lo}, MemoryCategory::kParameters);
-    float* values = staged.data<float>();
+    const Tensor dst = region.Flat(s.offset + lo - begin, {hi - lo});
     const Shape full_shape = FullShape(s.spec);
+    if (s.spec.quantized()) {
+      // The blob from the whole weight, then its held bytes into place.
+      Buffer whole(staging(), DType::kF32, full_shape, MemoryCategory::kParameters);
+      Buffer blob(staging(), DType::kU8, {bytes}, MemoryCategory::kParameters);
+      if (computes_) {
+        fill(s.spec.name, full_shape, 0, NumElements(full_shape), whole.data<float>());
+        kernels::QuantizeInto(s.spec.quant, s.spec.quant_geometry, whole.data<float>(),
+                              blob.data<uint8_t>());
+      }
+      ops_->Copy(blob.AsTensor(DType::kU8, {bytes}).Flat(lo, {hi - lo}), dst);
+      ops_->Synchronize();  // before `blob` goes
+      continue;
+    }
+    // Its held elements in fp32, one parameter at a time, then rounded into place.
+    const int64_t first = lo / es, last = hi / es;
+    Buffer staged(staging(), DType::kF32, {last - first}, MemoryCategory::kParameters);
+    float* values = staged.data<float>();
     nn::ForEachSliceRun(s.spec.tp, s.spec.shape, [&](int64_t local, int64_t full, int64_t n) {
-      const int64_t a = std::max(local, lo), b = std::min(local + n, hi);
+      const int64_t a = std::max(local, first), b = std::min(local + n, last);
       if (a < b && computes_)
-        fill(s.spec.name, full_shape, full + (a - local), b - a, values + (a - lo));
+        fill(s.spec.name, full_shape, full + (a - local), b - a, values + (a - first));
     });
-    CopyIn(values, region.Flat(at + lo - begin, {hi - lo}));
+    CopyIn(values, Tensor(dst.data(), act_dtype_, {last - first}, dst.device()));
     ops_->Synchronize();  // before `staged` goes
   }
 }
 
-std::vector<float> Engine::WholeFrozen(size_t l) {
+std::vector<uint8_t> Engine::WholeFrozen(size_t l) {
   LayerState& st = *states_[l];
-  const int64_t n = st.frozen_padded / static_cast<int64_t>(DTypeSize(act_dtype_));
-  std::vector<float> out(static_cast<size_t>(n));
-  if (n == 0) return out;
+  std::vector<uint8_t> out(static_cast<size_t>(st.frozen_padded));
+  if (st.frozen_padded == 0) return out;
   Buffer gathered;
   const Buffer* whole = &st.frozen;
   if (st.sharded) {
@@ -95,8 +128,24 @@ std::vector<float> Engine::WholeFrozen(size_t l) {
     WaitFor(*LaunchFrozenGather(l, gathered));
     whole = &gathered;
   }
-  CopyOut(whole->AsTensor(act_dtype_, {n}), out.data());
+  ops_->Copy(whole->AsTensor(DType::kU8, {st.frozen_padded}),
+             Tensor(out.data(), DType::kU8, {st.frozen_padded}));
   ops_->Synchronize();
+  return out;
+}
+
+std::vector<float> Engine::FrozenValues(const Slot& s, const std::vector<uint8_t>& region) const {
+  std::vector<float> out(static_cast<size_t>(NumElements(s.spec.shape)));
+  if (!computes_) return out;
+  const Tensor values(out.data(), DType::kF32, s.spec.shape);
+  auto* at = const_cast<uint8_t*>(region.data()) + s.offset;
+  const std::unique_ptr<kernels::Ops> host = kernels::MakeCpuOps();
+  if (s.spec.quantized()) {
+    host->Dequantize(Tensor(at, DType::kU8, {FrozenBytes(s.spec)}), s.spec.quant,
+                     s.spec.quant_geometry, values);
+  } else {
+    host->Copy(Tensor(at, act_dtype_, s.spec.shape), values);  // widened
+  }
   return out;
 }
 

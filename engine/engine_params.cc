@@ -80,13 +80,14 @@ void Engine::ForEachFullParameter(const std::function<void(const std::string&, c
       ops_->Synchronize();
       base = host_copy.data<float>();
     }
-    // Widened to fp32 (collective at stage 3).
-    std::vector<float> frozen = trainable_only ? std::vector<float>() : WholeFrozen(l);
-    const auto es = static_cast<int64_t>(DTypeSize(act_dtype_));
+    // The frozen region's bytes on the host (collective at stage 3).
+    const std::vector<uint8_t> frozen = trainable_only ? std::vector<uint8_t>() : WholeFrozen(l);
     for (size_t slot : st.owned) {
       const Slot& s = slots_[slot];
       if (trainable_only && s.frozen()) continue;
-      float* at = s.frozen() ? frozen.data() + s.offset / es : const_cast<float*>(base) + s.offset;
+      std::vector<float> frozen_values;  // widened or dequantized
+      if (s.frozen()) frozen_values = FrozenValues(s, frozen);
+      float* at = s.frozen() ? frozen_values.data() : const_cast<float*>(base) + s.offset;
       const Tensor local(at, DType::kF32, s.spec.shape);
       if (!s.spec.tp.split()) {
         fn(s.spec.name, local);

@@ -191,6 +191,7 @@ StepStats Engine::TrainStepPipelined(std::span<const nn::MicroBatch> micro_batch
         break;
       }
       case pipeline::OpType::kForward:
+        run.dropout = DropoutFor(mb, static_cast<int>(mb_index));
         RunForward(mb, stage == 0 ? mb.tokens
                                   : run.received.AsTensor(act_dtype_, StageInputShape(mb)),
                    run, &stats);

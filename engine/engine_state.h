@@ -74,6 +74,8 @@ struct Engine::MicroBatchRun {
   // to kept_inputs[i]): in host memory (cpu_checkpointing on a device), or this tp rank's
   // part of it (partition_activations).
   std::vector<Buffer> kept_inputs;
+  // Set for a training forward: every layer's context gets it (Note [LoRA dropout]).
+  std::optional<nn::LayerContext::Dropout> dropout;
 };
 
 // Note [ZeRO in the engine]

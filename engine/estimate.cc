@@ -102,7 +102,7 @@ MemoryEstimate EstimateStage(const Config& config, bool gpu, int stage) {
   detail::ShapeOnlyGroup dp(config.dp_size, 0), tp(config.tensor_parallel_size, 0);
   detail::ShapeOnlyGroup pp(config.pipeline_stages, stage, SendPolls(config, stage));
   nn::LayerList model =
-      tensor::BuildParallelModel(config.model, tp, nn::AdapterPlan(config.lora, config.model));
+      tensor::BuildParallelModel(config.model, tp, nn::AdapterPlan(config));
   for (auto& layer : model) layer = detail::Measured(std::move(layer), GradAccumDType(config));
   Engine engine(config, std::move(model), {&dp, &pp, &tp},
                 Engine::ShapeOnly{gpu ? Device::Cuda(0) : Device::Cpu()});

@@ -2,6 +2,7 @@
 #include "engine/estimate_layers.h"
 
 #include <map>
+#include <tuple>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -71,18 +72,20 @@ class MeasuredLayer final : public nn::Layer {
                                const nn::LayerContext& ctx);
   LayerEvents Measure(const Shape& input_shape, bool first, int64_t seq_len,
                       const nn::LayerContext& ctx);
+  // `training`: the probe context is marked as the engine marks a training forward's (LoRA
+  // dropout saves the dropped input: Note [LoRA dropout] in nn/modules.h).
   LayerEvents MeasureOn(kernels::Ops& ops, const Shape& input_shape, bool first, int64_t seq_len,
-                        DType act);
+                        DType act, bool training);
   static void Replay(const std::vector<AllocEvent>& events, nn::LayerContext& ctx);
 
   std::unique_ptr<nn::Layer> layer_;
   DType grad_dtype_;
-  std::map<std::pair<Shape, DType>, LayerEvents> measured_;
+  std::map<std::tuple<Shape, DType, bool>, LayerEvents> measured_;
 };
 
 const LayerEvents& MeasuredLayer::EventsFor(const nn::MicroBatch& mb, const Tensor& input,
                                             const nn::LayerContext& ctx) {
-  const auto key = std::make_pair(input.shape(), ctx.dtype());
+  const auto key = std::make_tuple(input.shape(), ctx.dtype(), ctx.dropout().has_value());
   auto it = measured_.find(key);
   if (it != measured_.end()) return it->second;
   const bool first = input.dtype() == DType::kI32;  // the model's first layer takes tokens
@@ -112,7 +115,8 @@ const LayerEvents& MeasuredLayer::EventsFor(const nn::MicroBatch& mb, const Tens
 LayerEvents MeasuredLayer::Measure(const Shape& input_shape, bool first, int64_t seq_len,
                                    const nn::LayerContext& ctx) {
   try {
-    return MeasureOn(ctx.ops(), input_shape, first, seq_len, ctx.dtype());
+    return MeasureOn(ctx.ops(), input_shape, first, seq_len, ctx.dtype(),
+                     ctx.dropout().has_value());
   } catch (const ConfigError&) {
     throw;
   } catch (const InternalError&) {
@@ -120,14 +124,14 @@ LayerEvents MeasuredLayer::Measure(const Shape& input_shape, bool first, int64_t
   } catch (const Error&) {
     if (ctx.ops().device().is_cpu()) throw;
     ShapeOps cpu(Device::Cpu());
-    return MeasureOn(cpu, input_shape, first, seq_len, ctx.dtype());
+    return MeasureOn(cpu, input_shape, first, seq_len, ctx.dtype(), ctx.dropout().has_value());
   }
 }
 
 // Its parameters (laid out as BuildStorage lays them, so packed runs are contiguous), input,
 // output and their gradients are the engine's and are not recorded.
 LayerEvents MeasuredLayer::MeasureOn(kernels::Ops& ops, const Shape& input_shape, bool first,
-                                     int64_t seq_len, DType act) {
+                                     int64_t seq_len, DType act, bool training) {
   const Device device = ops.device();
   ShapeOnlyAllocator untraced(device, nullptr, ShapeOnlyAllocator::Backing::kMapped);
   std::vector<Buffer> keep;
@@ -143,8 +147,13 @@ LayerEvents MeasuredLayer::MeasureOn(kernels::Ops& ops, const Shape& input_shape
   const Tensor flat_grads = tensor(grad_dtype_, {std::max<int64_t>(packer.size(), 1)});
   std::vector<Tensor> params, grads;
   for (size_t i = 0; i < specs.size(); ++i) {
-    params.push_back(flat.Flat(offsets[i], specs[i].shape));
-    grads.push_back(flat_grads.Flat(offsets[i], specs[i].shape));
+    // A quantized weight is bound as its blob, a frozen one without a gradient, as the
+    // engine binds them (Note [Frozen parameters in the engine]).
+    const int64_t blob =
+        specs[i].quantized() ? kernels::LayoutOf(specs[i].quant, specs[i].quant_geometry).total : 0;
+    params.push_back(specs[i].quantized() ? tensor(DType::kU8, {blob})
+                                          : flat.Flat(offsets[i], specs[i].shape));
+    grads.push_back(specs[i].trainable ? flat_grads.Flat(offsets[i], specs[i].shape) : Tensor());
   }
   layer_->Bind(params, grads);
   nn::MicroBatch mb;
@@ -159,6 +168,7 @@ LayerEvents MeasuredLayer::MeasureOn(kernels::Ops& ops, const Shape& input_shape
   LayerEvents events;
   ShapeOnlyAllocator traced(device, nullptr, ShapeOnlyAllocator::Backing::kMapped);
   nn::LayerContext probe(ops, traced, act);
+  if (training) probe.set_dropout({});
   traced.set_events(&events.forward);
   layer_->Forward(mb, input, output, probe);
   traced.set_events(&events.backward);

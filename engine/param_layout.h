@@ -21,9 +21,12 @@ inline int64_t AlignUp(int64_t n, int64_t a) { return (n + a - 1) / a * a; }
 class ParamPacker {
  public:
   // The offset of the next parameter, `spec`; size() grows past it (aligned).
-  int64_t Place(const nn::ParamSpec& spec) {
+  int64_t Place(const nn::ParamSpec& spec) { return Place(spec, NumElements(spec.shape)); }
+  // The same for a parameter that takes `elements` elements of the buffer (a quantized one's
+  // blob, in elements of the compute dtype).
+  int64_t Place(const nn::ParamSpec& spec, int64_t elements) {
     const int64_t offset = spec.packed && last_end_ >= 0 ? last_end_ : size_;
-    last_end_ = offset + NumElements(spec.shape);
+    last_end_ = offset + elements;
     size_ = AlignUp(last_end_, kParamAlignment);
     return offset;
   }

@@ -101,9 +101,16 @@ void Outputs(const Config& c, const PreflightOptions& o, Problems& problems) {
   const bool create = o.create_outputs;
   const std::string& final_model = c.training.save_final;
   if (!final_model.empty()) {
-    // A directory (ending in '/', or existing) gets a Hugging Face model directory.
-    if (nn::NamesHfModelDir(final_model)) {
+    // A directory (ending in '/', or existing) gets a Hugging Face model directory, a LoRA
+    // run's a PEFT adapter directory; any other path an llm.c model file, GPT-2's format only.
+    if (c.lora.enabled || nn::NamesHfModelDir(final_model)) {
       OutputDir("training.save_final", final_model, create, problems);
+    } else if (c.model.type != "gpt2") {
+      problems.push_back(StrCat("training.save_final: '", final_model,
+                                "' names a file, which ztrain writes as an llm.c model file, "
+                                "a GPT-2 format; model.type is ", c.model.type,
+                                ": end the path with '/' to get a Hugging Face model "
+                                "directory"));
     } else {
       OutputFile("training.save_final", final_model, create, problems);
     }

@@ -97,6 +97,16 @@ void ShapeFromHfDir(json& model, const std::string& path, Resolution& r) {
   json keys, notes = json::object();
   try {
     const json hf = nn::ReadHfConfig(path);
+    if (hf.contains("quantization_config")) {
+      const json& q = hf["quantization_config"];
+      r.problems.push_back(StrCat(
+          "model.init_from: '", path, "/config.json' has a quantization_config (",
+          q.is_object() ? q.value("quant_method", json("?")).dump() : q.dump(),
+          "): its weights are stored quantized, which ztrain does not read; give the "
+          "unquantized checkpoint and a `quantization` section (ztrain quantizes while loading, "
+          "as bitsandbytes does)"));
+      return;
+    }
     keys = nn::FindHfFamily(hf, path + "/config.json").hf.read_config(hf, path + "/config.json",
                                                                        &notes);
   } catch (const Error& e) {
@@ -302,7 +312,7 @@ Config ResolveRunConfig(json j, int world_size, const LaunchEnv& launch) {
   if (problems.empty() && config.lora.enabled) {  // what the adapter plan refuses
     try {
       nn::BuildModel(config.model, nn::MakeWholeLinears(),
-                     nn::AdapterPlan(config.lora, config.model));
+                     nn::AdapterPlan(config));
     } catch (const ConfigError& e) {
       problems.push_back(e.what());
     }

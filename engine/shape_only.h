@@ -114,6 +114,9 @@ class ShapeOps final : public kernels::Ops {
   void AddInPlace(const Tensor&, const Tensor&) override {}
   void AddColumns(const Tensor&, int64_t, const Tensor&, float) override {}
   void CopyColumns(const Tensor&, int64_t, const Tensor&) override {}
+  void Dequantize(const Tensor&, const kernels::QuantFormat&, const kernels::QuantGeometry&,
+                  const Tensor&) override {}
+  void Dropout(const Tensor&, const kernels::DropoutMask&, const Tensor&) override {}
   void Zero(const Tensor&) override {}
   void Copy(const Tensor&, const Tensor&) override {}
   void Synchronize() override {}

@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "core/logging.h"
+#include "kernels/quant.h"
 #include "engine/config_agreement.h"
 #include "engine/model_weights.h"
 #include "engine/preflight.h"
@@ -68,7 +69,7 @@ Trainer::Trainer(Config config, comm::Communicator* world, const LaunchEnv& laun
       world_size, world_size / (config_.pipeline_stages * config_.tensor_parallel_size),
       config_.pipeline_stages, config_.tensor_parallel_size);
   const ParallelGroups groups = MakeGroups();
-  const nn::AdapterPlan plan(config_.lora, config_.model);
+  const nn::AdapterPlan plan(config_);
   engine_ = std::make_unique<Engine>(
       config_,
       groups.tp != nullptr ? tensor::BuildParallelModel(config_.model, *groups.tp, plan)
@@ -93,11 +94,15 @@ Trainer::Trainer(Config config, comm::Communicator* world, const LaunchEnv& laun
   }
   if (config_.lora.enabled) {
     Log().info(
-        "LoRA: {} of the model's {} parameters train (rank {}, scaling {:g}); the base "
+        "LoRA: {} of the model's {} parameters train (rank {}, scaling {:g}{}); the base "
         "is frozen",
         engine_->NumTrainableParameters(), engine_->NumParameters(), config_.lora.r,
-        config_.lora.scaling());
+        config_.lora.scaling(),
+        config_.lora.lora_dropout > 0.0
+            ? fmt::format(", dropout {:g} on the adapters' input", config_.lora.lora_dropout)
+            : "");
   }
+  if (config_.quantization.enabled()) LogQuantizedBase();
   // The loaders check every shard as they open them (Note [Preflight]): a problem there names
   // the key, as check-config does.
   for (const auto& [split, key, loader] :
@@ -120,6 +125,42 @@ Trainer::Trainer(Config config, comm::Communicator* world, const LaunchEnv& laun
     mb.targets = Tensor(targets_.data() + i * b * t, DType::kI32, {b, t});
     micro_batches_.push_back(mb);
   }
+}
+
+namespace {
+
+std::string JoinNames(const std::vector<std::string>& names) {
+  std::string out;
+  for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+}  // namespace
+
+void Trainer::LogQuantizedBase() const {
+  int64_t tensors = 0, weights = 0, blob_bytes = 0;
+  for (const auto& layer : engine_->layers()) {
+    for (const nn::ParamSpec& s : layer->Params()) {
+      if (!s.quantized()) continue;
+      ++tensors;
+      weights += NumElements(s.shape);
+      blob_bytes += kernels::LayoutOf(s.quant, s.quant_geometry).total;
+    }
+  }
+  const QuantizationConfig& q = config_.quantization;
+  const DType compute = ComputeDType(config_);
+  const int64_t dense = weights * static_cast<int64_t>(DTypeSize(compute));
+  const bool sharded = config_.zero.stage == 3 && engine_->dp_size() > 1;
+  Log().info(
+      "quantization: {}{}: {} linear weights of this {} ({} elements) held as {} "
+      "({:.3f} bytes each, {} in {}){}, dequantized layer by layer into {} for the GEMMs{}",
+      q.type, q.double_quant ? " with double quantization" : "", tensors,
+      engine_->tp_size() > 1 || engine_->pp_size() > 1 ? "rank's piece" : "model", weights,
+      FormatBytes(blob_bytes), static_cast<double>(blob_bytes) / std::max<int64_t>(1, weights),
+      FormatBytes(dense), DTypeName(compute),
+      sharded ? detail::StrCat(", sharded over ", engine_->dp_size(), " ranks (ZeRO-3)") : "",
+      DTypeName(compute),
+      q.skip_modules.empty() ? "" : detail::StrCat("; left unquantized: ", JoinNames(q.skip_modules)));
 }
 
 ParallelGroups Trainer::MakeGroups() {

@@ -74,6 +74,8 @@ class Trainer {
 
   // The engine's groups: `world` itself on the CPU, NCCL ones on CUDA with several ranks.
   ParallelGroups MakeGroups();
+  // The quantized base's one log line: weights, bytes against the compute dtype's, sharding.
+  void LogQuantizedBase() const;
 
   Config config_;              // device: the concrete one SelectDevice chose
   comm::Communicator* world_;  // null: one process

@@ -24,7 +24,7 @@ int64_t EstimatedPeak(const Config& config, int64_t micro_batch) {
 // CPU backend, as the estimate counts it).
 int64_t MeasuredPeak(const Config& config) {
   Engine engine(config, nn::BuildModel(config.model, nn::MakeWholeLinears(),
-                                       nn::AdapterPlan(config.lora, config.model)));
+                                       nn::AdapterPlan(config)));
   const int64_t b = config.train_micro_batch_size_per_gpu, t = config.data.seq_len;
   const int64_t gas = config.gradient_accumulation_steps;
   std::vector<int32_t> tokens(static_cast<size_t>(gas * b * t));

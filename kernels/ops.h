@@ -47,6 +47,8 @@
 #include <string>
 
 #include "core/tensor.h"
+#include "kernels/dropout.h"
+#include "kernels/quant.h"
 
 namespace ztrain::kernels {
 
@@ -185,6 +187,16 @@ class Ops {
   // y = x[:, column:column+w] for x [N, W] and y [N, w] (the window as above): the bytes,
   // any dtype of 2 or 4 bytes, the same for both; y must not overlap x.
   virtual void CopyColumns(const Tensor& x, int64_t column, const Tensor& y) = 0;
+  // A quantized weight's piece (kernels/quant.h: QLoRA's frozen base) back into numbers:
+  // out [geometry.rows, geometry.cols] (fp32, bf16 or fp16) from `blob`, U8
+  // [LayoutOf(format, geometry).total] on this device. Each value is bitsandbytes' fp32
+  // dequantization (4-bit: codebook[code] * absmax, the absmax double-dequantized first;
+  // INT8: (code * row_absmax) * fp32(1/127)), rounded once to out's dtype.
+  virtual void Dequantize(const Tensor& blob, const QuantFormat& format,
+                          const QuantGeometry& geometry, const Tensor& out) = 0;
+  // LoRA dropout (kernels/dropout.h): y = x * keep(r, c) / (1 - p) elementwise for x and y
+  // [rows, cols] of one float dtype (16-bit: computed in fp32, rounded once); y may be x.
+  virtual void Dropout(const Tensor& x, const DropoutMask& mask, const Tensor& y) = 0;
   // t = 0.
   virtual void Zero(const Tensor& t) = 0;
   // dst = src (same shape). Equal dtypes copy bytes (any dtype); between two float dtypes the

@@ -33,8 +33,9 @@ std::string ModuleOf(const std::string& param) {
   return last == "weight" || last == "bias" ? param.substr(0, dot) : param;
 }
 
-AdapterPlan::AdapterPlan(const LoraConfig& lora, const ModelConfig& model)
-    : enabled_(lora.enabled), lora_(lora) {
+AdapterPlan::AdapterPlan(const LoraConfig& lora, const ModelConfig& model,
+                         const QuantizationConfig& quantization)
+    : enabled_(lora.enabled), lora_(lora), quantization_(quantization) {
   if (!enabled_) return;
   const ModelFamily& family = FindModelFamily(model.type);
   regex_ = lora.target_regex;
@@ -83,7 +84,8 @@ std::optional<LoraAdapter> AdapterPlan::Lora(const std::string& linear, int bloc
   const std::vector<int>& layers = lora_.layers_to_transform;
   const bool in_layers = layers.empty() || std::binary_search(layers.begin(), layers.end(), block);
   if (!Targets(linear) || !in_layers) return std::nullopt;
-  return LoraAdapter{lora_.r, static_cast<float>(lora_.scaling()), lora_.init_lora_weights};
+  return LoraAdapter{lora_.r, static_cast<float>(lora_.scaling()),
+                     static_cast<float>(lora_.lora_dropout), lora_.init_lora_weights};
 }
 
 bool AdapterPlan::Trains(const std::string& name, bool bias, bool adapted) const {
@@ -98,6 +100,23 @@ bool AdapterPlan::Trains(const std::string& name, bool bias, bool adapted) const
     }
   }
   return save;
+}
+
+kernels::QuantFormat AdapterPlan::Quantization(const std::string& linear) const {
+  if (!enabled_ || !quantization_.enabled()) return {};
+  // llm_int8_skip_modules: the module itself, a name it ends with, or a module it lies in.
+  const std::string module = HfModule(linear);
+  for (const std::string& skip : quantization_.skip_modules) {
+    if (module == skip || EndsWith(module, "." + skip) ||
+        module.find("." + skip + ".") != std::string::npos || module.rfind(skip + ".", 0) == 0) {
+      return {};
+    }
+  }
+  const std::string& type = quantization_.type;
+  const kernels::QuantType t = type == "nf4"   ? kernels::QuantType::kNf4
+                               : type == "fp4" ? kernels::QuantType::kFp4
+                                               : kernels::QuantType::kInt8;
+  return {t, t != kernels::QuantType::kInt8 && quantization_.double_quant};
 }
 
 void AdapterPlan::CheckAllMatched() const {

@@ -25,6 +25,28 @@
 //     parameters], kernels/ops.h).
 // A default-constructed plan freezes nothing and adds nothing: the model as the family built
 // it. Not thread safe while a model is being built (it counts what each target matched).
+//
+// Note [Quantized base]
+// With a `quantization` section (QLoRA: Dettmers et al., 2023, as bitsandbytes and
+// transformers' BitsAndBytesConfig do it) the frozen weights of the blocks' linears are kept
+// quantized: NF4 or FP4 in blocks of 64 with an fp32 absmax each (or double-quantized), or
+// INT8 with an fp32 absmax per row (kernels/quant.h). Biases, norms, the embeddings and the
+// LM head stay in the compute dtype, as transformers leaves them, and so do the linears named
+// by llm_int8_skip_modules. Then:
+//   - Linear::Adapt marks each such weight (ParamSpec::quant) with the geometry of its piece:
+//     all of it, or its tensor-parallel slice. A piece is quantized from the WHOLE weight, so
+//     its codes and scales are the single-process model's and every layout computes with the
+//     same weights (kernels/quant.h); 4-bit pieces need their columns in whole blocks of 64
+//     (a ConfigError names the weight otherwise).
+//   - The engine stores the piece's blob in the frozen region instead of its values, quantizes
+//     it while loading, one weight at a time, from the whole weight in fp32, and at ZeRO-3
+//     shards, gathers and offloads the blob's bytes (Note [Frozen parameters in the engine]).
+//   - A linear dequantizes its weight into the compute dtype just before each GEMM that reads
+//     it (forward, and the input gradient in backward) and frees it after: at most the weights
+//     of the linears that read one input (SwiGLU's gate and up) are ever dequantized at once.
+//     The values are bitsandbytes' dequantized weights, so with fp32 compute a step is the
+//     fp32 step of a model whose base IS those values.
+// A packed q/k/v run is quantized whole or not at all (one GEMM computes it).
 #include <optional>
 #include <regex>
 #include <string>
@@ -32,6 +54,7 @@
 #include <vector>
 
 #include "core/config.h"
+#include "kernels/quant.h"
 #include "nn/layer.h"
 
 namespace ztrain::nn {
@@ -44,6 +67,7 @@ std::string ModuleOf(const std::string& param);
 struct LoraAdapter {
   int r = 0;
   float scaling = 1.0f;
+  float dropout = 0.0f;  // lora_dropout: the probability of dropping an input element
   std::string init = "true";  // LoraConfig::init_lora_weights
 };
 
@@ -52,7 +76,11 @@ class AdapterPlan {
   AdapterPlan() = default;
   // The plan of `lora` for `model` (its family's default targets and Hugging Face names).
   // ConfigError for what cannot be adapted, naming the key and the fix.
-  AdapterPlan(const LoraConfig& lora, const ModelConfig& model);
+  AdapterPlan(const LoraConfig& lora, const ModelConfig& model,
+              const QuantizationConfig& quantization = {});
+  // The plan of a run: its lora and quantization sections for its model.
+  explicit AdapterPlan(const Config& config)
+      : AdapterPlan(config.lora, config.model, config.quantization) {}
 
   bool enabled() const { return enabled_; }
   // The adapters of linear `linear` of block `block`, or nullopt.
@@ -61,6 +89,9 @@ class AdapterPlan {
   // without; every other parameter of the base trains only in a module to save. Everything
   // trains without a plan.
   bool Trains(const std::string& name, bool bias, bool adapted) const;
+  // How block linear `linear`'s frozen weight is stored (Note [Quantized base]): quantized, or
+  // (type kNone) in the compute dtype.
+  kernels::QuantFormat Quantization(const std::string& linear) const;
   // After every layer adapted: ConfigError for a target or module to save that matched
   // nothing.
   void CheckAllMatched() const;
@@ -77,6 +108,7 @@ class AdapterPlan {
 
   bool enabled_ = false;
   LoraConfig lora_;
+  QuantizationConfig quantization_;
   std::vector<std::string> targets_;  // suffixes (target_modules as a list, or the default)
   std::string regex_;                 // target_modules as a string; "all-linear"
   std::regex compiled_;               // regex_ unless "all-linear"

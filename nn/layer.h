@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "kernels/quant.h"
 #include "nn/layer_context.h"
 
 namespace ztrain::nn {
@@ -68,6 +69,13 @@ struct ParamSpec {
   // nn/adapters.h). The engine keeps no gradient and no optimizer state for it, stores it in
   // the compute dtype, and binds an undefined gradient view, so a layer's backward skips it.
   bool trainable = true;
+  // Set: a frozen weight kept quantized (QLoRA's base, Note [Quantized base] in
+  // nn/adapters.h). The engine stores the blob of this piece (kernels/quant.h: LayoutOf(quant,
+  // quant_geometry).total bytes, quantized from the whole weight) in place of its values and
+  // binds a U8 view of it; the layer dequantizes it into the compute dtype before each GEMM.
+  kernels::QuantFormat quant;
+  kernels::QuantGeometry quant_geometry;
+  bool quantized() const { return quant.type != kernels::QuantType::kNone; }
 };
 
 // A layer's bound parameter and gradient views in the order of its Params(), for the modules

@@ -5,7 +5,9 @@
 // temporary workspace that lives until the next Release(). Memory comes from the allocator
 // the engine gives (a caching allocator, so steady-state steps reuse blocks instead of
 // paging). Not thread safe.
+#include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,8 +36,18 @@ class LayerContext {
   Tensor Scratch(DType dtype, const Shape& shape);
   // Keeps `buffer` (from allocator()) until Release(), as Scratch keeps its own.
   void Hold(Buffer buffer) { scratch_.push_back(std::move(buffer)); }
-  // Frees everything saved and all scratch.
+  // Frees everything saved and all scratch (not the dropout key).
   void Release();
+  // LoRA dropout in this micro-batch's forward and backward (Note [LoRA dropout],
+  // nn/modules.h): the key of the step and micro-batch (kernels::DropoutKey) and the row of
+  // the single-process micro-batch where this one's first token lies. Unset (evaluation, a
+  // context the engine did not mark): nothing is dropped.
+  struct Dropout {
+    uint64_t key = 0;
+    int64_t row_offset = 0;
+  };
+  void set_dropout(const Dropout& d) { dropout_ = d; }
+  const std::optional<Dropout>& dropout() const { return dropout_; }
   // Bytes currently held (saved + scratch).
   size_t bytes() const;
 
@@ -45,6 +57,7 @@ class LayerContext {
   DType dtype_;
   std::map<std::string, std::pair<Buffer, Tensor>> saved_;
   std::vector<Buffer> scratch_;
+  std::optional<Dropout> dropout_;
 };
 
 }  // namespace ztrain::nn

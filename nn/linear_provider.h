@@ -30,6 +30,7 @@
 #include <memory>
 #include <span>
 
+#include "core/buffer.h"
 #include "nn/layer.h"
 #include "nn/layer_context.h"
 
@@ -42,6 +43,7 @@ struct LinearGrad {
   Tensor weight;
   Tensor dweight;  // undefined for a frozen weight
   Tensor dbias;    // undefined without a bias, or for a frozen one
+  Buffer hold;     // what `weight` lies in when it was dequantized for this backward
 };
 
 class LinearProvider {

@@ -106,6 +106,13 @@ Linear::Linear(std::vector<LinearSpec> specs, LinearSplit split, const LinearPro
 
 namespace {
 
+// FNV-1a of a name: a dropout mask's per-adapter part (Note [LoRA dropout]).
+uint64_t NameHash(const std::string& name) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (const char ch : name) h = (h ^ static_cast<unsigned char>(ch)) * 0x100000001b3ull;
+  return h;
+}
+
 // A run of packed views as one tensor (ParamSpec::packed): they lie back to back, which the
 // engine guarantees and this checks; the rows add up.
 Tensor Packed(const ParamViews& v, const std::vector<int>& indices, bool grads) {
@@ -125,6 +132,42 @@ Tensor Packed(const ParamViews& v, const std::vector<int>& indices, bool grads) 
   return Tensor(first.data(), first.dtype(), shape, first.device());
 }
 
+// The geometry of the piece a weight's spec holds (kernels::QuantGeometry): all of it, a
+// column-parallel slice (rows of each of its groups) or a row-parallel one (columns). 4-bit
+// blocks must not straddle pieces: ConfigError naming the weight otherwise.
+kernels::QuantGeometry PieceGeometry(const ParamSpec& w, const kernels::QuantFormat& format) {
+  const int64_t rows = w.shape[0], cols = w.shape[1];
+  if (!w.tp.split()) return kernels::QuantGeometry::Whole(rows, cols);
+  const TensorSlice& t = w.tp;
+  const int64_t whole_rows = t.full_shape[0], whole_cols = t.full_shape[1];
+  kernels::QuantGeometry g{.rows = rows,
+                           .cols = cols,
+                           .whole_rows = whole_rows,
+                           .whole_cols = whole_cols,
+                           .group_rows = rows,
+                           .whole_group_rows = whole_rows,
+                           .row_offset = 0,
+                           .col_offset = 0};
+  if (t.dim == 0) {
+    g.group_rows = rows / t.groups;
+    g.whole_group_rows = whole_rows / t.groups;
+    g.row_offset = t.part * g.group_rows;
+  } else {
+    g.col_offset = t.part * cols;
+  }
+  const int64_t block = kernels::kQuantBlock;
+  ZTRAIN_CHECK_T(ConfigError,
+                 format.type == kernels::QuantType::kInt8 ||
+                     (cols % block == 0 && whole_cols % block == 0),
+                 "quantization.load_in_4bit: ", w.name, " ", ShapeToString(t.full_shape),
+                 " is split over tensor_parallel_size = ", t.parts, " pieces of ", cols,
+                 " columns, and 4-bit blocks of ", block,
+                 " elements would straddle the pieces; use a tensor_parallel_size that leaves a "
+                 "multiple of ", block,
+                 " columns a piece, or list the linear in quantization.llm_int8_skip_modules");
+  return g;
+}
+
 }  // namespace
 
 Tensor Linear::weight(const ParamViews& v) const { return Packed(v, weights_, false); }
@@ -138,9 +181,26 @@ int64_t Linear::local_weight_elements() const {
   return n;
 }
 
+Tensor Linear::ComputeWeight(LayerContext& ctx, const ParamViews& v, Buffer& hold) const {
+  if (quantized_.empty()) return weight(v);
+  hold = Buffer(ctx.allocator(), ctx.dtype(), {local_out_, local_in_}, MemoryCategory::kWorkspace);
+  const Tensor w = hold.AsTensor(ctx.dtype(), {local_out_, local_in_});
+  int64_t row = 0;
+  for (size_t i = 0; i < weights_.size(); ++i) {
+    const auto& [format, geometry] = quantized_[i];
+    ctx.ops().Dequantize(v.param(weights_[i]), format, geometry,
+                         w.Flat(row * local_in_, {geometry.rows, local_in_}));
+    row += geometry.rows;
+  }
+  return w;
+}
+
 void Linear::Forward(LayerContext& ctx, const ParamViews& v, const Tensor& x,
                      const Tensor& y) const {
-  ctx.ops().LinearForward(x, weight(v), bias(v), y);
+  {
+    Buffer hold;
+    ctx.ops().LinearForward(x, ComputeWeight(ctx, v, hold), bias(v), y);
+  }
   for (const Adapter& a : adapters_) {
     AddAdapterOutput(ctx, v, a, AdapterInput(ctx, nullptr, v, a, x), y);
   }
@@ -148,28 +208,36 @@ void Linear::Forward(LayerContext& ctx, const ParamViews& v, const Tensor& x,
 
 void Linear::ForwardAdd(LayerContext& ctx, const LinearProvider& p, const ParamViews& v,
                         const Tensor& x, const Tensor& residual, const Tensor& y) const {
-  p.RowForward(ctx, x, weight(v), bias(v), residual, y);
+  {
+    Buffer hold;
+    p.RowForward(ctx, x, ComputeWeight(ctx, v, hold), bias(v), residual, y);
+  }
   for (const Adapter& a : adapters_) AddAdapterOutput(ctx, v, a, AdapterInput(ctx, &p, v, a, x), y);
 }
 
 void Linear::BackwardRow(LayerContext& ctx, const ParamViews& v, const Tensor& dy,
                          const Tensor& x, const Tensor& dx) const {
   kernels::Ops& ops = ctx.ops();
-  ops.LinearBackward(dy, x, weight(v), dx, dweight(v), dbias(v));
+  {
+    Buffer hold;
+    ops.LinearBackward(dy, x, ComputeWeight(ctx, v, hold), dx, dweight(v), dbias(v));
+  }
   for (const Adapter& a : adapters_) {
     const Buffer hold(ctx.allocator(), DType::kF32, {x.size(0), a.r}, MemoryCategory::kWorkspace);
     const Tensor du = hold.AsTensor(DType::kF32, {x.size(0), a.r});
     ops.LinearBackward(dy, ctx.Saved(a.name + ".lora_u"), v.param(a.b), du, v.grad(a.b), Tensor());
     ops.Scale(du, a.scaling);
-    ops.Gemm(false, false, 1.0f, du, v.param(a.a), 1.0f, dx);  // dx += du A
-    ops.LinearBackward(du, x, v.param(a.a), Tensor(), v.grad(a.a), Tensor());
+    AddInputGrad(ctx, v, a, du, dx);
+    ops.LinearBackward(du, AdapterX(ctx, a, x), v.param(a.a), Tensor(), v.grad(a.a), Tensor());
   }
 }
 
 void Linear::Grads(LayerContext& ctx, const ParamViews& v, const Tensor& dy,
                    std::vector<LinearGrad>& out) const {
   kernels::Ops& ops = ctx.ops();
-  out.push_back({dy, weight(v), dweight(v), dbias(v)});
+  Buffer hold;
+  const Tensor w = ComputeWeight(ctx, v, hold);
+  out.push_back({dy, w, dweight(v), dbias(v), std::move(hold)});
   const int64_t n = dy.size(0);
   for (const Adapter& a : adapters_) {
     Tensor dy_a = dy;  // the declared linear's columns of dy
@@ -183,23 +251,57 @@ void Linear::Grads(LayerContext& ctx, const ParamViews& v, const Tensor& dy,
     ops.LinearBackward(dy_a, ctx.Saved(a.name + ".lora_u"), v.param(a.b), du, v.grad(a.b),
                        Tensor());
     ops.Scale(du, a.scaling);
-    out.push_back({du, v.param(a.a), Tensor(), Tensor()});  // dx += du A
+    // dx += du A; a dropped adapter's term waits for the summed du (FinishGrads).
+    if (!MaskOf(ctx, a)) out.push_back({du, v.param(a.a), Tensor(), Tensor(), Buffer()});
   }
 }
 
 void Linear::FinishGrads(LayerContext& ctx, const LinearProvider& p, const ParamViews& v,
-                         const Tensor& x) const {
+                         const Tensor& x, const Tensor& dx) const {
   for (const Adapter& a : adapters_) {
     const Tensor du = ctx.Saved(a.name + ".lora_du");
     p.SumOverPieces(ctx, du);
-    ctx.ops().LinearBackward(du, x, v.param(a.a), Tensor(), v.grad(a.a), Tensor());
+    if (MaskOf(ctx, a)) AddInputGrad(ctx, v, a, du, dx);
+    ctx.ops().LinearBackward(du, AdapterX(ctx, a, x), v.param(a.a), Tensor(), v.grad(a.a),
+                             Tensor());
   }
+}
+
+std::optional<kernels::DropoutMask> Linear::MaskOf(const LayerContext& ctx,
+                                                   const Adapter& a) const {
+  if (a.dropout <= 0.0f || !ctx.dropout()) return std::nullopt;
+  return kernels::DropoutMask{kernels::MixBits(ctx.dropout()->key ^ a.id), a.dropout,
+                              ctx.dropout()->row_offset, a.col_offset};
+}
+
+Tensor Linear::AdapterX(const LayerContext& ctx, const Adapter& a, const Tensor& x) const {
+  return MaskOf(ctx, a) ? ctx.Saved(a.name + ".lora_x") : x;
+}
+
+void Linear::AddInputGrad(LayerContext& ctx, const ParamViews& v, const Adapter& a,
+                          const Tensor& du, const Tensor& dx) const {
+  kernels::Ops& ops = ctx.ops();
+  const std::optional<kernels::DropoutMask> mask = MaskOf(ctx, a);
+  if (!mask) {
+    ops.Gemm(false, false, 1.0f, du, v.param(a.a), 1.0f, dx);  // dx += du A
+    return;
+  }
+  const Buffer hold(ctx.allocator(), dx.dtype(), dx.shape(), MemoryCategory::kWorkspace);
+  const Tensor t = hold.AsTensor(dx.dtype(), dx.shape());
+  ops.Gemm(false, false, 1.0f, du, v.param(a.a), 0.0f, t);
+  ops.Dropout(t, *mask, t);
+  ops.AddInPlace(dx, t);
 }
 
 Tensor Linear::AdapterInput(LayerContext& ctx, const LinearProvider* p, const ParamViews& v,
                             const Adapter& a, const Tensor& x) const {
   const Tensor u = ctx.Save(a.name + ".lora_u", DType::kF32, {x.size(0), a.r});
-  ctx.ops().LinearForward(x, v.param(a.a), Tensor(), u);
+  Tensor in = x;
+  if (const std::optional<kernels::DropoutMask> mask = MaskOf(ctx, a)) {
+    in = ctx.Save(a.name + ".lora_x", x.dtype(), x.shape());
+    ctx.ops().Dropout(x, *mask, in);
+  }
+  ctx.ops().LinearForward(in, v.param(a.a), Tensor(), u);
   if (p != nullptr) p->SumOverPieces(ctx, u);  // row-parallel: x and A are the piece's
   ctx.ops().Scale(u, a.scaling);
   return u;
@@ -238,19 +340,34 @@ void Linear::Adapt(const AdapterPlan& plan, int block, const LinearProvider& pro
                    " and the linears packed "
                    "with it in one GEMM: train all of them or none");
     packed_trains = w.trainable;
+    const kernels::QuantFormat quant =
+        w.trainable ? kernels::QuantFormat{} : plan.Quantization(s.name);
+    if (quant.type != kernels::QuantType::kNone) {
+      w.quant = quant;
+      w.quant_geometry = PieceGeometry(w, quant);
+      w.packed = false;  // dequantized into one weight by ComputeWeight, not bound as a run
+      quantized_.emplace_back(quant, w.quant_geometry);
+    }
+    ZTRAIN_CHECK_T(ConfigError, quantized_.size() == (quantized_.empty() ? 0 : i + 1),
+                   "quantization.llm_int8_skip_modules leaves ", table.at(weights_[0]).name,
+                   " or ", w.name, " unquantized but not both; ztrain computes ", specs_[0].name,
+                   " and the linears packed with it in one GEMM: skip all of them or none");
     const int64_t out = w.shape[0];
     if (lora) {
       ParamSpec lora_a = Weight(s.name + ".lora_A.weight", {lora->r, s.in});
       ParamSpec lora_b = Weight(s.name + ".lora_B.weight", {s.out, lora->r});
       AdapterPlan::InitA(*lora, s.in, lora_a);
       AdapterPlan::InitB(*lora, lora_b);
+      int64_t col_offset = 0;
       if (split_ == LinearSplit::kColumn) {
         lora_b = provider.Column(std::move(lora_b), groups_);
       } else {
         lora_a = provider.Row(std::move(lora_a));
+        col_offset = provider.rank() * lora_a.shape[1];
       }
+      const uint64_t id = kernels::MixBits(NameHash(s.name) + static_cast<uint64_t>(block));
       adapters_.push_back({s.name, table.Add(std::move(lora_a)), table.Add(std::move(lora_b)),
-                           column, out, lora->r, lora->scaling});
+                           column, out, lora->r, lora->scaling, lora->dropout, id, col_offset});
     }
     column += out;
   }
@@ -332,7 +449,7 @@ void Attention::Backward(LayerContext& ctx, const LinearProvider& p, const Param
   std::vector<LinearGrad> g;
   qkv_.Grads(ctx, v, dqkv, g);
   p.ColumnBackward(ctx, g, x, dx);
-  qkv_.FinishGrads(ctx, p, v, x);
+  qkv_.FinishGrads(ctx, p, v, x, dx);
 }
 
 void Attention::Adapt(const AdapterPlan& plan, int block, const LinearProvider& provider,
@@ -394,7 +511,7 @@ void Mlp::Backward(LayerContext& ctx, const LinearProvider& p, const ParamViews&
     std::vector<LinearGrad> g;
     up_.Grads(ctx, v, dfch, g);
     p.ColumnBackward(ctx, g, x, dx);
-    up_.FinishGrads(ctx, p, v, x);
+    up_.FinishGrads(ctx, p, v, x, dx);
     return;
   }
   down_.BackwardRow(ctx, v, dy, ctx.Saved("swiglu"), dact);
@@ -405,8 +522,8 @@ void Mlp::Backward(LayerContext& ctx, const LinearProvider& p, const ParamViews&
   gate_.Grads(ctx, v, dgate, g);
   up_.Grads(ctx, v, dup, g);
   p.ColumnBackward(ctx, g, x, dx);
-  gate_.FinishGrads(ctx, p, v, x);
-  up_.FinishGrads(ctx, p, v, x);
+  gate_.FinishGrads(ctx, p, v, x, dx);
+  up_.FinishGrads(ctx, p, v, x, dx);
 }
 
 void Mlp::Adapt(const AdapterPlan& plan, int block, const LinearProvider& provider,

@@ -12,6 +12,7 @@
 // "self_attn.q_proj" for Llama); the modules add ".weight" / ".bias". Not thread safe, like
 // the layers.
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -94,13 +95,31 @@ struct LinearSpec {
 // sums it), and du is summed over the pieces (LinearProvider::SumOverPieces) before dA.
 // A row-parallel linear needs no collective in backward. With one piece every sum is the
 // single-process op sequence.
+//
+// Note [LoRA dropout]
+// With lora_dropout p > 0 an adapter reads dropout(x) instead of x while training, as PEFT's
+// lora_A(dropout(x)): u = s dropout(x) A^T, saved with the dropped input xd (N x in, the
+// memory PyTorch's autograd keeps too), and backward gives dA += du^T xd and
+// dx += dropout(du A) with the same mask. The mask (kernels/dropout.h) is a hash of the
+// micro-batch's key (training.seed, the step, the micro-batch: LayerContext::dropout, set by
+// the engine for training forwards only), the adapter (its name and block) and the element's
+// place in the single-process tensor (global token row, whole input column), so data-,
+// pipeline- and tensor-parallel layouts and a recomputed checkpointed block all drop the same
+// elements. In a column-parallel linear the masked dx term cannot ride the provider's
+// all-reduce (which sums dy W terms), so FinishGrads adds it to the reduced dx on every piece
+// from the summed du; a row-parallel linear's piece masks its own columns.
+//
+// A quantized base weight (Note [Quantized base] in nn/adapters.h) is dequantized into the
+// compute dtype, every declared linear's rows of the packed weight, by each computation that
+// reads it (ComputeWeight) and freed after it.
 class Linear {
  public:
   Linear() = default;
   Linear(std::vector<LinearSpec> specs, LinearSplit split, const LinearProvider& provider,
          ParamTable& table, int groups = 1);
   // Freezes the weights, trains the biases `plan` trains, and adds adapters to each declared
-  // linear it targets in block `block` (Note [LoRA in the linears]).
+  // linear it targets in block `block` (Note [LoRA in the linears]). FinishGrads adds the
+  // dropped adapters' dx terms to dx (Note [LoRA dropout]).
   void Adapt(const AdapterPlan& plan, int block, const LinearProvider& provider, ParamTable& table);
   int64_t local_out() const { return local_out_; }
   // The weight elements this piece multiplies per token, adapters' included (FLOP counts).
@@ -121,7 +140,7 @@ class Linear {
   void Grads(LayerContext& ctx, const ParamViews& v, const Tensor& dy,
              std::vector<LinearGrad>& out) const;
   void FinishGrads(LayerContext& ctx, const LinearProvider& p, const ParamViews& v,
-                   const Tensor& x) const;
+                   const Tensor& x, const Tensor& dx) const;
   // Row-parallel backward: dx = dy W (this piece's input features), dW, db and the
   // adapters' gradients accumulate.
   void BackwardRow(LayerContext& ctx, const ParamViews& v, const Tensor& dy, const Tensor& x,
@@ -135,18 +154,34 @@ class Linear {
     int64_t out = 0;     // its columns of this piece's y
     int64_t r = 0;
     float scaling = 1.0f;
+    float dropout = 0.0f;     // lora_dropout
+    uint64_t id = 0;          // the mask's: of the declared linear's name and block
+    int64_t col_offset = 0;   // this piece's first input column (row-parallel: A's columns)
   };
+  // The adapter's dropout mask in this micro-batch, or none (p 0, or not training).
+  std::optional<kernels::DropoutMask> MaskOf(const LayerContext& ctx, const Adapter& a) const;
+  // The adapter's input: x, or its dropped copy saved in forward.
+  Tensor AdapterX(const LayerContext& ctx, const Adapter& a, const Tensor& x) const;
+  // dx += du A, masked as the adapter's input was.
+  void AddInputGrad(LayerContext& ctx, const ParamViews& v, const Adapter& a, const Tensor& du,
+                    const Tensor& dx) const;
   // u = scaling x A^T in fp32 (summed over the pieces when row-parallel), saved.
   Tensor AdapterInput(LayerContext& ctx, const LinearProvider* p, const ParamViews& v,
                       const Adapter& a, const Tensor& x) const;
   void AddAdapterOutput(LayerContext& ctx, const ParamViews& v, const Adapter& a, const Tensor& u,
                         const Tensor& y) const;
+  // The weight [local_out, local_in] the GEMMs read: the bound (packed) view, or the quantized
+  // pieces dequantized into `hold`.
+  Tensor ComputeWeight(LayerContext& ctx, const ParamViews& v, Buffer& hold) const;
 
   std::vector<LinearSpec> specs_;
   LinearSplit split_ = LinearSplit::kColumn;
   int groups_ = 1;
   std::vector<int> weights_, biases_;
   std::vector<Adapter> adapters_;
+  // Each declared linear's quantized weight (all or none of a packed run), in weights_' order;
+  // empty when the weights are not quantized.
+  std::vector<std::pair<kernels::QuantFormat, kernels::QuantGeometry>> quantized_;
   int64_t local_out_ = 0, local_in_ = 0;
 };
 

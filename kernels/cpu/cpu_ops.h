@@ -11,7 +11,9 @@
 // kernels directly, as before the 16-bit path existed. Zero moves bytes and takes every
 // dtype; Copy moves bytes between equal dtypes and converts between float dtypes; CopyColumns
 // moves bytes of any 2- or 4-byte dtype; AddColumns widens its 16-bit rows a block at a time
-// on the stack (kernels/cpu/columns.cc), outside the adapter. An undefined parameter gradient
+// on the stack (kernels/cpu/columns.cc), outside the adapter; Dequantize reads a U8 blob
+// (kernels/quant.h) and writes fp32, bf16 or fp16 directly (kernels/cpu/dequantize.cc), outside
+// the adapter too. An undefined parameter gradient
 // is skipped (Note [Frozen parameters] in ops.h): the adapter passes it through untouched.
 // Shapes are checked before any work starts, so a throwing op has written nothing.
 // Thread safety: one thread at a time per object (ops.h); each op runs OpenMP-parallel inside
@@ -100,6 +102,9 @@ class CpuOps final : public Ops {
   void AddInPlace(const Tensor& y, const Tensor& x) override;
   void AddColumns(const Tensor& y, int64_t column, const Tensor& x, float alpha) override;
   void CopyColumns(const Tensor& x, int64_t column, const Tensor& y) override;
+  void Dequantize(const Tensor& blob, const QuantFormat& format, const QuantGeometry& geometry,
+                  const Tensor& out) override;
+  void Dropout(const Tensor& x, const DropoutMask& mask, const Tensor& y) override;
   void Zero(const Tensor& t) override;
   void Copy(const Tensor& src, const Tensor& dst) override;
   void Synchronize() override {}

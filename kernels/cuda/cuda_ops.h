@@ -14,7 +14,9 @@
 // RoPE in place, SwiGLU, a fused softmax + cross-entropy that writes the logits' gradient in place,
 // and deterministic backwards (no floating-point atomics in the embedding, norm and attention
 // gradients: the same result every run). AddColumns also takes fp16 (ops.h lets it), CopyColumns
-// any dtype of 2 or 4 bytes (it moves bytes), like Zero and Copy. An undefined parameter gradient
+// any dtype of 2 or 4 bytes (it moves bytes), like Zero and Copy; Dequantize reads a U8 blob
+// (kernels/quant.h, 4-byte aligned) and writes fp32 or bf16, the CPU backend's values bit for bit
+// (kernels/cuda/dequantize.cu). An undefined parameter gradient
 // is skipped (Note [Frozen parameters] in ops.h): nothing is launched for it, and the other outputs
 // are the same bits. Shapes and dtypes are checked on the host before anything is enqueued, so a
 // throwing op has enqueued nothing. One thread at a time per object, as every Ops.
@@ -84,6 +86,9 @@ class CudaOps final : public Ops {
   void AddInPlace(const Tensor& y, const Tensor& x) override;
   void AddColumns(const Tensor& y, int64_t column, const Tensor& x, float alpha) override;
   void CopyColumns(const Tensor& x, int64_t column, const Tensor& y) override;
+  void Dequantize(const Tensor& blob, const QuantFormat& format, const QuantGeometry& geometry,
+                  const Tensor& out) override;
+  void Dropout(const Tensor& x, const DropoutMask& mask, const Tensor& y) override;
   void Zero(const Tensor& t) override;
   void Copy(const Tensor& src, const Tensor& dst) override;
   void Synchronize() override;

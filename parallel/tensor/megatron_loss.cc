@@ -140,7 +140,7 @@ void MegatronLinears::HeadLossBackward(nn::LayerContext& ctx, const nn::MicroBat
   }
   // dh = dlogits @ W_local is this rank's partial sum over its vocabulary slice (the head is
   // column-parallel over the vocabulary: Megatron's f).
-  const nn::LinearGrad g{logits, weight, dweight, Tensor()};
+  const nn::LinearGrad g{logits, weight, dweight, Tensor(), Buffer()};
   ColumnBackward(ctx, std::span<const nn::LinearGrad>(&g, 1), h, dh);
 }
 

@@ -45,6 +45,11 @@ std::string g_family = "gpt2";  // --family llama: the tiny Llama of test_model.
 // --lora: LoRA on every linear of the blocks (PEFT's start: B = 0), every bias trained, the
 // rest of the base frozen (Note [Adapters and frozen parameters]) — in both runs.
 bool g_lora = false;
+double g_lora_dropout = 0.0;  // --lora-dropout P (with --lora): Note [LoRA dropout]
+// --quant nf4|nf4-dq|fp4|int8 (with --lora): the base quantized in both runs (Note [Quantized
+// base]); the Llama then has n_embd 64, 4 heads of 32 and an MLP 128 wide, so that every
+// tensor-parallel piece of a 4-bit weight holds whole blocks of 64.
+std::string g_quant;
 comm::Communicator* g_world = nullptr;
 
 // Transformer blocks: 6 layers in all with embedding and head. 4 heads of 8 and a padded
@@ -63,7 +68,17 @@ Config MakeConfig(int world_size, int64_t micro, bool reference, int gas = g_gas
   j["zero_optimization"]["stage"] = reference ? 0 : g_stage;
   if (g_precision != "fp32") j[g_precision] = {{"enabled", true}};
   if (g_lora) {
-    j["lora"] = {{"r", 2}, {"lora_alpha", 4}, {"target_modules", "all-linear"}, {"bias", "all"}};
+    j["lora"] = {{"r", 2},         {"lora_alpha", 4},
+                 {"target_modules", "all-linear"}, {"bias", "all"},
+                 {"lora_dropout", g_lora_dropout}};
+  }
+  if (!g_quant.empty()) {
+    j["quantization"] = testing::QuantizationJson(g_quant);
+    if (g_family == "llama") {
+      j["model"]["n_embd"] = 64;
+      j["model"]["head_dim"] = 32;
+      j["model"]["intermediate_size"] = 128;
+    }
   }
   if (!reference) {
     j["pipeline"] = {{"stages", g_pp}, {"schedule", schedule}, {"partition", g_partition}};
@@ -98,7 +113,7 @@ struct Layout {
   int dp() const { return grid.dp_size(); }
   // The model's layers for this layout: tensor-parallel ones under tp.
   std::vector<std::unique_ptr<nn::Layer>> Layers(const Config& c) {
-    const nn::AdapterPlan plan(c.lora, c.model);
+    const nn::AdapterPlan plan(c);
     return g_tp > 1 ? tensor::BuildParallelModel(c.model, *comms.tp, plan)
                     : nn::BuildModel(c.model, nn::MakeWholeLinears(), plan);
   }
@@ -122,7 +137,7 @@ TEST(LayoutEquivalenceTest, LossesAndWeightsMatchOneProcess) {
   Engine parallel(config, layout.Layers(config), layout.groups());
   const Config reference = MakeConfig(1, b * n_dp, true);
   Engine single(reference, nn::BuildModel(reference.model, nn::MakeWholeLinears(),
-                                          nn::AdapterPlan(reference.lora, reference.model)));
+                                          nn::AdapterPlan(reference)));
   EXPECT_EQ(parallel.pp_size(), g_pp);
   EXPECT_EQ(parallel.pp_rank(), layout.coord.pp);
   // Every stage and slice starts from the single-process values, exactly.
@@ -232,6 +247,8 @@ int main(int argc, char** argv) {
     if (key == "--checkpointing") ztrain::g_checkpointing = argv[i + 1];
     if (key == "--precision") ztrain::g_precision = argv[i + 1];
     if (key == "--family") ztrain::g_family = argv[i + 1];
+    if (key == "--quant") ztrain::g_quant = argv[i + 1];
+    if (key == "--lora-dropout") ztrain::g_lora_dropout = std::atof(argv[i + 1]);
   }
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--lora") ztrain::g_lora = true;

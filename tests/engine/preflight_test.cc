@@ -83,6 +83,26 @@ TEST(PreflightTest, EveryUnwritableOutputIsNamedWithItsFix) {
             std::string::npos);
 }
 
+// An llm.c model file holds GPT-2 only: a Llama run's save_final must name a directory, and
+// is refused before training rather than after it. A LoRA run's is its adapter directory.
+TEST(PreflightTest, AModelFileForALlamaIsRefusedUpFront) {
+  data::test_util::TempDir dir;
+  json j = testing::TinyLlamaConfigJson();
+  j["training"]["save_final"] = dir.File("base");
+  const std::string all = Joined(PreflightProblems(ParseConfig(j), {}));
+  for (const char* want : {"training.save_final: '", "llm.c model file", "model.type is llama",
+                           "end the path with '/'"}) {
+    EXPECT_NE(all.find(want), std::string::npos) << want << "\n" << all;
+  }
+  j["training"]["save_final"] = dir.File("base") + "/";
+  EXPECT_EQ(Joined(PreflightProblems(ParseConfig(j), {})).find("training.save_final"),
+            std::string::npos);
+  j["training"]["save_final"] = dir.File("adapter");
+  j["lora"] = {{"r", 2}};
+  EXPECT_TRUE(PreflightProblems(ParseConfig(j), {.create_outputs = true}).empty());
+  EXPECT_TRUE(fs::is_directory(dir.File("adapter")));
+}
+
 TEST(PreflightTest, AReadOnlyDirectoryIsRefused) {
   testing::ReadOnlyDir ro;
   if (!ro.ok()) GTEST_SKIP() << "cannot make a read-only directory here";

@@ -49,6 +49,16 @@ inline nlohmann::json SmallConfigJson(int64_t micro, int gas) {
   return j;
 }
 
+// A `quantization` section for the equivalence tests' --quant: "nf4", "nf4-dq" (double
+// quantization), "fp4" or "int8".
+inline nlohmann::json QuantizationJson(const std::string& kind) {
+  if (kind == "int8") return {{"load_in_8bit", true}};
+  nlohmann::json q = {{"load_in_4bit", true},
+                      {"bnb_4bit_quant_type", kind.substr(0, 3)},
+                      {"bnb_4bit_use_double_quant", kind == "nf4-dq" || kind == "fp4-dq"}};
+  return q;
+}
+
 // Owns the token storage behind a MicroBatch.
 struct OwnedBatch {
   std::vector<int32_t> tokens, targets;

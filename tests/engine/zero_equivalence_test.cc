@@ -44,6 +44,11 @@ std::string g_precision = "fp32";       // --precision bf16|fp16: both engines i
 std::string g_family = "gpt2";          // --family llama: the tiny Llama of test_model.h
 bool g_lora =
     false;  // --lora: PEFT-initialised adapters on every linear, biases trained (both runs)
+// --lora-dropout P (with --lora): the adapters' lora_dropout (Note [LoRA dropout]).
+double g_lora_dropout = 0.0;
+// --quant nf4|nf4-dq|fp4|int8 (with --lora): the base quantized (both runs), Note [Quantized
+// base] in nn/adapters.h.
+nlohmann::json g_quant = nullptr;
 
 int64_t ZeroKey(const std::string& key, int64_t fallback) {
   return g_zero.contains(key) ? g_zero[key].get<int64_t>() : fallback;
@@ -63,7 +68,7 @@ std::vector<int64_t> PaddedLayerSizes(const Engine& e, int n) {
 }
 
 nn::LayerList Build(const Config& c) {
-  return nn::BuildModel(c.model, nn::MakeWholeLinears(), nn::AdapterPlan(c.lora, c.model));
+  return nn::BuildModel(c.model, nn::MakeWholeLinears(), nn::AdapterPlan(c));
 }
 
 // The reference is always the plain single-process run: stage 0, no offload.
@@ -82,8 +87,11 @@ Config MakeConfig(int world_size, int64_t micro, bool reference = false) {
   j["device"] = g_device;
   if (g_precision != "fp32") j[g_precision] = {{"enabled", true}};
   if (g_lora) {
-    j["lora"] = {{"r", 2}, {"lora_alpha", 4}, {"target_modules", "all-linear"}, {"bias", "all"}};
+    j["lora"] = {{"r", 2},         {"lora_alpha", 4},
+                 {"target_modules", "all-linear"}, {"bias", "all"},
+                 {"lora_dropout", g_lora_dropout}};
   }
+  if (!g_quant.is_null()) j["quantization"] = g_quant;
   if (!reference) {
     // Offload: the buffer and tile sizes come from --zero (e.g. sub_group_size=1000); the
     // keys below only name where the state goes.
@@ -280,6 +288,8 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--device") == 0) ztrain::g_device = argv[i + 1];
     if (std::strcmp(argv[i], "--precision") == 0) ztrain::g_precision = argv[i + 1];
     if (std::strcmp(argv[i], "--family") == 0) ztrain::g_family = argv[i + 1];
+    if (std::strcmp(argv[i], "--quant") == 0) ztrain::g_quant = ztrain::testing::QuantizationJson(argv[i + 1]);
+    if (std::strcmp(argv[i], "--lora-dropout") == 0) ztrain::g_lora_dropout = std::atof(argv[i + 1]);
     if (std::strcmp(argv[i], "--zero") == 0) {  // key=value, an integer or true/false
       const std::string kv = argv[i + 1];
       const size_t eq = kv.find('=');

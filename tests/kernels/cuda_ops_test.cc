@@ -683,6 +683,51 @@ TEST_P(CudaOpsTest, ColumnWindowsMatchCpu) {
   }
 }
 
+// LoRA dropout draws the same mask on both backends (kernels/dropout.h is one function) and
+// scales with one fp32 product, rounded once: the same bytes.
+TEST_P(CudaOpsTest, DropoutMatchesCpuBitForBit) {
+  const int64_t rows = 37, cols = 200;
+  const std::vector<float> x = Rand(rows * cols, 31);
+  const DropoutMask mask{DropoutKey(1337, 5, 2), 0.3f, 64, 400};
+  const testing::HostTensor hx = testing::HostTensor::From(dtype(), {rows, cols}, x);
+  testing::HostTensor hy = testing::HostTensor::From(dtype(), {rows, cols}, x);
+  cpu_->Dropout(hx.tensor(), mask, hy.tensor());
+  const DeviceTensor gx = Dev(x, {rows, cols});
+  DeviceTensor gy = Out({rows, cols});
+  gpu_->Dropout(gx, mask, gy);
+  const auto* p = static_cast<const uint8_t*>(hy.tensor().data());
+  EXPECT_EQ(gy.Bytes(), std::vector<uint8_t>(p, p + hy.tensor().nbytes()));
+}
+
+// QLoRA's dequantization: bitsandbytes' separately rounded products on both backends, so the
+// same bits, for every format and a tensor-parallel piece.
+TEST_P(CudaOpsTest, DequantizeMatchesCpuBitForBit) {
+  const int64_t rows = 96, cols = 192;
+  const std::vector<float> w = Random(rows * cols, 32, -0.1f, 0.1f);
+  const QuantGeometry whole = QuantGeometry::Whole(rows, cols);
+  const QuantGeometry piece{rows / 2, cols, rows, cols, rows / 6, rows / 3, rows / 6, 0};
+  for (const QuantFormat format : {QuantFormat{QuantType::kNf4, false},
+                                   QuantFormat{QuantType::kNf4, true},
+                                   QuantFormat{QuantType::kFp4, false},
+                                   QuantFormat{QuantType::kInt8, false}}) {
+    for (const QuantGeometry& g : {whole, piece}) {
+      std::vector<uint8_t> blob(static_cast<size_t>(LayoutOf(format, g).total));
+      QuantizeInto(format, g, w.data(), blob.data());
+      testing::HostTensor want =
+          testing::HostTensor::From(dtype(), {g.rows, g.cols}, std::vector<float>(g.rows * g.cols));
+      cpu_->Dequantize(Tensor(blob.data(), DType::kU8, {static_cast<int64_t>(blob.size())}),
+                       format, g, want.tensor());
+      const DeviceTensor gblob(blob, {static_cast<int64_t>(blob.size())}, DType::kU8);
+      DeviceTensor got = Out({g.rows, g.cols});
+      gpu_->Dequantize(gblob, format, g, got);
+      const auto* p = static_cast<const uint8_t*>(want.tensor().data());
+      EXPECT_EQ(got.Bytes(), std::vector<uint8_t>(p, p + want.tensor().nbytes()))
+          << static_cast<int>(format.type) << (format.double_quant ? " dq" : "") << " rows "
+          << g.rows;
+    }
+  }
+}
+
 TEST_P(CudaOpsTest, BadInputThrowsNamingIt) {
   const EmbeddingData e(3);
   auto tokens = e.tokens;

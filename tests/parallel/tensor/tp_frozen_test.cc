@@ -139,7 +139,8 @@ TEST(TensorParallelFrozenTest, ColumnBackwardSkipsFrozenWeightsAndBiases) {
         {prec.grad, {oc2, c}, Normal("dw2", oc2 * c)},  {prec.grad, {oc2}, Normal("db2", oc2)},
         {prec.act, {kN, c}, Normal("x", kN * c)},       {prec.act, {kN, c}, Normal("dx", kN * c)}};
     const ProviderCall call = [&](nn::LayerContext& ctx, const std::vector<Tensor>& v) {
-      const nn::LinearGrad linears[] = {{v[0], v[1], v[2], v[3]}, {v[4], v[5], v[6], v[7]}};
+      const nn::LinearGrad linears[] = {{v[0], v[1], v[2], v[3], Buffer()},
+                                      {v[4], v[5], v[6], v[7], Buffer()}};
       p.linears->ColumnBackward(ctx, linears, v[8], v[9]);
     };
     for (const std::set<size_t>& frozen : {std::set<size_t>{2}, {2, 3}, {6}, {2, 3, 6, 7}}) {
