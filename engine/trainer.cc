@@ -10,10 +10,10 @@
 #include <tuple>
 
 #include "core/logging.h"
-#include "kernels/quant.h"
 #include "engine/config_agreement.h"
 #include "engine/model_weights.h"
 #include "engine/preflight.h"
+#include "kernels/quant.h"
 #include "nn/gpt2.h"
 #include "nn/llmc_model_file.h"
 #include "optim/adam.h"
