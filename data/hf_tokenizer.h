@@ -1,0 +1,54 @@
+#pragma once
+// Hugging Face tokenizer.json files (the `tokenizers` library's format) for `ztrain data
+// --tokenizer` (issue 20). This first part reads byte-level BPE as GPT-2, Llama-3 and Qwen2
+// write it:
+//   - model: {"type": "BPE", "vocab": {token: id}, "merges": ["a b", ...] or [["a", "b"], ...]}
+//     (no dropout, no byte_fallback, no continuing_subword_prefix / end_of_word_suffix);
+//   - pre_tokenizer: {"type": "ByteLevel", "use_regex": true} (GPT-2's pattern), or a
+//     "Sequence" of "Split" ({"pattern": {"Regex": ...}, "behavior": "Isolated"}) and
+//     "ByteLevel" ({"use_regex": false}) pre-tokenizers, as Llama-3's and Qwen2's files have;
+//     ByteLevel's add_prefix_space is honoured;
+//   - added_tokens: matched in the raw text before pre-tokenization, longest first;
+//   - normalizer: null or NFC (refused: any other; NFC text is taken as given: ztrain does not
+//     normalise, so NFC-normalised input is the caller's);
+//   - decoder: ByteLevel (implied).
+// Anything else is refused by name (ConfigError naming the key, the value and what is read).
+// Regular expressions run on PCRE2 with Unicode properties (\p{L}, \p{N}) and its JIT.
+//
+// Byte-level BPE: each pre-token's UTF-8 bytes are mapped to printable code points (GPT-2's
+// bytes_to_unicode), then adjacent symbols are merged, lowest merge rank first, until no pair
+// has a rank; each final symbol is a vocabulary entry. Decode maps back. Thread safe after
+// construction (the encode cache is per call).
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ztrain::data {
+
+class HfTokenizer {
+ public:
+  // `path`: a tokenizer.json file, or a directory holding one. IoError for a file that
+  // cannot be read or is not JSON; ConfigError for what this reader does not support.
+  explicit HfTokenizer(const std::string& path);
+  ~HfTokenizer();
+  HfTokenizer(HfTokenizer&&) noexcept;
+  HfTokenizer& operator=(HfTokenizer&&) noexcept;
+
+  // Token ids of UTF-8 `text` (invalid UTF-8: Error naming the byte offset).
+  std::vector<int32_t> Encode(std::string_view text) const;
+  // Text of `ids` (an id outside the vocabulary: Error naming it).
+  std::string Decode(std::span<const int32_t> ids) const;
+  // One more than the largest id (vocabulary and added tokens).
+  int64_t vocab_size() const;
+  // The id of `token` (a vocabulary entry or an added token), or -1.
+  int32_t TokenId(std::string_view token) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ztrain::data

