@@ -4,6 +4,7 @@
 #include <pcre2.h>
 
 #include <algorithm>
+#include <array>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -160,6 +161,7 @@ struct HfTokenizer::Impl {
   std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> merges;  // (a, b) -> (rank, ab)
   std::vector<Step> steps;
   std::vector<AddedToken> added;  // longest first
+  std::array<bool, 256> added_starts{};  // the first bytes of the added tokens
   std::vector<int32_t> byte_ids;  // the vocabulary id of each byte's code point
   std::unordered_map<uint32_t, uint8_t> code_point_byte;
   std::vector<std::string> byte_strings;  // each byte as its code point's UTF-8
@@ -258,6 +260,9 @@ struct HfTokenizer::Impl {
     std::stable_sort(added.begin(), added.end(), [](const AddedToken& a, const AddedToken& b) {
       return a.content.size() > b.content.size();
     });
+    for (const AddedToken& t : added) {
+      if (!t.content.empty()) added_starts[static_cast<unsigned char>(t.content[0])] = true;
+    }
   }
 
   void SetUpBytes() {
@@ -382,6 +387,12 @@ std::vector<int32_t> HfTokenizer::Encode(std::string_view text) const {
   std::unordered_map<std::string, std::vector<int32_t>> cache;
   size_t start = 0, i = 0;
   while (i < text.size()) {
+    // Only a position whose byte starts an added token is compared against them (Llama-3
+    // has 256; text rarely holds their first byte, '<').
+    if (!impl_->added_starts[static_cast<unsigned char>(text[i])]) {
+      ++i;
+      continue;
+    }
     const Impl::AddedToken* hit = nullptr;
     for (const Impl::AddedToken& t : impl_->added) {
       if (text.compare(i, t.content.size(), t.content) == 0) {
