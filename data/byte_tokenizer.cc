@@ -1,18 +1,7 @@
 #include "data/byte_tokenizer.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
-#include <cstring>
-#include <filesystem>
-
-#include "core/error.h"
-#include "data/token_shard.h"
 
 namespace ztrain::data {
 namespace {
@@ -52,40 +41,6 @@ size_t Utf8SequenceLength(std::string_view text, size_t i, size_t* bad) {
   return len;
 }
 
-std::string HexByte(char c) {
-  char buf[8];
-  std::snprintf(buf, sizeof(buf), "0x%02X", static_cast<unsigned>(static_cast<unsigned char>(c)));
-  return buf;
-}
-
-// A read-only view of a whole file (mapped; empty files are not mapped).
-class MappedFile {
- public:
-  explicit MappedFile(const std::string& path) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    ZTRAIN_CHECK_T(IoError, fd >= 0, "cannot open text file '", path, "': ", std::strerror(errno));
-    struct stat st {};
-    const bool ok = ::fstat(fd, &st) == 0;
-    size_ = ok ? static_cast<size_t>(st.st_size) : 0;
-    void* map = ok && size_ > 0 ? ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0) : nullptr;
-    const int err = errno;
-    ::close(fd);
-    ZTRAIN_CHECK_T(IoError, ok && map != MAP_FAILED, "cannot read text file '", path,
-                   "': ", std::strerror(err));
-    data_ = map;
-  }
-  ~MappedFile() {
-    if (data_ != nullptr) ::munmap(data_, size_);
-  }
-  MappedFile(const MappedFile&) = delete;
-  MappedFile& operator=(const MappedFile&) = delete;
-  std::string_view text() const { return {static_cast<const char*>(data_), data_ ? size_ : 0}; }
-
- private:
-  void* data_ = nullptr;
-  size_t size_ = 0;
-};
-
 }  // namespace
 
 int64_t FindInvalidUtf8(std::string_view text) {
@@ -97,6 +52,33 @@ int64_t FindInvalidUtf8(std::string_view text) {
     i += len;
   }
   return -1;
+}
+
+int64_t ReplaceInvalidUtf8(std::string_view text, std::string* out, int64_t* first) {
+  int64_t replaced = 0;
+  size_t i = 0, copied = 0;  // text[copied, i) is valid and not yet in *out
+  while (i < text.size()) {
+    size_t bad = 0;
+    const size_t len = Utf8SequenceLength(text, i, &bad);
+    if (len > 0) {
+      i += len;
+      continue;
+    }
+    if (replaced++ == 0) {
+      out->clear();
+      *first = static_cast<int64_t>(i);
+    }
+    out->append(text.substr(copied, i - copied));
+    out->append("\xEF\xBF\xBD");
+    // The maximal subpart: up to the byte that cannot continue it, the whole rest when the
+    // text ends inside a sequence (bad == i for a valid lead byte), else the lone byte.
+    const auto lead = static_cast<unsigned char>(text[i]);
+    const bool valid_lead = lead >= 0xC2 && lead <= 0xF4;
+    i = bad > i ? bad : valid_lead ? text.size() : i + 1;
+    copied = i;
+  }
+  if (replaced > 0) out->append(text.substr(copied));
+  return replaced;
 }
 
 std::vector<uint16_t> EncodeBytes(std::string_view text) {
@@ -113,46 +95,6 @@ std::string SplitShardPath(const std::string& shard_path, int64_t index) {
   char suffix[32];
   std::snprintf(suffix, sizeof(suffix), "_%06lld.bin", static_cast<long long>(index));
   return stem + suffix;
-}
-
-int64_t TextToShard(const std::string& text_path, const std::string& shard_path, TokenFormat format,
-                    int64_t max_shard_tokens) {
-  ZTRAIN_CHECK(max_shard_tokens >= 1 && max_shard_tokens <= kMaxTextShardTokens,
-               "max_shard_tokens must be in [1, ", kMaxTextShardTokens, "], got ",
-               max_shard_tokens);
-  const MappedFile file(text_path);
-  const std::string_view text = file.text();
-  ZTRAIN_CHECK_T(IoError, !text.empty(), "text file '", text_path,
-                 "' is empty: a token shard needs at least one token");
-  const int64_t bad = FindInvalidUtf8(text);
-  ZTRAIN_CHECK(bad < 0, "text file '", text_path, "' is not valid UTF-8: the byte at offset ", bad,
-               " (", HexByte(text[bad < 0 ? 0 : bad]),
-               ") cannot appear there; convert the file to UTF-8 (e.g. iconv -t UTF-8)");
-  const int64_t total = static_cast<int64_t>(text.size());
-  ZTRAIN_CHECK_T(ConfigError, !std::filesystem::is_directory(shard_path), "--out '", shard_path,
-                 "' is a directory; give the shard a file name, e.g. '",
-                 (std::filesystem::path(shard_path) / "data.bin").string(), "'");
-  // Never overwrite the input: a shard written over the text would replace it.
-  const int64_t shards = (total + max_shard_tokens - 1) / max_shard_tokens;
-  for (int64_t i = 0; i < shards; ++i) {
-    const std::string out = shards == 1 ? shard_path : SplitShardPath(shard_path, i);
-    std::error_code ec;
-    ZTRAIN_CHECK_T(ConfigError, !std::filesystem::equivalent(out, text_path, ec), "--out '",
-                   shard_path, "' would write ", out,
-                   ", which is the text file --text "
-                   "reads: the shard would replace it; give --out another name, e.g. '",
-                   text_path + ".bin", "'");
-  }
-  if (total <= max_shard_tokens) {
-    WriteTokenShard(shard_path, EncodeBytes(text), format);
-    return total;
-  }
-  for (int64_t begin = 0, index = 0; begin < total; begin += max_shard_tokens, ++index) {
-    const size_t len = static_cast<size_t>(std::min(max_shard_tokens, total - begin));
-    WriteTokenShard(SplitShardPath(shard_path, index), EncodeBytes(text.substr(begin, len)),
-                    format);
-  }
-  return total;
 }
 
 std::string Decode(std::span<const int32_t> tokens) {

@@ -1,10 +1,8 @@
 #pragma once
-// The byte-level tokenizer behind `ztrain data --text FILE --out SHARD`.
-//
-// A token is one byte of the UTF-8 text (0..255), so a model trained on these shards needs
-// vocab_size >= 256. Text must be valid UTF-8 (RFC 3629: no overlong forms, surrogates or
-// code points above U+10FFFF); the first invalid byte is reported by offset. Failures are
-// IoError (files) or Error (encoding). Pure functions; thread safe.
+// Byte tokens and UTF-8: what `ztrain data` without --tokenizer writes (one token per byte of
+// the UTF-8 text, 0..255, so a model trained on them needs vocab_size >= 256), and the UTF-8
+// checks every tokenizer relies on (RFC 3629: no overlong forms, surrogates or code points
+// above U+10FFFF). Pure functions; thread safe.
 #include <cstdint>
 #include <span>
 #include <string>
@@ -19,26 +17,20 @@ namespace ztrain::data {
 // (Note [Token format by vocabulary], data/token_format.h: uint16).
 inline constexpr int64_t kByteVocabularySize = 256;
 
-// Text longer than this is split into several shards (TextToShard).
-inline constexpr int64_t kMaxTextShardTokens = 100'000'000;
-
 // The byte offset of the first byte that breaks UTF-8 in `text`, or -1 when it is valid.
 int64_t FindInvalidUtf8(std::string_view text);
+
+// Python's bytes.decode("utf-8", errors="replace") on `text`: each maximal subsequence that
+// is no valid UTF-8 (Unicode's "substitution of maximal subparts") becomes U+FFFD. Returns
+// the number of replacements; when above 0, `*out` holds the repaired text and `*first` the
+// offset of the first replaced byte (both untouched otherwise).
+int64_t ReplaceInvalidUtf8(std::string_view text, std::string* out, int64_t* first);
 
 // Tokens of `text`: one per byte.
 std::vector<uint16_t> EncodeBytes(std::string_view text);
 
-// Tokenizes the UTF-8 file `text_path` and writes llm.c shards of `format` tokens; returns the
-// token count. Up to `max_shard_tokens` tokens go to `shard_path` itself. Longer text is split into
-// shards of `max_shard_tokens` tokens named after `shard_path` without its ".bin" extension plus
-// "_000000.bin", "_000001.bin", ... (out.bin -> out_000000.bin, out_000001.bin), which the
-// glob "out_*.bin" reads back in order. The file must be non-empty, valid UTF-8, and not one
-// of the files it would write (ConfigError: the input is never overwritten); nothing is
-// written when it is not.
-int64_t TextToShard(const std::string& text_path, const std::string& shard_path, TokenFormat format,
-                    int64_t max_shard_tokens = kMaxTextShardTokens);
-
-// The path of shard `index` when TextToShard splits `shard_path`.
+// The path of shard `index` when a corpus is split into shards (Note [Corpus shards],
+// data/corpus.h): out.bin -> out_000000.bin, out_000001.bin, ...
 std::string SplitShardPath(const std::string& shard_path, int64_t index);
 
 // Text of byte tokens, for printing samples. Tokens outside 0..255 (a model's vocabulary is

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -122,6 +123,14 @@ class Regex {
   pcre2_code* code_ = nullptr;
 };
 
+// BPE results of pre-tokens, per thread (HfTokenizer::Encode).
+struct WordCache {
+  uint64_t owner = 0;  // Impl::instance
+  std::unordered_map<std::string, std::vector<int32_t>> map;
+};
+
+std::atomic<uint64_t> next_instance{1};
+
 json ReadTokenizerJson(const std::string& path) {
   fs::path file = path;
   std::error_code ec;
@@ -165,6 +174,9 @@ struct HfTokenizer::Impl {
   std::vector<int32_t> byte_ids;  // the vocabulary id of each byte's code point
   std::unordered_map<uint32_t, uint8_t> code_point_byte;
   std::vector<std::string> byte_strings;  // each byte as its code point's UTF-8
+  std::vector<int32_t> template_before, template_after;  // the post_processor's specials
+  uint64_t instance = next_instance++;  // names this tokenizer's words in a WordCache
+  bool ignore_merges = false;  // a word in the vocabulary is its token (Llama-3, tiktoken)
 
   static uint64_t PairKey(int32_t a, int32_t b) {
     return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
@@ -181,6 +193,7 @@ struct HfTokenizer::Impl {
     ZTRAIN_CHECK_T(ConfigError, !m.value("byte_fallback", false),
                    "tokenizer: model.byte_fallback is true (a SentencePiece-style BPE, as "
                    "Llama-2's and Mistral's files have); ztrain reads byte-level BPE so far");
+    ignore_merges = m.value("ignore_merges", false);
     for (const auto& [token, id] : m.at("vocab").items()) {
       const int32_t i = id.get<int32_t>();
       vocab.emplace(token, i);
@@ -265,6 +278,27 @@ struct HfTokenizer::Impl {
     }
   }
 
+  // TemplateProcessing's "single" template: special tokens around "$A" (the text).
+  void ReadPostProcessor(const json& p) {
+    const std::string type = TypeOf(p);
+    if (type == "Sequence") {
+      for (const json& q : p.at("processors")) ReadPostProcessor(q);
+      return;
+    }
+    if (type != "TemplateProcessing") return;  // ByteLevel, RobertaProcessing...: no specials
+    bool seen_text = false;
+    for (const json& piece : p.at("single")) {
+      if (piece.contains("Sequence")) {
+        seen_text = true;
+        continue;
+      }
+      const std::string name = piece.at("SpecialToken").at("id").get<std::string>();
+      const json& ids = p.at("special_tokens").at(name).at("ids");
+      std::vector<int32_t>& to = seen_text ? template_after : template_before;
+      for (const json& id : ids) to.push_back(id.get<int32_t>());
+    }
+  }
+
   void SetUpBytes() {
     const std::vector<uint32_t> cps = ByteCodePoints();
     byte_ids.resize(256);
@@ -282,6 +316,14 @@ struct HfTokenizer::Impl {
 
   // BPE over one pre-token's bytes.
   void EncodeWord(std::string_view word, std::vector<int32_t>& out) const {
+    if (ignore_merges) {
+      std::string symbols;
+      for (const char c : word) symbols += byte_strings[static_cast<unsigned char>(c)];
+      if (const auto it = vocab.find(symbols); it != vocab.end()) {
+        out.push_back(it->second);
+        return;
+      }
+    }
     std::vector<int32_t> symbols;
     symbols.reserve(word.size());
     for (const char c : word) symbols.push_back(byte_ids[static_cast<unsigned char>(c)]);
@@ -369,6 +411,9 @@ HfTokenizer::HfTokenizer(const std::string& path) : impl_(std::make_unique<Impl>
                    "tokenizer: the pre_tokenizer has no ByteLevel step; ztrain reads "
                    "byte-level BPE so far");
     if (j.contains("added_tokens")) impl_->ReadAddedTokens(j["added_tokens"]);
+    if (j.contains("post_processor") && !j["post_processor"].is_null()) {
+      impl_->ReadPostProcessor(j["post_processor"]);
+    }
     impl_->SetUpBytes();
   } catch (const json::exception& e) {
     throw ConfigError(StrCat("tokenizer: ", path, " is not a tokenizer.json ztrain reads: ",
@@ -384,7 +429,15 @@ std::vector<int32_t> HfTokenizer::Encode(std::string_view text) const {
   const int64_t bad = FindInvalidUtf8(text);
   ZTRAIN_CHECK(bad < 0, "tokenizer: the text is not valid UTF-8 at byte ", bad);
   std::vector<int32_t> out;
-  std::unordered_map<std::string, std::vector<int32_t>> cache;
+  // Words repeat across documents: each thread keeps their ids for the last tokenizer it
+  // used (by instance number, never by address, which a new tokenizer may reuse), bounded.
+  constexpr size_t kMaxCachedWords = size_t{1} << 18;  // ~40 MB at most
+  thread_local WordCache words;
+  if (words.owner != impl_->instance || words.map.size() > kMaxCachedWords) {
+    words.map.clear();
+    words.owner = impl_->instance;
+  }
+  auto& cache = words.map;
   size_t start = 0, i = 0;
   while (i < text.size()) {
     // Only a position whose byte starts an added token is compared against them (Llama-3
@@ -435,6 +488,14 @@ std::string HfTokenizer::Decode(std::span<const int32_t> ids) const {
 
 int64_t HfTokenizer::vocab_size() const {
   return static_cast<int64_t>(impl_->id_to_token.size());
+}
+
+const std::vector<int32_t>& HfTokenizer::template_before() const {
+  return impl_->template_before;
+}
+
+const std::vector<int32_t>& HfTokenizer::template_after() const {
+  return impl_->template_after;
 }
 
 int32_t HfTokenizer::TokenId(std::string_view token) const {

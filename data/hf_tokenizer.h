@@ -3,6 +3,7 @@
 // --tokenizer` (issue 20). This first part reads byte-level BPE as GPT-2, Llama-3 and Qwen2
 // write it:
 //   - model: {"type": "BPE", "vocab": {token: id}, "merges": ["a b", ...] or [["a", "b"], ...]}
+//     with ignore_merges (Llama-3: a pre-token that is a vocabulary entry is that token)
 //     (no dropout, no byte_fallback, no continuing_subword_prefix / end_of_word_suffix);
 //   - pre_tokenizer: {"type": "ByteLevel", "use_regex": true} (GPT-2's pattern), or a
 //     "Sequence" of "Split" ({"pattern": {"Regex": ...}, "behavior": "Isolated"}) and
@@ -26,9 +27,11 @@
 #include <string_view>
 #include <vector>
 
+#include "data/tokenizer.h"
+
 namespace ztrain::data {
 
-class HfTokenizer {
+class HfTokenizer final : public Tokenizer {
  public:
   // `path`: a tokenizer.json file, or a directory holding one. IoError for a file that
   // cannot be read or is not JSON; ConfigError for what this reader does not support.
@@ -38,13 +41,19 @@ class HfTokenizer {
   HfTokenizer& operator=(HfTokenizer&&) noexcept;
 
   // Token ids of UTF-8 `text` (invalid UTF-8: Error naming the byte offset).
-  std::vector<int32_t> Encode(std::string_view text) const;
+  std::vector<int32_t> Encode(std::string_view text) const override;
   // Text of `ids` (an id outside the vocabulary: Error naming it).
-  std::string Decode(std::span<const int32_t> ids) const;
+  std::string Decode(std::span<const int32_t> ids) const override;
   // One more than the largest id (vocabulary and added tokens).
-  int64_t vocab_size() const;
+  int64_t vocab_size() const override;
   // The id of `token` (a vocabulary entry or an added token), or -1.
-  int32_t TokenId(std::string_view token) const;
+  int32_t TokenId(std::string_view token) const override;
+  std::string kind() const override { return "tokenizer.json byte-level BPE"; }
+
+  // The special tokens the file's post_processor (TemplateProcessing, alone or in a Sequence)
+  // puts before and after a single text: Note [Document tokens], data/tokenizer.h.
+  const std::vector<int32_t>& template_before() const;
+  const std::vector<int32_t>& template_after() const;
 
  private:
   struct Impl;

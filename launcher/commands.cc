@@ -10,8 +10,6 @@
 
 #include "core/config.h"
 #include "core/logging.h"
-#include "data/byte_tokenizer.h"
-#include "data/token_format.h"
 #include "engine/checkpoint_export.h"
 #include "engine/device_select.h"
 #include "engine/estimate.h"
@@ -341,17 +339,6 @@ int RunCheckConfig(const std::string& config_path, int world_size) {
     std::fprintf(stderr, "%s\n", e.what());  // names the file and every problem
     return kExitConfigError;
   }
-}
-
-int RunData(const std::string& text_path, const std::string& shard_path,
-            const std::string& token_format) {
-  const data::TokenFormat format =
-      data::ChooseTokenFormat(token_format, data::kByteVocabularySize, "--token-format");
-  const int64_t tokens = data::TextToShard(text_path, shard_path, format);
-  std::printf("wrote %lld %s tokens from %s to %s (byte-level tokens: use vocab_size >= %lld)\n",
-              static_cast<long long>(tokens), data::TokenFormatName(format), text_path.c_str(),
-              shard_path.c_str(), static_cast<long long>(data::kByteVocabularySize));
-  return kExitOk;
 }
 
 void PrintVersion() {

@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <string>
 
+#include "data/corpus.h"
+
 namespace ztrain::launcher {
 
 inline constexpr int kExitOk = 0;
@@ -44,10 +46,11 @@ int RunEstimate(const EstimateArgs& args);
 // fits.
 int RunTune(const std::string& config_path, const std::string& memory_budget, int world_size,
             int64_t max_micro_batch);
-// Turns UTF-8 text into a token shard with the byte-level tokenizer; `token_format` is
-// --token-format: auto (by the vocabulary: uint16 for bytes), uint16 or uint32.
-int RunData(const std::string& text_path, const std::string& shard_path,
-            const std::string& token_format);
+// `ztrain data`: tokenizes a corpus into llm.c shards (data/corpus.h) with a progress line on
+// stderr and a summary on stdout; exit 2 for bad input.
+int RunData(data::CorpusOptions options);
+// `ztrain data --decode SHARD`: the shard's text to `out` ("" or "-": stdout).
+int RunDecode(const std::string& shard, const std::string& tokenizer, const std::string& out);
 // Version and the backends compiled into this binary.
 void PrintVersion();
 

@@ -3,6 +3,9 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "core/error.h"
 #include "core/logging.h"
@@ -76,14 +79,48 @@ int Main(int argc, char** argv) {
   tune->add_option("--max-micro-batch", tune_max, "the largest size to consider (default 4096)")
       ->check(CLI::PositiveNumber);
 
-  CLI::App* data = app.add_subcommand("data", "turn UTF-8 text into an llm.c token shard");
-  std::string text_path, shard_path, token_format = "auto";
-  data->add_option("--text", text_path, "UTF-8 text file")->required();
-  data->add_option("--out", shard_path, "output shard (.bin)")->required();
-  data->add_option("--token-format", token_format,
+  CLI::App* data = app.add_subcommand(
+      "data", "tokenize text and JSONL files into llm.c token shards, or decode a shard");
+  ztrain::data::CorpusOptions corpus;
+  std::vector<std::string> text_inputs;
+  std::string decode_shard;
+  data->add_option("inputs", corpus.inputs,
+                   "text or JSONL files, globs (quoted) or directories, in order");
+  data->add_option("--text", text_inputs, "an input file, as the positional ones");
+  data->add_option("--out", corpus.out,
+                   "the shard to write (.bin); a larger corpus is split into <stem>_000000.bin, "
+                   "... (with --decode: the text file, default stdout)");
+  data->add_option("--tokenizer", corpus.tokenizer,
+                   "a Hugging Face tokenizer.json or the model directory holding it (default: "
+                   "byte tokens)");
+  data->add_option("--jsonl-key", corpus.jsonl_key,
+                   "the JSONL field holding each document's text (default text)");
+  data->add_option("--input-format", corpus.input_format,
+                   "auto (.jsonl and .ndjson files are JSONL, others text), text or jsonl")
+      ->check(CLI::IsMember({"auto", "text", "jsonl"}));
+  data->add_option("--shard-tokens", corpus.shard_tokens,
+                   "tokens per shard (default 100000000, as llm.c)")
+      ->check(CLI::PositiveNumber);
+  data->add_option("--val-tokens", corpus.val_tokens,
+                   "put the first whole documents, at least this many tokens, in a validation "
+                   "split <stem>.val.bin (default 0: none)")
+      ->check(CLI::NonNegativeNumber);
+  data->add_option("--bos", corpus.bos,
+                   "the token before each document: auto (as the tokenizer's config says), "
+                   "none, or a token such as '<s>'");
+  data->add_option("--eos", corpus.eos,
+                   "the token after each document: auto, none, or a token such as '</s>'");
+  data->add_option("--invalid-utf8", corpus.invalid_utf8,
+                   "replace (with U+FFFD, counted and reported; the default) or error")
+      ->check(CLI::IsMember({"replace", "error"}));
+  data->add_option("--threads", corpus.threads, "encoding threads (default: every core)")
+      ->check(CLI::NonNegativeNumber);
+  data->add_option("--token-format", corpus.token_format,
                    "auto (uint16 when the tokenizer's ids fit, else uint32), uint16 (llm.c's "
                    "gpt-2 shards) or uint32 (llm.c's llama-3 shards)")
       ->check(CLI::IsMember({"auto", "uint16", "uint32"}));
+  data->add_option("--decode", decode_shard,
+                   "write the text of this shard (with --tokenizer's vocabulary) instead");
 
   CLI::App* exp = app.add_subcommand("export", "write a model from a checkpoint");
   std::string export_checkpoint, export_format, export_out, export_dtype = "fp32";
@@ -122,7 +159,11 @@ int Main(int argc, char** argv) {
   if (*check) return RunCheckConfig(check_path, world_size);
   if (*est) return RunEstimate(estimate);
   if (*tune) return RunTune(tune_config, tune_budget, tune_world, tune_max);
-  if (*data) return RunData(text_path, shard_path, token_format);
+  if (*data) {
+    if (!decode_shard.empty()) return RunDecode(decode_shard, corpus.tokenizer, corpus.out);
+    corpus.inputs.insert(corpus.inputs.begin(), text_inputs.begin(), text_inputs.end());
+    return RunData(std::move(corpus));
+  }
   if (*exp) {
     return RunExport(export_checkpoint, export_format, export_out, export_dtype, export_shard,
                      export_merge);

@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -24,41 +26,6 @@ void WriteText(const std::string& path, const std::string& text) {
   WriteBytes(path, std::vector<uint8_t>(text.begin(), text.end()));
 }
 
-TEST(ByteTokenizerTest, TextToShardWritesOneTokenPerByte) {
-  TempDir dir;
-  // 2-, 3- and 4-byte UTF-8 sequences: é, 世, 界, 🙂.
-  const std::string text = "h\xC3\xA9llo, \xE4\xB8\x96\xE7\x95\x8C \xF0\x9F\x99\x82\n";
-  ASSERT_EQ(text.size(), 20u);
-  WriteText(dir.File("in.txt"), text);
-  EXPECT_EQ(TextToShard(dir.File("in.txt"), dir.File("out.bin"), TokenFormat::kUint16), 20);
-
-  std::vector<uint8_t> expected(1024, 0);
-  expected[0] = 0x88, expected[1] = 0xD8, expected[2] = 0x34, expected[3] = 0x01;  // 20240520
-  expected[4] = 1;                                                                 // version
-  expected[8] = 20;                                                                // count
-  for (char c : text) {
-    expected.push_back(static_cast<uint8_t>(c));
-    expected.push_back(0);
-  }
-  EXPECT_EQ(ReadBytes(dir.File("out.bin")), expected);
-
-  const TokenShard shard = TokenShard::Open(dir.File("out.bin"));
-  const std::span<const uint16_t> read = shard.tokens().As<uint16_t>();
-  const std::vector<int32_t> tokens(read.begin(), read.end());
-  EXPECT_EQ(tokens[1], 0xC3);
-  EXPECT_EQ(Decode(tokens), text);
-}
-
-TEST(ByteTokenizerTest, InvalidUtf8NamesTheOffsetAndWritesNothing) {
-  TempDir dir;
-  WriteText(dir.File("bad.txt"), "abc\xC3(def");
-  ExpectErrorWith<Error>(
-      [&] { TextToShard(dir.File("bad.txt"), dir.File("out.bin"), TokenFormat::kUint16); },
-      {dir.File("bad.txt"), "offset 4", "0x28", "UTF-8"});
-  EXPECT_FALSE(std::filesystem::exists(dir.File("out.bin")));
-  EXPECT_FALSE(std::filesystem::exists(dir.File("out.bin.tmp")));
-}
-
 TEST(ByteTokenizerTest, FindsTheFirstInvalidByte) {
   EXPECT_EQ(FindInvalidUtf8(""), -1);
   EXPECT_EQ(FindInvalidUtf8("plain ascii"), -1);
@@ -74,41 +41,68 @@ TEST(ByteTokenizerTest, FindsTheFirstInvalidByte) {
   EXPECT_EQ(FindInvalidUtf8(std::string("a\xFF", 2)), 1);
 }
 
-TEST(ByteTokenizerTest, SplitsLongTextIntoNumberedShards) {
-  TempDir dir;
-  std::string text;
-  for (int i = 0; i < 25; ++i) text.push_back(static_cast<char>('a' + i));
-  WriteText(dir.File("in.txt"), text);
-  EXPECT_EQ(TextToShard(dir.File("in.txt"), dir.File("out.bin"), TokenFormat::kUint16, 10), 25);
-  EXPECT_FALSE(std::filesystem::exists(dir.File("out.bin")));
-  EXPECT_EQ(SplitShardPath(dir.File("out.bin"), 2), dir.File("out_000002.bin"));
-  const ShardFileSource source(dir.File("out_*.bin"));
-  ASSERT_EQ(source.num_shards(), 3);
-  EXPECT_EQ(source.shard_name(0), dir.File("out_000000.bin"));
-  EXPECT_EQ(source.shard(0).size(), 10u);
-  EXPECT_EQ(source.shard(2).size(), 5u);
-  std::vector<int32_t> all;
-  for (int s = 0; s < 3; ++s) {
-    const std::vector<uint32_t> tokens = source.shard(s).ToVector();
-    all.insert(all.end(), tokens.begin(), tokens.end());
-  }
-  EXPECT_EQ(Decode(all), text);
-}
-
-TEST(ByteTokenizerTest, RejectsEmptyAndMissingFiles) {
-  TempDir dir;
-  WriteText(dir.File("empty.txt"), "");
-  ExpectErrorWith<IoError>(
-      [&] { TextToShard(dir.File("empty.txt"), dir.File("o.bin"), TokenFormat::kUint16); },
-      {dir.File("empty.txt"), "empty"});
-  ExpectErrorWith<IoError>(
-      [&] { TextToShard(dir.File("none.txt"), dir.File("o.bin"), TokenFormat::kUint16); },
-      {dir.File("none.txt")});
-}
-
 TEST(ByteTokenizerTest, DecodeMarksTokensOutsideBytes) {
   EXPECT_EQ(Decode(std::vector<int32_t>{'o', 'k', 300, '!', -1}), "ok\xEF\xBF\xBD!\xEF\xBF\xBD");
   EXPECT_EQ(EncodeBytes("\xC3\xA9"), (std::vector<uint16_t>{0xC3, 0xA9}));
+}
+
+// Python's bytes.decode("utf-8", errors="replace") is the stated policy: random byte strings
+// rich in lead, continuation and invalid bytes, repaired here and by python3, must agree.
+TEST(ByteTokenizerTest, ReplacesInvalidUtf8AsPythonDoes) {
+  TempDir dir;
+  std::mt19937 rng(7);
+  const unsigned char alphabet[] = {'a', ' ', 0x80, 0x8F, 0x9F, 0xA0, 0xBF, 0xC0, 0xC2, 0xDF,
+                                    0xE0, 0xE2, 0xED, 0xEF, 0xF0, 0xF4, 0xF5, 0xFF};
+  std::vector<std::string> inputs;
+  std::string all;
+  for (int i = 0; i < 3000; ++i) {
+    std::string s;
+    const int n = static_cast<int>(rng() % 9);
+    for (int k = 0; k < n; ++k) s.push_back(static_cast<char>(alphabet[rng() % sizeof(alphabet)]));
+    inputs.push_back(s);
+    all += std::to_string(s.size()) + ":" + s;
+  }
+  WriteText(dir.File("in.bin"), all);
+  const std::string script =
+      "import sys\n"
+      "d=open(sys.argv[1],'rb').read(); out=open(sys.argv[2],'wb'); i=0\n"
+      "while i < len(d):\n"
+      "  j=d.index(b':',i); n=int(d[i:j]); s=d[j+1:j+1+n]; i=j+1+n\n"
+      "  r=s.decode('utf-8','replace'); f=-1\n"
+      "  try: s.decode('utf-8')\n"
+      "  except UnicodeDecodeError as e: f=e.start\n"
+      "  out.write(b'%d:%d:%d:' % (r.count('\\ufffd'), f, len(r.encode())) + r.encode())\n";
+  WriteText(dir.File("ref.py"), script);
+  ASSERT_EQ(std::system(("python3 " + dir.File("ref.py") + " " + dir.File("in.bin") + " " +
+                         dir.File("out.bin")).c_str()),
+            0);
+  const std::vector<uint8_t> ref_bytes = ReadBytes(dir.File("out.bin"));
+  const std::string ref(ref_bytes.begin(), ref_bytes.end());
+  size_t at = 0;
+  int64_t replaced_total = 0;
+  for (const std::string& s : inputs) {
+    const size_t c1 = ref.find(':', at), c2 = ref.find(':', c1 + 1), c3 = ref.find(':', c2 + 1);
+    const int64_t want_count = std::stoll(ref.substr(at, c1 - at));
+    const int64_t want_first = std::stoll(ref.substr(c1 + 1, c2 - c1 - 1));
+    const size_t n = std::stoul(ref.substr(c2 + 1, c3 - c2 - 1));
+    const std::string want = ref.substr(c3 + 1, n);
+    at = c3 + 1 + n;
+    std::string got;
+    int64_t first = -1;
+    const int64_t count = ReplaceInvalidUtf8(s, &got, &first);
+    EXPECT_EQ(count, want_count) << "input bytes: " << ::testing::PrintToString(s);
+    EXPECT_EQ(count > 0 ? got : s, want) << ::testing::PrintToString(s);
+    if (count > 0) {
+      EXPECT_EQ(first, want_first) << ::testing::PrintToString(s);
+    }
+    replaced_total += count;
+  }
+  EXPECT_GT(replaced_total, 1000);  // the inputs really were broken
+  std::string out = "untouched";
+  int64_t first = 5;
+  EXPECT_EQ(ReplaceInvalidUtf8("valid \xC3\xA9", &out, &first), 0);
+  EXPECT_EQ(out, "untouched");
+  EXPECT_EQ(first, 5);
 }
 
 }  // namespace

