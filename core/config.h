@@ -60,11 +60,21 @@ struct ModelConfig {
   }
 };
 
+// One dataset of a mixture: data.train as a list of {"path": glob, "weight": w}.
+struct DataSourceSpec {
+  std::string path;
+  double weight = 1;
+};
+
 struct DataConfig {
-  std::string train;    // glob of llm.c token shards; empty = built-in synthetic corpus
+  std::string train;    // glob of llm.c token shards; empty = synthetic corpus (or a mixture)
   std::string val;      // glob; empty = held-out part of the synthetic corpus / no eval
   int64_t seq_len = 0;  // "auto" or absent: model.max_seq_len
   bool shuffle = false;
+  std::vector<DataSourceSpec> train_mixture;  // data.train as a list (Note [Data mixture])
+
+  // No data files: the built-in synthetic corpus.
+  bool synthetic() const { return train.empty() && train_mixture.empty(); }
 };
 
 struct TrainingConfig {

@@ -28,6 +28,8 @@ std::string_view ConfigTypeName(ConfigType type) {
       return "integer or array of integers";
     case ConfigType::kBoolOrString:
       return "boolean or string";
+    case ConfigType::kDataSources:
+      return "string or array of {\"path\", \"weight\"} objects";
     case ConfigType::kSection:
       return "object";
     case ConfigType::kFreeObject:
@@ -293,9 +295,13 @@ std::vector<ConfigKey> ModelDataTrainingKeys() {
           "7B/8B no)."),
 
       Key("data", T::kSection, nullptr, "ztrain: where the tokens come from."),
-      Key("data.train", T::kString, "",
+      Key("data.train", T::kDataSources, "",
           "Glob of llm.c token shards (`.bin`: uint16 tokens, magic 20240520, or uint32 tokens, "
-          "magic 20240801; one glob may mix them); empty = the built-in synthetic corpus."),
+          "magic 20240801; one glob may mix them); empty = the built-in synthetic corpus. Or a "
+          "mixture: a list of `{\"path\": glob, \"weight\": w}` (weight > 0, default 1, "
+          "normalised to sum 1): every prefix of the run draws each dataset's share of samples "
+          "to within one, in an order independent of the layout (docs/data.md, \"Mixing "
+          "datasets\")."),
       Key("data.val", T::kString, "",
           "Glob of validation shards; empty = a held-out part of the synthetic corpus when "
           "`data.train` is empty, else no evaluation."),

@@ -28,6 +28,9 @@ enum class ConfigType {
   kStringOrList,
   kIntOrList,
   kBoolOrString,
+  // data.train: a glob, or an array of {"path": glob, "weight": number > 0} (weight defaults
+  // to 1; resolved to both keys).
+  kDataSources,
   kSection,     // object whose keys are themselves in the schema
   kFreeObject,  // object with DeepSpeed-defined free-form content (checked only for refusals)
 };

@@ -106,6 +106,42 @@ std::optional<json> AsIntegerList(const json& v) {
   return out;
 }
 
+// data.train as a list: each entry {"path": non-empty string, "weight": number > 0 (default
+// 1)} and nothing else; normalised to both keys. Every problem is recorded.
+std::optional<json> DataSources(const ConfigKey& key, const json& v, ConfigErrors& errors) {
+  json out = json::array();
+  bool ok = !v.empty();
+  if (v.empty()) errors.Add(key.path, "an empty list names no data; give one glob or datasets");
+  for (size_t i = 0; i < v.size(); ++i) {
+    const std::string at = key.path + "[" + std::to_string(i) + "]";
+    const json& e = v[i];
+    if (!e.is_object()) {
+      errors.Add(at, "expected {\"path\": glob, \"weight\": number}, got " + Describe(e));
+      ok = false;
+      continue;
+    }
+    for (const auto& [k, value] : e.items()) {
+      if (k != "path" && k != "weight") {
+        errors.Add(at + "." + k, "unknown key (a dataset has \"path\" and \"weight\")");
+        ok = false;
+      }
+    }
+    const json path = e.value("path", json());
+    const json weight = e.value("weight", json(1.0));
+    if (!path.is_string() || path.get<std::string>().empty()) {
+      errors.Add(at + ".path", "expected a glob of token shards, got " + Describe(path));
+      ok = false;
+    }
+    if (!weight.is_number() || !(weight.get<double>() > 0) || !std::isfinite(weight.get<double>())) {
+      errors.Add(at + ".weight", "expected a number > 0, got " + Describe(weight));
+      ok = false;
+    }
+    if (ok) out.push_back({{"path", path}, {"weight", weight.get<double>()}});
+  }
+  if (!ok) return std::nullopt;
+  return out;
+}
+
 // The value normalised to the key's type, or nullopt after recording why it is wrong.
 std::optional<json> Normalise(const ConfigKey& key, const json& v, ConfigErrors& errors) {
   if (v.is_null() && key.nullable) return v;
@@ -157,6 +193,10 @@ std::optional<json> Normalise(const ConfigKey& key, const json& v, ConfigErrors&
       break;
     case ConfigType::kBoolOrString:
       if (v.is_boolean() || v.is_string()) return v;
+      break;
+    case ConfigType::kDataSources:
+      if (v.is_string()) return v;
+      if (v.is_array()) return DataSources(key, v, errors);
       break;
     case ConfigType::kSection:
     case ConfigType::kFreeObject:

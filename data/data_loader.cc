@@ -40,6 +40,31 @@ DataLoader::DataLoader(std::shared_ptr<const TokenSource> source, const LoaderOp
   Reset();
 }
 
+DataLoader::DataLoader(std::vector<WeightedSource> datasets, const LoaderOptions& options)
+    : options_(options) {
+  CheckOptions();
+  for (const WeightedSource& d : datasets) {
+    ZTRAIN_CHECK_T(ConfigError, d.source != nullptr, "DataLoader needs a token source");
+    d.source->CheckVocabulary(options_.vocab_size);
+  }
+  mixture_.emplace(std::move(datasets), options_.seq_len, options_.shuffle, options_.seed);
+  global_windows_ = options_.world * options_.batch_size;
+  int64_t windows = 0;
+  for (int d = 0; d < mixture_->num_datasets(); ++d) windows += mixture_->windows(d);
+  window_offsets_ = {0, windows};
+  batches_per_epoch_ = std::max<int64_t>(1, windows / global_windows_);
+  tokens_.resize(static_cast<size_t>(options_.batch_size * options_.seq_len));
+  targets_.resize(static_cast<size_t>(options_.batch_size * options_.seq_len));
+  Reset();
+}
+
+int64_t DataLoader::num_tokens() const {
+  if (!mixture_) return source_->num_tokens();
+  int64_t tokens = 0;
+  for (int d = 0; d < mixture_->num_datasets(); ++d) tokens += mixture_->source(d).num_tokens();
+  return tokens;
+}
+
 void DataLoader::CheckOptions() const {
   const LoaderOptions& o = options_;
   ZTRAIN_CHECK_T(ConfigError, o.batch_size >= 1 && o.seq_len >= 1,
@@ -92,7 +117,9 @@ void DataLoader::NextBatch(const Tensor& tokens, const Tensor& targets) {
 }
 
 void DataLoader::NextBatch(int32_t* tokens, int32_t* targets) {
-  if (options_.shuffle) {
+  if (mixture_) {
+    NextMixed(tokens, targets);
+  } else if (options_.shuffle) {
     NextShuffled(tokens, targets);
   } else {
     NextSequential(tokens, targets);
@@ -128,10 +155,28 @@ void DataLoader::NextShuffled(int32_t* tokens, int32_t* targets) {
   if (state_.position + global_windows_ > num_windows()) StartEpoch(state_.epoch + 1);
 }
 
+// Every rank walks the whole global batch (the choices depend on all samples before) and
+// copies its own rows.
+void DataLoader::NextMixed(int32_t* tokens, int32_t* targets) {
+  const int64_t t = options_.seq_len, first = options_.rank * options_.batch_size;
+  for (int64_t row = 0; row < global_windows_; ++row) {
+    const Mixture::Window w = mixture_->Next();
+    if (row < first || row >= first + options_.batch_size) continue;
+    const int64_t b = row - first;
+    CopyWindows(mixture_->source(w.dataset), w.shard, w.begin, 1, tokens + b * t, targets + b * t);
+  }
+  state_ = LoaderState{0, 0, mixture_->consumed(), true};
+}
+
 void DataLoader::CopyWindows(int64_t shard, int64_t begin, int64_t rows, int32_t* tokens,
                              int32_t* targets) const {
+  CopyWindows(*source_, shard, begin, rows, tokens, targets);
+}
+
+void DataLoader::CopyWindows(const TokenSource& source, int64_t shard, int64_t begin,
+                             int64_t rows, int32_t* tokens, int32_t* targets) const {
   const int64_t count = rows * options_.seq_len;
-  source_->shard(shard).Visit([&](auto shard_tokens) {
+  source.shard(shard).Visit([&](auto shard_tokens) {
     const auto* src = shard_tokens.data() + begin;
     for (int64_t i = 0; i < count; ++i) {
       tokens[i] = static_cast<int32_t>(src[i]);  // < vocab_size <= 2^31 (CheckOptions)
@@ -142,6 +187,10 @@ void DataLoader::CopyWindows(int64_t shard, int64_t begin, int64_t rows, int32_t
 
 void DataLoader::StartEpoch(int64_t epoch) {
   state_ = LoaderState{epoch, 0, 0};
+  if (mixture_) {
+    mixture_->Restore(0);
+    return;
+  }
   if (options_.shuffle) {
     permutation_.emplace(static_cast<uint64_t>(num_windows()),
                          DeriveSeed(options_.seed, static_cast<uint64_t>(epoch)));
@@ -149,6 +198,19 @@ void DataLoader::StartEpoch(int64_t epoch) {
 }
 
 void DataLoader::Restore(const LoaderState& state) {
+  ZTRAIN_CHECK_T(ConfigError, state.mixture == mixture_.has_value(),
+                 "cannot continue the data order: it was saved reading ",
+                 state.mixture ? "a mixture of datasets" : "one glob", " and this run reads ",
+                 mixture_ ? "a mixture (data.train is a list)" : "one glob",
+                 "; keep data.train as it was, or start a new checkpoint.dir");
+  if (mixture_) {
+    ZTRAIN_CHECK_T(ConfigError, state.epoch == 0 && state.shard == 0 && state.position >= 0,
+                   "cannot restore a data mixture to epoch ", state.epoch, ", shard ", state.shard,
+                   ", sample ", state.position);
+    mixture_->Restore(state.position);
+    state_ = state;
+    return;
+  }
   const char* hint = ": was it saved with other data, batch size, seq_len or world size?";
   ZTRAIN_CHECK_T(ConfigError, state.epoch >= 0, "cannot restore a loader to epoch ", state.epoch);
   if (options_.shuffle) {

@@ -27,7 +27,11 @@
 // entries r*B .. r*B+B-1 of it. An epoch ends when fewer than world*B entries remain (the rest
 // are skipped). The order depends only on (seed, epoch, world*B), never on the machine.
 //
-// In both orders the global sample sequence depends on world*B, not on how it splits into
+// Note [Data mixture] (data/mixture.h) is the third order, for several weighted datasets: the
+// global sample sequence is the Mixture's, and a global batch takes its next world*B samples
+// (rank r: r*B .. r*B+B-1); LoaderState.position counts the samples taken.
+//
+// In all orders the global sample sequence depends on world*B, not on how it splits into
 // ranks: rank r of R with batch B reads what rows r*B..r*B+B-1 of a single process with
 // batch R*B would read (DESIGN.md, the equivalence rule). Micro-batches of gradient
 // accumulation read consecutive global batches, so they too see the same windows as one
@@ -39,6 +43,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "data/mixture.h"
 #include "data/token_source.h"
 #include "data/window_permutation.h"
 
@@ -59,10 +64,13 @@ struct LoaderOptions {
 // position / (world*B*T); the state moves to the next shard as soon as the current one is
 // used up, where llm.c moves at the next read). Shuffled: shard is 0 and position is the
 // index of the next entry in the epoch's permuted window order.
+// Mixture (Note [Data mixture]): epoch and shard are 0, position counts the global samples
+// taken, and `mixture` is set.
 struct LoaderState {
   int64_t epoch = 0;
   int64_t shard = 0;
   int64_t position = 0;
+  bool mixture = false;
   bool operator==(const LoaderState&) const = default;
 };
 
@@ -75,6 +83,8 @@ struct Batch {
 class DataLoader {
  public:
   DataLoader(std::shared_ptr<const TokenSource> source, const LoaderOptions& options);
+  // A mixture of datasets (Note [Data mixture]); options.shuffle and seed order each one.
+  DataLoader(std::vector<WeightedSource> datasets, const LoaderOptions& options);
 
   // Reads the next batch into the loader's buffers.
   Batch NextBatch();
@@ -83,7 +93,7 @@ class DataLoader {
   void NextBatch(int32_t* tokens, int32_t* targets);
 
   // Back to the first batch of epoch 0.
-  void Reset() { Restore(LoaderState{}); }
+  void Reset() { Restore(LoaderState{.mixture = mixture_.has_value()}); }
   const LoaderState& state() const { return state_; }
   // Continues from a saved state; ConfigError when it does not fit this source and batch.
   void Restore(const LoaderState& state);
@@ -93,16 +103,22 @@ class DataLoader {
   // Windows of T+1 tokens with stride T in the source (the shuffled epoch's length).
   int64_t num_windows() const { return window_offsets_.back(); }
   const LoaderOptions& options() const { return options_; }
-  const TokenSource& source() const { return *source_; }
+  // Tokens in the data (every dataset of a mixture).
+  int64_t num_tokens() const;
+  // The mixture, or nullptr for one source.
+  const Mixture* mixture() const { return mixture_ ? &*mixture_ : nullptr; }
 
  private:
   void CheckOptions() const;
   void CheckShardSizes() const;
   void NextSequential(int32_t* tokens, int32_t* targets);
   void NextShuffled(int32_t* tokens, int32_t* targets);
+  void NextMixed(int32_t* tokens, int32_t* targets);
   // Copies `rows` windows starting at `begin` of `shard` into rows of tokens/targets.
   void CopyWindows(int64_t shard, int64_t begin, int64_t rows, int32_t* tokens,
                    int32_t* targets) const;
+  void CopyWindows(const TokenSource& source, int64_t shard, int64_t begin, int64_t rows,
+                   int32_t* tokens, int32_t* targets) const;
   void StartEpoch(int64_t epoch);
 
   std::shared_ptr<const TokenSource> source_;
@@ -113,6 +129,7 @@ class DataLoader {
   int64_t batches_per_epoch_ = 0;
   LoaderState state_;
   std::optional<WindowPermutation> permutation_;  // the current epoch's order (shuffle)
+  std::optional<Mixture> mixture_;                // several datasets (source_ is null)
   std::vector<int32_t> tokens_;
   std::vector<int32_t> targets_;
 };

@@ -100,9 +100,11 @@ ShardFileSource::ShardFileSource(const std::string& pattern) {
 
 std::shared_ptr<const TokenSource> OpenDataSource(const DataConfig& config, Split split,
                                                   int64_t vocab_size, uint64_t seed) {
+  ZTRAIN_ASSERT(split == Split::kVal || config.train_mixture.empty(),
+                "a mixture's sources come from OpenTrainMixture");
   const std::string& pattern = split == Split::kTrain ? config.train : config.val;
   if (!pattern.empty()) return std::make_shared<ShardFileSource>(pattern);
-  if (!config.train.empty()) return nullptr;  // files for training, no validation set
+  if (!config.synthetic()) return nullptr;  // files for training, no validation set
   SyntheticCorpusOptions options;
   options.vocab_size = vocab_size;
   options.seed = seed;

@@ -70,7 +70,8 @@ enum class Split { kTrain, kVal };
 // The source a run reads for `split` (DataConfig): the shards matching data.train / data.val,
 // or, when data.train is empty, the built-in synthetic corpus over `vocab_size` tokens
 // generated from `seed` (SyntheticCorpusOptions defaults for the sizes). Returns nullptr for
-// kVal when data.val is empty but data.train is not (no evaluation).
+// kVal when data.val is empty but data.train is not (no evaluation). Not for a mixture's
+// training data (data/mixture.h: OpenTrainMixture).
 std::shared_ptr<const TokenSource> OpenDataSource(const DataConfig& config, Split split,
                                                   int64_t vocab_size, uint64_t seed);
 

@@ -126,7 +126,11 @@ void Checkpointer::Save(int64_t step, const data::LoaderState& data) {
           {"version", checkpoint::kCheckpointVersion},
           {"step", step},
           {"files", files},
-          {"data", {{"epoch", data.epoch}, {"shard", data.shard}, {"position", data.position}}},
+          {"data",
+           {{"epoch", data.epoch},
+            {"shard", data.shard},
+            {"position", data.position},
+            {"mixture", data.mixture}}},
           {"layout",
            {{"world", n},
             {"dp", engine_.dp_size()},
@@ -222,7 +226,8 @@ ResumePoint Checkpointer::Resume(const std::string& tag) {
     point.step = step;
     point.directory = dir;
     const nlohmann::json& d = meta.at("data");
-    point.data = data::LoaderState{d.at("epoch"), d.at("shard"), d.at("position")};
+    point.data = data::LoaderState{d.at("epoch"), d.at("shard"), d.at("position"),
+                                   d.value("mixture", false)};
     const nlohmann::json& layout = meta.at("layout");
     Log().info("resumed from {} (step {}, saved by {} ranks: dp {} x pp {} x tp {}, ZeRO stage {})",
                dir, step, layout.at("world").get<int>(), layout.at("dp").get<int>(),

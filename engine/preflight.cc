@@ -159,11 +159,15 @@ void Outputs(const Config& c, const PreflightOptions& o, Problems& problems) {
 }
 
 void Inputs(const Config& c, Problems& problems) {
-  for (const auto& [key, pattern] :
-       {std::pair{"data.train", &c.data.train}, std::pair{"data.val", &c.data.val}}) {
-    if (pattern->empty()) continue;
+  std::vector<std::pair<std::string, std::string>> inputs = {{"data.train", c.data.train},
+                                                             {"data.val", c.data.val}};
+  for (size_t i = 0; i < c.data.train_mixture.size(); ++i) {
+    inputs.emplace_back(StrCat("data.train[", i, "].path"), c.data.train_mixture[i].path);
+  }
+  for (const auto& [key, pattern] : inputs) {
+    if (pattern.empty()) continue;
     try {
-      data::ShardFileSource(*pattern).CheckVocabulary(c.model.vocab_size);
+      data::ShardFileSource(pattern).CheckVocabulary(c.model.vocab_size);
     } catch (const Error& e) {
       problems.push_back(StrCat(key, ": ", e.what()));
     }

@@ -214,6 +214,8 @@ int64_t MemoryBudget(const DeviceChoice& device, const LaunchEnv& launch, std::s
 int64_t LargestDataBatch(const Config& c) {
   int64_t largest = INT64_MAX;
   for (data::Split split : {data::Split::kTrain, data::Split::kVal}) {
+    // A mixture takes any batch: its datasets' windows repeat as epochs (Note [Data mixture]).
+    if (split == data::Split::kTrain && !c.data.train_mixture.empty()) continue;
     const auto source = data::OpenDataSource(c.data, split, c.model.vocab_size, c.training.seed);
     if (!source) continue;
     int64_t tokens = INT64_MAX, windows = 0;

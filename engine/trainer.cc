@@ -25,8 +25,10 @@ namespace {
 
 std::unique_ptr<data::DataLoader> MakeLoader(const Config& c, data::Split split, int rank,
                                              int world) {
-  auto source = data::OpenDataSource(c.data, split, c.model.vocab_size, c.training.seed);
-  if (!source) return nullptr;
+  const bool mixture = split == data::Split::kTrain && !c.data.train_mixture.empty();
+  auto source =
+      mixture ? nullptr : data::OpenDataSource(c.data, split, c.model.vocab_size, c.training.seed);
+  if (!source && !mixture) return nullptr;
   data::LoaderOptions o;
   o.batch_size = c.train_micro_batch_size_per_gpu;
   o.seq_len = c.data.seq_len;
@@ -35,7 +37,21 @@ std::unique_ptr<data::DataLoader> MakeLoader(const Config& c, data::Split split,
   o.vocab_size = c.model.vocab_size;
   o.rank = rank;
   o.world = world;
+  if (mixture) return std::make_unique<data::DataLoader>(data::OpenTrainMixture(c.data), o);
   return std::make_unique<data::DataLoader>(std::move(source), o);
+}
+
+// The training data for the start log: a glob, "mixture of 2 datasets: web/*.bin (weight
+// 0.7), ...", or the synthetic corpus.
+std::string DataDescription(const DataConfig& d) {
+  if (d.synthetic()) return "built-in synthetic corpus";
+  if (d.train_mixture.empty()) return d.train;
+  std::string out = fmt::format("mixture of {} datasets: ", d.train_mixture.size());
+  for (size_t i = 0; i < d.train_mixture.size(); ++i) {
+    const DataSourceSpec& s = d.train_mixture[i];
+    out += fmt::format("{}{} (weight {:g})", i == 0 ? "" : ", ", s.path, s.weight);
+  }
+  return out;
 }
 
 // "parameters 3.31 MiB, gradients ..." over the categories that were ever used; with
@@ -231,9 +247,8 @@ void Trainer::LogStart() const {
                grid_->dp_size(), grid_->pp_size(), grid_->tp_size(), grid_->world(),
                config_.pipeline_schedule, config_.pipeline_partition);
   }
-  Log().info("data: {} ({} tokens, {} batches per epoch){}",
-             config_.data.train.empty() ? "built-in synthetic corpus" : config_.data.train,
-             train_loader_->source().num_tokens(), train_loader_->batches_per_epoch(),
+  Log().info("data: {} ({} tokens, {} batches per epoch){}", DataDescription(config_.data),
+             train_loader_->num_tokens(), train_loader_->batches_per_epoch(),
              config_.data.shuffle ? ", shuffled" : "");
   // Offloaded state is stepped in host memory (Note [Devices in the engine]).
   const bool adam_on_cpu = device_.device.is_cpu() ||

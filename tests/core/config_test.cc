@@ -112,6 +112,32 @@ TEST(ConfigParseTest, WrongTypeNamesPathAndExpectedType) {
   EXPECT_NE(e.find("a config is a JSON object"), std::string::npos) << e;
 }
 
+// data.train as a list of weighted globs (Note [Data mixture]); weight defaults to 1, and every
+// malformed entry is named by its index.
+TEST(ConfigParseTest, DataTrainMayBeAWeightedList) {
+  const json mix = json::array({{{"path", "web/*.bin"}, {"weight", 0.7}}, {{"path", "code.bin"}}});
+  const Config c = ParseConfig(With(DefaultConfigJson(), "/data/train", mix));
+  ASSERT_EQ(c.data.train_mixture.size(), 2u);
+  EXPECT_EQ(c.data.train_mixture[0].path, "web/*.bin");
+  EXPECT_EQ(c.data.train_mixture[0].weight, 0.7);
+  EXPECT_EQ(c.data.train_mixture[1].weight, 1.0);
+  EXPECT_TRUE(c.data.train.empty());
+  EXPECT_FALSE(c.data.synthetic());
+  EXPECT_EQ(c.resolved["data"]["train"][1]["weight"], 1.0);
+  const json bad = json::array({{{"path", "a.bin"}, {"weight", 0}},
+                                {{"weight", 1}},
+                                {{"path", "b.bin"}, {"wieght", 2}},
+                                "c.bin"});
+  const std::string e = ErrorOf(With(DefaultConfigJson(), "/data/train", bad));
+  for (const char* part : {"data.train[0].weight: expected a number > 0, got number 0",
+                           "data.train[1].path: expected a glob of token shards",
+                           "data.train[2].wieght: unknown key", "data.train[3]: expected {"}) {
+    EXPECT_NE(e.find(part), std::string::npos) << part << " not in: " << e;
+  }
+  EXPECT_NE(ErrorOf(With(DefaultConfigJson(), "/data/train", json::array())).find("names no data"),
+            std::string::npos);
+}
+
 TEST(ConfigParseTest, FullRangeSeedIsAccepted) {
   const Config c =
       ParseConfig(With(DefaultConfigJson(), "/training/seed", 18446744073709551615ULL));
