@@ -5,8 +5,9 @@
 # oneDNN's bf16 matmul peak and PyTorch, AdamW vs STREAM and PyTorch's AdamW, QLoRA's
 # dequantize vs STREAM and its step vs a LoRA step, swap-file I/O
 # vs fio, checkpoint save/resume vs fio, the ZeRO-3 step with NVMe offload vs in memory, the
-# per-op timings, tokenization vs js-tiktoken, and (when the build has MPI) data-parallel
-# scaling on 2 ranks against the 1-rank step, the pipeline bubble and the tensor-parallel step.
+# per-op timings, tokenization vs js-tiktoken, generation's per-token time against the prompt
+# length, and (when the build has MPI) data-parallel scaling on 2 ranks against the 1-rank
+# step, the pipeline bubble and the tensor-parallel step.
 #   bash bench/run_cpu_benchmarks.sh [build-dir]
 set -euo pipefail
 build=${1:-build}
@@ -40,6 +41,8 @@ fi
 "$build/bench/kernels_bench" --benchmark_counters_tabular=true --benchmark_min_time=0.2
 # `ztrain data` with GPT-2's tokenizer vs js-tiktoken (npm; installed into the build directory).
 "$build/bench/tokenizer_bench" || echo "tokenizer_bench: skipped or failed (needs node and npm)"
+# Generation's per-token time against the prompt length (the KV cache).
+"$build/bench/generate_bench"
 if [ -x "$build/bench/dp_bench" ]; then
   # Each rank takes its share of the cores, as the ztrain launcher gives it: OMP_NUM_THREADS
   # (set above for the single-process benchmarks) would give every rank all of them.

@@ -210,9 +210,13 @@ Config ConfigFrom(const json& t, int world_size) {
     for (const json& e : d["train"]) c.data.train_mixture.push_back({e["path"], e["weight"]});
   }
   const json& tr = t["training"];
-  c.training =
-      TrainingConfig{tr["steps"],      tr["seed"],       tr["eval_interval"], tr["eval_batches"],
-                     tr["save_final"], tr["output_dir"], tr["job_name"],      tr["comm_timeout_s"]};
+  c.training = TrainingConfig{tr["steps"],          tr["seed"],
+                              tr["eval_interval"],  tr["eval_batches"],
+                              tr["save_final"],     tr["output_dir"],
+                              tr["job_name"],       tr["comm_timeout_s"],
+                              tr["sample_interval"], tr["sample_tokens"],
+                              tr["sample_prompt"],  tr["sample_temperature"],
+                              tr["tokenizer"]};
   c.optimizer = OptimizerFrom(t["optimizer"]);
   c.scheduler = SchedulerFrom(t["scheduler"]);
   const json& csv = t["csv_monitor"];

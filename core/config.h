@@ -86,6 +86,12 @@ struct TrainingConfig {
   std::string output_dir = "runs/ztrain";  // reports (memory, comm); "runs/<job_name>"
   std::string job_name = "ztrain";
   double comm_timeout_s = 300.0;  // a collective waiting longer ends the job
+  // A sample printed every sample_interval steps (0 = never), as llm.c does (nn/decoder.h).
+  int64_t sample_interval = 0;
+  int64_t sample_tokens = 64;
+  std::string sample_prompt;
+  double sample_temperature = 1.0;  // 0 = greedy
+  std::string tokenizer;  // decodes samples; empty = model.init_from's, else byte tokens
 };
 
 // ztrain's checkpoints (engine/checkpoint.h).

@@ -89,6 +89,9 @@ void CheckTraining(const json& t, ConfigErrors& errors) {
   IntAtLeast(t, "checkpoint.interval", 0, errors);
   IntAtLeast(t, "checkpoint.keep_last", 1, errors);
   NumAtLeast(t, "training.comm_timeout_s", 0.001, errors);
+  IntAtLeast(t, "training.sample_interval", 0, errors);
+  IntAtLeast(t, "training.sample_tokens", 1, errors);
+  NumAtLeast(t, "training.sample_temperature", 0.0, errors);
   IntAtLeast(t, "training.eval_batches", Int(t, "training.eval_interval") > 0 ? 1 : 0, errors);
   IntAtLeast(t, "steps_per_print", 1, errors);
   NumAtLeast(t, "gradient_clipping", 0.0, errors);

@@ -331,6 +331,22 @@ std::vector<ConfigKey> ModelDataTrainingKeys() {
       Key("training.comm_timeout_s", T::kNumber, 300.0,
           "Seconds a rank waits in one collective before it reports the op and the whole job "
           "is ended (a rank that died, raised or hangs)."),
+      Key("training.sample_interval", T::kInt, 0,
+          "Print a sample of `sample_tokens` tokens every this many steps and at the end, as "
+          "llm.c does (0 = never); the first rank generates it on the CPU with a KV cache "
+          "(docs/data.md, \"Text back out\"). Not for LoRA runs (generate from the merged "
+          "export: `ztrain generate --checkpoint`)."),
+      Key("training.sample_tokens", T::kInt, 64, "Tokens each sample generates."),
+      Key("training.sample_prompt", T::kString, "",
+          "Text each sample continues, after the model's document tokens (empty: those alone, "
+          "as llm.c starts from <|endoftext|>)."),
+      Key("training.sample_temperature", T::kNumber, 1.0,
+          "Sampling temperature of the samples (0 = greedy); the stream is seeded by "
+          "`training.seed` and the step."),
+      Key("training.tokenizer", T::kString, "",
+          "The tokenizer samples are decoded with (tokenizer.json, a SentencePiece .model, or a "
+          "directory); empty = `model.init_from`'s when it holds one, else byte tokens when the "
+          "vocabulary is that small, else the ids are printed."),
   };
 }
 

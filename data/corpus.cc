@@ -5,6 +5,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -81,7 +82,8 @@ class DocumentReader {
     return batch;
   }
 
-  int64_t bytes_read() const { return bytes_read_; }
+  // Safe to call while another thread reads a batch.
+  int64_t bytes_read() const { return bytes_read_.load(); }
 
  private:
   // Appends the next piece; false at the end of the inputs.
@@ -213,7 +215,7 @@ class DocumentReader {
   bool text_started_ = false;
   int64_t line_ = 0;
   int64_t file_offset_ = 0;  // bytes of the current text file read so far
-  int64_t bytes_read_ = 0;
+  std::atomic<int64_t> bytes_read_{0};
 };
 
 // Tokens fill shards of `shard_tokens` (Note [Corpus shards]), staged under ".partial".
@@ -360,10 +362,7 @@ json Manifest(const CorpusOptions& o, const CorpusReport& r, const Tokenizer& to
               const std::vector<std::string>& files, const std::vector<int64_t>& documents) {
   json tok = {{"kind", tokenizer.kind()}, {"vocab_size", r.vocab_size}};
   if (!o.tokenizer.empty()) {
-    std::error_code ec;
-    const fs::path file = fs::is_directory(o.tokenizer, ec)
-                              ? fs::path(o.tokenizer) / "tokenizer.json"
-                              : fs::path(o.tokenizer);
+    const fs::path file = TokenizerFile(o.tokenizer);
     tok["path"] = file.string();
     tok["sha256"] = Sha256File(file.string());
   }
@@ -462,8 +461,11 @@ CorpusReport TokenizeCorpus(const CorpusOptions& o) {
   bool to_val = false;  // the current document's split
   auto last_report = start;
   try {
-    for (std::vector<Piece> batch = reader.NextBatch(kBatchBytesPerThread * threads);
-         !batch.empty(); batch = reader.NextBatch(kBatchBytesPerThread * threads)) {
+    // The next batch is read (and its JSON parsed) on its own thread while this one is encoded.
+    const auto read = [&reader, threads] { return reader.NextBatch(kBatchBytesPerThread * threads); };
+    std::future<std::vector<Piece>> next = std::async(std::launch::async, read);
+    for (std::vector<Piece> batch = next.get(); !batch.empty(); batch = next.get()) {
+      next = std::async(std::launch::async, read);
       const std::vector<std::vector<int32_t>> encoded =
           EncodeBatch(batch, *tokenizer, r.document_tokens, threads);
       for (size_t i = 0; i < batch.size(); ++i) {
@@ -519,17 +521,13 @@ CorpusReport TokenizeCorpus(const CorpusOptions& o) {
 
 int64_t DecodeShard(const std::string& shard_path, const Tokenizer& tokenizer, std::FILE* out) {
   const TokenShard shard = TokenShard::Open(shard_path);
-  const TokenSpan tokens = shard.tokens();
-  constexpr size_t kChunk = 1 << 16;
-  for (size_t begin = 0; begin < tokens.size(); begin += kChunk) {
-    std::vector<int32_t> ids;
-    for (size_t i = begin; i < std::min(tokens.size(), begin + kChunk); ++i) {
-      ids.push_back(static_cast<int32_t>(tokens[i]));
-    }
-    const std::string text = tokenizer.Decode(ids);
-    ZTRAIN_CHECK_T(IoError, std::fwrite(text.data(), 1, text.size(), out) == text.size(),
-                   "cannot write the decoded text");
-  }
+  // One call for the whole shard: a decoder may treat the start of its input specially
+  // (SentencePiece drops the first piece's leading space), so pieces would not join up.
+  const std::vector<uint32_t> wide = shard.tokens().ToVector();
+  const std::vector<int32_t> ids(wide.begin(), wide.end());
+  const std::string text = tokenizer.Decode(ids);
+  ZTRAIN_CHECK_T(IoError, std::fwrite(text.data(), 1, text.size(), out) == text.size(),
+                 "cannot write the decoded text");
   return shard.size();
 }
 

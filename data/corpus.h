@@ -20,8 +20,9 @@
 // tokenizer's SHA-256.
 //
 // Memory is bounded whatever the corpus size: documents are read and encoded a batch at a
-// time (about threads x 4 MiB of text), and at most one shard of tokens is buffered per
-// split. Encoding runs on `threads` threads; the output is the same bytes whatever their
+// time (about threads x 4 MiB of text; the next batch is read on its own thread while one is
+// encoded), and at most one shard of tokens is buffered per split. Encoding runs on `threads`
+// threads; the output is the same bytes whatever their
 // number (documents keep their order). Shards are written under a ".partial" suffix and
 // renamed only when the whole corpus succeeded, so a failure leaves earlier output as it was.
 //

@@ -16,6 +16,7 @@
 
 #include "core/error.h"
 #include "data/byte_tokenizer.h"
+#include "data/hf_metaspace.h"
 
 namespace ztrain::data {
 namespace {
@@ -137,7 +138,9 @@ json ReadTokenizerJson(const std::string& path) {
   if (fs::is_directory(file, ec)) file /= "tokenizer.json";
   std::ifstream in(file);
   ZTRAIN_CHECK_T(IoError, in.good(), "tokenizer: cannot open ", file.string(),
-                 fs::is_directory(path, ec) ? " (the directory holds no tokenizer.json)" : "");
+                 fs::is_directory(path, ec)
+                     ? " (the directory holds no tokenizer.json or tokenizer.model)"
+                     : "");
   try {
     return json::parse(in);
   } catch (const json::exception& e) {
@@ -167,7 +170,8 @@ struct HfTokenizer::Impl {
   std::unordered_map<std::string, int32_t> vocab;
   std::vector<std::string> id_to_token;  // vocabulary entries and added tokens
   std::vector<bool> is_added;
-  std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> merges;  // (a, b) -> (rank, ab)
+  detail::MergeMap merges;
+  std::unique_ptr<detail::MetaspaceBpe> metaspace;  // byte_fallback BPE (else byte-level)
   std::vector<Step> steps;
   std::vector<AddedToken> added;  // longest first
   std::array<bool, 256> added_starts{};  // the first bytes of the added tokens
@@ -178,21 +182,17 @@ struct HfTokenizer::Impl {
   uint64_t instance = next_instance++;  // names this tokenizer's words in a WordCache
   bool ignore_merges = false;  // a word in the vocabulary is its token (Llama-3, tiktoken)
 
-  static uint64_t PairKey(int32_t a, int32_t b) {
-    return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
-  }
+  static uint64_t PairKey(int32_t a, int32_t b) { return detail::MergeKey(a, b); }
 
   void ReadModel(const json& m) {
     ZTRAIN_CHECK_T(ConfigError, TypeOf(m) == "BPE", "tokenizer: model.type is '", TypeOf(m),
-                   "'; ztrain reads BPE models (byte-level BPE: GPT-2, Llama-3, Qwen2)");
+                   "'; ztrain reads BPE models (byte-level: GPT-2, Llama-3, Qwen2; with "
+                   "byte_fallback: Llama-2, Mistral)");
     for (const char* key : {"dropout", "continuing_subword_prefix", "end_of_word_suffix"}) {
       const bool unset = !m.contains(key) || m[key].is_null() || m[key] == "";
       ZTRAIN_CHECK_T(ConfigError, unset, "tokenizer: model.", key, " is ",
                      m.contains(key) ? m[key].dump() : "", "; ztrain reads BPE without it");
     }
-    ZTRAIN_CHECK_T(ConfigError, !m.value("byte_fallback", false),
-                   "tokenizer: model.byte_fallback is true (a SentencePiece-style BPE, as "
-                   "Llama-2's and Mistral's files have); ztrain reads byte-level BPE so far");
     ignore_merges = m.value("ignore_merges", false);
     for (const auto& [token, id] : m.at("vocab").items()) {
       const int32_t i = id.get<int32_t>();
@@ -260,6 +260,9 @@ struct HfTokenizer::Impl {
                        t.at("content").dump(), " has ", flag,
                        " true; ztrain matches added tokens as they are");
       }
+      ZTRAIN_CHECK_T(ConfigError, !metaspace || !t.value("normalized", false),
+                     "tokenizer: added token ", t.at("content").dump(), " has normalized true "
+                     "with model.byte_fallback; ztrain matches added tokens before normalizing");
       const auto id = t.at("id").get<int32_t>();
       const std::string content = t.at("content").get<std::string>();
       added.push_back({content, id});
@@ -275,6 +278,14 @@ struct HfTokenizer::Impl {
     });
     for (const AddedToken& t : added) {
       if (!t.content.empty()) added_starts[static_cast<unsigned char>(t.content[0])] = true;
+    }
+  }
+
+  // added_tokens and post_processor, after the model and the pre-tokenization.
+  void ReadTheRest(const json& j) {
+    if (j.contains("added_tokens")) ReadAddedTokens(j["added_tokens"]);
+    if (j.contains("post_processor") && !j["post_processor"].is_null()) {
+      ReadPostProcessor(j["post_processor"]);
     }
   }
 
@@ -356,9 +367,31 @@ struct HfTokenizer::Impl {
     out.insert(out.end(), symbols.begin(), symbols.end());
   }
 
+  // Normalizes a segment between added tokens (`at_start`: it starts the text) and encodes
+  // its words (byte_fallback BPE).
+  void EncodeMetaspaceSegment(std::string_view segment, bool at_start, std::vector<int32_t>& out,
+                              std::unordered_map<std::string, std::vector<int32_t>>& cache) const {
+    constexpr size_t kMaxCachedWordBytes = 256;  // a text without spaces may be one word
+    const std::string normalized = metaspace->Normalize(segment, at_start);
+    for (const std::string_view word : metaspace->Words(normalized)) {
+      if (word.size() > kMaxCachedWordBytes) {
+        metaspace->EncodeWord(word, merges, out);
+        continue;
+      }
+      auto it = cache.find(std::string(word));
+      if (it == cache.end()) {
+        std::vector<int32_t> ids;
+        metaspace->EncodeWord(word, merges, ids);
+        it = cache.emplace(std::string(word), std::move(ids)).first;
+      }
+      out.insert(out.end(), it->second.begin(), it->second.end());
+    }
+  }
+
   // Pre-tokenizes a segment between added tokens and encodes its pieces.
-  void EncodeSegment(std::string_view segment, std::vector<int32_t>& out,
+  void EncodeSegment(std::string_view segment, bool at_start, std::vector<int32_t>& out,
                      std::unordered_map<std::string, std::vector<int32_t>>& cache) const {
+    if (metaspace) return EncodeMetaspaceSegment(segment, at_start, out, cache);
     std::string text(segment);
     std::vector<std::string> pieces{text};
     for (const Step& step : steps) {
@@ -396,11 +429,19 @@ HfTokenizer::HfTokenizer(const std::string& path) : impl_(std::make_unique<Impl>
   const json j = ReadTokenizerJson(path);
   try {
     const json& normalizer = j.contains("normalizer") ? j["normalizer"] : json();
+    const json& pre = j.contains("pre_tokenizer") ? j["pre_tokenizer"] : json();
+    impl_->ReadModel(j.at("model"));
+    if (j["model"].value("byte_fallback", false)) {
+      impl_->metaspace = std::make_unique<detail::MetaspaceBpe>(normalizer, pre, impl_->vocab);
+      ZTRAIN_CHECK_T(ConfigError, !impl_->ignore_merges, "tokenizer: model.ignore_merges with "
+                     "byte_fallback; ztrain reads ignore_merges in byte-level BPE");
+      impl_->ReadTheRest(j);
+      return;
+    }
     ZTRAIN_CHECK_T(ConfigError, normalizer.is_null() || TypeOf(normalizer) == "NFC",
                    "tokenizer: normalizer '", TypeOf(normalizer),
-                   "'; ztrain reads files without a normalizer (or NFC) so far");
-    impl_->ReadModel(j.at("model"));
-    const json& pre = j.contains("pre_tokenizer") ? j["pre_tokenizer"] : json();
+                   "'; ztrain reads files without a normalizer (or NFC), and Prepend/Replace "
+                   "with model.byte_fallback (Llama-2)");
     ZTRAIN_CHECK_T(ConfigError, !pre.is_null(),
                    "tokenizer: no pre_tokenizer; ztrain reads byte-level BPE, whose "
                    "pre_tokenizer is ByteLevel");
@@ -409,12 +450,9 @@ HfTokenizer::HfTokenizer(const std::string& path) : impl_(std::make_unique<Impl>
                                         [](const Impl::Step& s) { return s.byte_level; });
     ZTRAIN_CHECK_T(ConfigError, byte_level,
                    "tokenizer: the pre_tokenizer has no ByteLevel step; ztrain reads "
-                   "byte-level BPE so far");
-    if (j.contains("added_tokens")) impl_->ReadAddedTokens(j["added_tokens"]);
-    if (j.contains("post_processor") && !j["post_processor"].is_null()) {
-      impl_->ReadPostProcessor(j["post_processor"]);
-    }
+                   "byte-level BPE, and Metaspace with model.byte_fallback");
     impl_->SetUpBytes();
+    impl_->ReadTheRest(j);
   } catch (const json::exception& e) {
     throw ConfigError(StrCat("tokenizer: ", path, " is not a tokenizer.json ztrain reads: ",
                              e.what()));
@@ -457,23 +495,30 @@ std::vector<int32_t> HfTokenizer::Encode(std::string_view text) const {
       ++i;
       continue;
     }
-    if (i > start) impl_->EncodeSegment(text.substr(start, i - start), out, cache);
+    if (i > start) impl_->EncodeSegment(text.substr(start, i - start), start == 0, out, cache);
     out.push_back(hit->id);
     i += hit->content.size();
     start = i;
   }
-  if (start < text.size()) impl_->EncodeSegment(text.substr(start), out, cache);
+  if (start < text.size()) impl_->EncodeSegment(text.substr(start), start == 0, out, cache);
   return out;
 }
 
 std::string HfTokenizer::Decode(std::span<const int32_t> ids) const {
   std::string out;
+  bool strip = impl_->metaspace && impl_->metaspace->strips_at_start();
   for (const int32_t id : ids) {
     ZTRAIN_CHECK(id >= 0 && static_cast<size_t>(id) < impl_->id_to_token.size(),
                  "tokenizer: id ", id, " is outside the vocabulary of ", vocab_size());
     const std::string& token = impl_->id_to_token[id];
     if (impl_->is_added[id]) {
       out += token;
+      strip = impl_->metaspace && impl_->metaspace->strips_after_added();
+      continue;
+    }
+    if (impl_->metaspace) {
+      impl_->metaspace->AppendText(id, token, strip, out);
+      strip = false;
       continue;
     }
     for (const uint32_t cp : CodePoints(token)) {
@@ -484,6 +529,11 @@ std::string HfTokenizer::Decode(std::span<const int32_t> ids) const {
     }
   }
   return out;
+}
+
+std::string HfTokenizer::kind() const {
+  if (!impl_->metaspace) return "tokenizer.json byte-level BPE";
+  return "tokenizer.json BPE with byte fallback (" + impl_->metaspace->form() + ")";
 }
 
 int64_t HfTokenizer::vocab_size() const {

@@ -1,25 +1,37 @@
 #pragma once
 // Hugging Face tokenizer.json files (the `tokenizers` library's format) for `ztrain data
-// --tokenizer` (issue 20). This first part reads byte-level BPE as GPT-2, Llama-3 and Qwen2
-// write it:
+// --tokenizer` (issue 20). It reads BPE in the two forms models ship:
+//
+// Byte-level BPE, as GPT-2, Llama-3 and Qwen2 write it:
 //   - model: {"type": "BPE", "vocab": {token: id}, "merges": ["a b", ...] or [["a", "b"], ...]}
 //     with ignore_merges (Llama-3: a pre-token that is a vocabulary entry is that token)
-//     (no dropout, no byte_fallback, no continuing_subword_prefix / end_of_word_suffix);
+//     (no dropout, no continuing_subword_prefix / end_of_word_suffix);
 //   - pre_tokenizer: {"type": "ByteLevel", "use_regex": true} (GPT-2's pattern), or a
 //     "Sequence" of "Split" ({"pattern": {"Regex": ...}, "behavior": "Isolated"}) and
 //     "ByteLevel" ({"use_regex": false}) pre-tokenizers, as Llama-3's and Qwen2's files have;
 //     ByteLevel's add_prefix_space is honoured;
-//   - added_tokens: matched in the raw text before pre-tokenization, longest first;
 //   - normalizer: null or NFC (refused: any other; NFC text is taken as given: ztrain does not
 //     normalise, so NFC-normalised input is the caller's);
 //   - decoder: ByteLevel (implied).
+// BPE with byte fallback, as transformers converts Llama-2's and Mistral's SentencePiece
+// models (data/hf_metaspace.h):
+//   - model: BPE with "byte_fallback": true and <0x00>..<0xFF> in the vocabulary (fuse_unk and
+//     unk_token are then never needed; no ignore_merges);
+//   - normalizer Sequence[Prepend("▁"), Replace(" " -> "▁")] and no pre_tokenizer (Llama-2), or
+//     no normalizer and a Metaspace pre_tokenizer (replacement "▁", any prepend_scheme, split);
+//   - decoder: Replace("▁" -> " "), ByteFallback, Fuse, Strip (implied).
+// Both:
+//   - added_tokens: matched in the raw text before normalization and pre-tokenization, longest
+//     first (with byte_fallback, a token with "normalized": true is refused);
+//   - post_processor: TemplateProcessing's special tokens (below).
 // Anything else is refused by name (ConfigError naming the key, the value and what is read).
 // Regular expressions run on PCRE2 with Unicode properties (\p{L}, \p{N}) and its JIT.
 //
 // Byte-level BPE: each pre-token's UTF-8 bytes are mapped to printable code points (GPT-2's
 // bytes_to_unicode), then adjacent symbols are merged, lowest merge rank first, until no pair
-// has a rank; each final symbol is a vocabulary entry. Decode maps back. Thread safe after
-// construction (the encode cache is per call).
+// has a rank; each final symbol is a vocabulary entry. Decode maps back. Byte fallback BPE
+// merges characters instead (data/hf_metaspace.h). Thread safe after construction (the encode
+// cache is per thread).
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -48,7 +60,8 @@ class HfTokenizer final : public Tokenizer {
   int64_t vocab_size() const override;
   // The id of `token` (a vocabulary entry or an added token), or -1.
   int32_t TokenId(std::string_view token) const override;
-  std::string kind() const override { return "tokenizer.json byte-level BPE"; }
+  // "tokenizer.json byte-level BPE", "tokenizer.json BPE with byte fallback (<form>)".
+  std::string kind() const override;
 
   // The special tokens the file's post_processor (TemplateProcessing, alone or in a Sequence)
   // puts before and after a single text: Note [Document tokens], data/tokenizer.h.

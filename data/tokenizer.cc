@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "data/byte_tokenizer.h"
 #include "data/hf_tokenizer.h"
+#include "data/sentencepiece_tokenizer.h"
 
 namespace ztrain::data {
 namespace {
@@ -87,7 +88,16 @@ DocumentTokens DocumentTokenRule(const std::string& path, const Tokenizer& token
     d.source = "tokenizer.json post_processor";
     if (!d.before.empty() || !d.after.empty()) return d;
   }
+  const auto* sp = dynamic_cast<const SentencePieceTokenizer*>(&tokenizer);
+  if (sp != nullptr && sp->bos_id() >= 0) {
+    d.before.push_back(sp->bos_id());
+    d.source = "the SentencePiece model's BOS, as LlamaTokenizer adds by default";
+    return d;
+  }
   std::string separator = ConfigToken(config, "eos_token");
+  if (separator.empty() && sp != nullptr && sp->eos_id() >= 0) {
+    separator = sp->Decode(std::vector<int32_t>{sp->eos_id()});
+  }
   if (separator.empty()) separator = "<|endoftext|>";
   const int32_t id = tokenizer.TokenId(separator);
   if (id >= 0) {
@@ -117,7 +127,20 @@ int32_t ByteTokenizer::TokenId(std::string_view token) const {
 
 std::unique_ptr<Tokenizer> LoadTokenizer(const std::string& path) {
   if (path.empty()) return std::make_unique<ByteTokenizer>();
+  const std::string file = TokenizerFile(path);
+  if (fs::path(file).extension() == ".model") {
+    return std::make_unique<SentencePieceTokenizer>(file);
+  }
   return std::make_unique<HfTokenizer>(path);
+}
+
+std::string TokenizerFile(const std::string& path) {
+  std::error_code ec;
+  if (!fs::is_directory(path, ec)) return path;
+  const fs::path json_file = fs::path(path) / "tokenizer.json";
+  const fs::path model_file = fs::path(path) / "tokenizer.model";
+  if (!fs::exists(json_file, ec) && fs::exists(model_file, ec)) return model_file.string();
+  return json_file.string();
 }
 
 DocumentTokens ReadDocumentTokens(const std::string& path, const Tokenizer& tokenizer,

@@ -1,16 +1,19 @@
 #pragma once
 // The tokenizers `ztrain data` and sampling use, behind one interface: byte tokens (no
-// tokenizer given) or a Hugging Face tokenizer.json (data/hf_tokenizer.h).
+// tokenizer given), a Hugging Face tokenizer.json (data/hf_tokenizer.h) or a SentencePiece
+// .model file (data/sentencepiece_tokenizer.h).
 //
 // Note [Document tokens]: what surrounds each document in a corpus. HF's `tokenizer(text)`
 // adds what the model was trained with, so ztrain does the same, in this order of authority:
 //   1. tokenizer_config.json beside tokenizer.json, when it says add_bos_token or
 //      add_eos_token (Llama-2, Mistral): bos_token before, eos_token after, as it says;
 //   2. else the tokenizer.json post_processor's TemplateProcessing "single" template (Llama-3:
-//      <|begin_of_text|> before), alone or inside a Sequence;
+//      <|begin_of_text|> before), alone or inside a Sequence; for a SentencePiece .model, its
+//      own BOS piece before (transformers' LlamaTokenizer: add_bos_token=True,
+//      add_eos_token=False by default);
 //   3. else, when neither adds a token (GPT-2, Qwen2), llm.c's rule for pretraining corpora:
-//      the end-of-text token (tokenizer_config's eos_token, else "<|endoftext|>") before each
-//      document, so documents never run together.
+//      the end-of-text token (tokenizer_config's eos_token, else a SentencePiece model's EOS
+//      piece, else "<|endoftext|>") before each document, so documents never run together.
 // The user may replace the rule (--bos, --eos). Byte tokens have no special tokens: documents
 // are concatenated as they are.
 //
@@ -54,9 +57,15 @@ class ByteTokenizer final : public Tokenizer {
   bool splits_anywhere() const override { return true; }
 };
 
-// The tokenizer at `path` (a tokenizer.json, or a directory holding one), or byte tokens
-// when `path` is empty.
+// The tokenizer at `path`, or byte tokens when `path` is empty: a SentencePiece model when
+// TokenizerFile(path) ends in ".model", else a tokenizer.json.
 std::unique_ptr<Tokenizer> LoadTokenizer(const std::string& path);
+
+// The file LoadTokenizer reads for `path`: `path` itself when it is not a directory; in a
+// directory, tokenizer.json when there is one (Hugging Face model directories of Llama-2 and
+// Mistral hold both, and their tokenizer.json is what `tokenizer(text)` uses), else
+// tokenizer.model when there is one, else tokenizer.json (whose absence is then the error).
+std::string TokenizerFile(const std::string& path);
 
 // The tokens around each document (Note [Document tokens]) and where that rule came from.
 struct DocumentTokens {

@@ -107,7 +107,43 @@ LoadedWeights LoadHf(const std::string& dir, const ModelConfig& model, Engine& e
   return loaded;
 }
 
+// The whole model of an llm.c file, staged by name (the file is read in one pass).
+StagedModel StageLlmc(const std::string& path, const ModelConfig& model) {
+  StagedModel staged;
+  std::map<std::string, Shape> shapes;
+  for (const nn::HfTensor& t : nn::FindModelFamily("gpt2").hf.layout(model)) {
+    shapes[t.param] = t.param_shape;
+    staged[t.param].resize(static_cast<size_t>(NumElements(t.param_shape)));
+  }
+  nn::LoadLlmcModel(path, model, [&](const std::string& name) {
+    const auto it = staged.find(name);
+    ZTRAIN_CHECK(it != staged.end(), "the model has no parameter '", name, "'");
+    return Tensor(it->second.data(), DType::kF32, shapes.at(name));
+  });
+  return staged;
+}
+
 }  // namespace
+
+std::unique_ptr<nn::Decoder> LoadDecoder(const std::string& path, const ModelConfig& model) {
+  if (!nn::IsHfModelDir(path)) {
+    const StagedModel staged = StageLlmc(path, model);
+    return std::make_unique<nn::Decoder>(model, [&](const std::string& name, const Tensor& out) {
+      std::memcpy(out.data(), staged.at(name).data(), out.nbytes());
+    });
+  }
+  const nn::HfFamily& family = nn::FindModelFamily(model.type).hf;
+  const nn::HfCheckpoint ckpt(path);
+  const std::vector<nn::HfTensor> layout = family.layout(model);
+  LoadedWeights loaded{"Hugging Face directory", 0, 0};
+  LayoutReader reader(ckpt, layout, family,
+                      ("are not parameters of the " + model.type + " model").c_str(), loaded);
+  return std::make_unique<nn::Decoder>(model, [&](const std::string& name, const Tensor& out) {
+    ZTRAIN_CHECK(reader.Find(name) != nullptr, path, " holds no tensor for parameter '", name,
+                 "'");
+    reader.Read(name, 0, out.numel(), out.data<float>());
+  });
+}
 
 LoadedWeights LoadModelWeights(const std::string& path, const ModelConfig& model, Engine& e) {
   return nn::IsHfModelDir(path) ? LoadHf(path, model, e) : LoadLlmc(path, model, e);

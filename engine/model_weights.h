@@ -10,7 +10,10 @@
 #include <string>
 
 #include "core/config.h"
+#include <memory>
+
 #include "engine/engine.h"
+#include "nn/decoder.h"
 
 namespace ztrain {
 
@@ -24,6 +27,10 @@ struct LoadedWeights {
 // Sets every parameter this rank holds from `path` (an llm.c model file or a HF directory).
 // LoRA's adapters, which a base model's file does not hold, start from training.seed.
 LoadedWeights LoadModelWeights(const std::string& path, const ModelConfig& model, Engine& e);
+
+// A Decoder (nn/decoder.h: generation with a KV cache, fp32 on the CPU) of `model` with its
+// weights from `path` (an llm.c model file or a HF directory), read once, without an engine.
+std::unique_ptr<nn::Decoder> LoadDecoder(const std::string& path, const ModelConfig& model);
 
 // Sets the tensors a PEFT adapter directory holds (nn/peft.h: the adapters, trained biases,
 // modules to save of config.lora), each rank its own elements; the rest keep their values.

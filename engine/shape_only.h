@@ -103,7 +103,9 @@ class ShapeOps final : public kernels::Ops {
                         const Tensor&) override {}
   void AttentionBackward(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                          const kernels::AttentionHeads&, const Tensor&) override {}
-  void RopeForward(const Tensor&, const kernels::AttentionHeads&, const Tensor&) override {}
+  using Ops::RopeForward;
+  void RopeForward(const Tensor&, const kernels::AttentionHeads&, const Tensor&,
+                   int64_t) override {}
   void RopeBackward(const Tensor&, const kernels::AttentionHeads&, const Tensor&) override {}
   void SwiGluForward(const Tensor&, const Tensor&, const Tensor&) override {}
   void SwiGluBackward(const Tensor&, const Tensor&, const Tensor&, const Tensor&,

@@ -131,6 +131,7 @@ Trainer::Trainer(Config config, comm::Communicator* world, const LaunchEnv& laun
     }
   }
 
+  sampler_ = std::make_unique<TrainSampler>(config_);
   const int64_t b = config_.train_micro_batch_size_per_gpu, t = config_.data.seq_len;
   const int64_t gas = config_.gradient_accumulation_steps;
   tokens_.resize(gas * b * t);
@@ -389,6 +390,11 @@ TrainSummary Trainer::Run(const std::atomic<bool>* stop) {
     if (val_loader_ && eval_every > 0 && (step % eval_every == 0 || step == steps)) {
       summary.final_eval_loss = Evaluate();
       Log().info("step {:>6}/{} | val loss {:.4f}", step, steps, summary.final_eval_loss);
+    }
+    const int64_t sample_every = config_.training.sample_interval;
+    if (sampler_->enabled() && (step % sample_every == 0 || step == steps)) {
+      const std::string text = sampler_->Sample(*engine_, step);
+      if (!text.empty()) Log().info("step {:>6}/{} | sample: {}", step, steps, text);
     }
     const int64_t interval = config_.checkpoint.interval;
     if (interval > 0 && step % interval == 0) save(step);

@@ -21,6 +21,7 @@
 #include "engine/csv_monitor.h"
 #include "engine/device_select.h"
 #include "engine/engine.h"
+#include "engine/train_sampler.h"
 #include "parallel/launch_env.h"
 #include "parallel/process_grid.h"
 
@@ -89,6 +90,7 @@ class Trainer {
   std::unique_ptr<data::DataLoader> train_loader_;
   std::unique_ptr<data::DataLoader> val_loader_;  // null without a validation split
   std::unique_ptr<CsvMonitor> csv_;
+  std::unique_ptr<TrainSampler> sampler_;  // with training.sample_interval
   std::vector<int32_t> tokens_, targets_;  // [gradient_accumulation_steps][B*T]
   std::vector<nn::MicroBatch> micro_batches_;
   std::vector<int64_t> comm_bytes_per_step_;  // dp-group bytes moved by this rank, per step

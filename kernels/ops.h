@@ -154,13 +154,28 @@ class Ops {
   //   x'[i] = x[i] cos a - x[i + HS/2] sin a,   x'[i + HS/2] = x[i + HS/2] cos a + x[i] sin a.
   // inv_freq is fp32 [HS/2] on this device (RoPE scaling is folded into it by the caller); the
   // angle is the fp32 product and cos/sin are taken in fp32, as transformers computes them.
-  virtual void RopeForward(const Tensor& qkv, const AttentionHeads& heads,
-                           const Tensor& inv_freq) = 0;
+  // With `first_position`, the T rows are positions first_position .. first_position + T - 1
+  // (incremental decoding: Note [KV cache], nn/decoder.h); the angle is the fp32 product
+  // (first_position + t) * inv_freq, as for a whole sequence.
+  virtual void RopeForward(const Tensor& qkv, const AttentionHeads& heads, const Tensor& inv_freq,
+                           int64_t first_position) = 0;
+  void RopeForward(const Tensor& qkv, const AttentionHeads& heads, const Tensor& inv_freq) {
+    RopeForward(qkv, heads, inv_freq, 0);
+  }
   // The backward: the transpose of the rotation (the same pairs turned by -a), IN PLACE on the
   // query and key heads of dqkv, so that the gradient with respect to the rotated q and k
   // becomes the gradient with respect to the unrotated ones; v's gradient is left alone.
   virtual void RopeBackward(const Tensor& dqkv, const AttentionHeads& heads,
                             const Tensor& inv_freq) = 0;
+
+  // Attention of T new positions over a KV cache (Note [KV cache], nn/decoder.h). qkv
+  // [T,(NH+2*NKV)*HS]: the new positions' projections in the layout above (only q is read);
+  // k_cache and v_cache [L,NKV*HS], L >= T, hold every position's keys and values, the new
+  // positions' as the last T rows; out [T,NH*HS]: new position i attends causally to cache rows
+  // 0 .. L-T+i, scores scaled by 1/sqrt(HS), softmax in fp32. All fp32. The default throws
+  // naming the device: not every backend decodes.
+  virtual void AttentionDecode(const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
+                               const AttentionHeads& heads, const Tensor& out);
 
   // SwiGLU (Llama's MLP activation): h = silu(gate) * up elementwise, silu(g) = g / (1 + e^-g).
   // gate, up and h have one shape (any).

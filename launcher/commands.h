@@ -51,6 +51,19 @@ int RunTune(const std::string& config_path, const std::string& memory_budget, in
 int RunData(data::CorpusOptions options);
 // `ztrain data --decode SHARD`: the shard's text to `out` ("" or "-": stdout).
 int RunDecode(const std::string& shard, const std::string& tokenizer, const std::string& out);
+// `ztrain generate`'s options (launcher/main.cc documents each).
+struct GenerateArgs {
+  std::string model, checkpoint, tokenizer, prompt, prompt_ids;
+  int64_t max_new_tokens = 64;
+  double temperature = 0;
+  int64_t top_k = 0;
+  double top_p = 1;
+  uint64_t seed = 0;
+  bool ignore_eos = false;
+  bool ids = false;  // print the new token ids, one a line, instead of text
+};
+// Prints the prompt and what the model generates after it; the timing goes to the log.
+int RunGenerate(const GenerateArgs& args);
 // Version and the backends compiled into this binary.
 void PrintVersion();
 

@@ -91,8 +91,8 @@ int Main(int argc, char** argv) {
                    "the shard to write (.bin); a larger corpus is split into <stem>_000000.bin, "
                    "... (with --decode: the text file, default stdout)");
   data->add_option("--tokenizer", corpus.tokenizer,
-                   "a Hugging Face tokenizer.json or the model directory holding it (default: "
-                   "byte tokens)");
+                   "a Hugging Face tokenizer.json, a SentencePiece .model, or the model "
+                   "directory holding one (default: byte tokens)");
   data->add_option("--jsonl-key", corpus.jsonl_key,
                    "the JSONL field holding each document's text (default text)");
   data->add_option("--input-format", corpus.input_format,
@@ -121,6 +121,35 @@ int Main(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "uint16", "uint32"}));
   data->add_option("--decode", decode_shard,
                    "write the text of this shard (with --tokenizer's vocabulary) instead");
+
+  CLI::App* gen = app.add_subcommand(
+      "generate", "sample text from a model directory, an llm.c model file or a checkpoint");
+  GenerateArgs generate;
+  gen->add_option("--model", generate.model,
+                  "a Hugging Face model directory or an llm.c model file");
+  gen->add_option("--checkpoint", generate.checkpoint,
+                  "a checkpoint (<checkpoint.dir>/step<N>) or checkpoint.dir (its latest); a "
+                  "LoRA run's is merged");
+  gen->add_option("--tokenizer", generate.tokenizer,
+                  "tokenizer.json, a SentencePiece .model or a directory (default: --model's "
+                  "directory when it holds one, else byte tokens)");
+  gen->add_option("--prompt", generate.prompt, "the text to continue");
+  gen->add_option("--prompt-ids", generate.prompt_ids,
+                  "the prompt as token ids, e.g. 50256,464 (instead of --prompt)");
+  gen->add_option("--max-new-tokens", generate.max_new_tokens, "tokens to generate (default 64)")
+      ->check(CLI::NonNegativeNumber);
+  gen->add_option("--temperature", generate.temperature,
+                  "0 (the default): greedy; above 0: sample at this temperature")
+      ->check(CLI::NonNegativeNumber);
+  gen->add_option("--top-k", generate.top_k, "sample from the k most likely (default 0: all)")
+      ->check(CLI::NonNegativeNumber);
+  gen->add_option("--top-p", generate.top_p,
+                  "sample from the smallest set of probability >= p (default 1: all)")
+      ->check(CLI::Range(0.0, 1.0));
+  gen->add_option("--seed", generate.seed, "the sampling seed (default 0)");
+  gen->add_flag("--ignore-eos", generate.ignore_eos,
+                "go on past the end-of-text token (default: stop there)");
+  gen->add_flag("--ids", generate.ids, "print the new token ids, one a line, instead of text");
 
   CLI::App* exp = app.add_subcommand("export", "write a model from a checkpoint");
   std::string export_checkpoint, export_format, export_out, export_dtype = "fp32";
@@ -164,6 +193,7 @@ int Main(int argc, char** argv) {
     corpus.inputs.insert(corpus.inputs.begin(), text_inputs.begin(), text_inputs.end());
     return RunData(std::move(corpus));
   }
+  if (*gen) return RunGenerate(generate);
   if (*exp) {
     return RunExport(export_checkpoint, export_format, export_out, export_dtype, export_shard,
                      export_merge);

@@ -9,6 +9,11 @@ void Layer::Bind(std::vector<Tensor> params, std::vector<Tensor> grads) {
   grads_ = std::move(grads);
 }
 
+void Layer::Decode(const DecodeStep&, const Tensor&, const Tensor&, LayerContext&) {
+  throw ConfigError(detail::StrCat("layer ", Name(), " cannot decode incrementally (generation "
+                                   "needs the Embedding, TransformerBlock and LmHead layers)"));
+}
+
 void ForEachSliceRun(const TensorSlice& slice, const Shape& local_shape,
                      const std::function<void(int64_t, int64_t, int64_t)>& fn) {
   const int64_t n = NumElements(local_shape);

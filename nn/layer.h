@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "core/buffer.h"
 #include "core/tensor.h"
 #include "kernels/quant.h"
 #include "nn/layer_context.h"
@@ -95,6 +96,21 @@ struct MicroBatch {
   int64_t T() const { return tokens.size(1); }
 };
 
+// One step of incremental decoding (Note [KV cache], nn/decoder.h): new positions
+// first_position .. first_position + T - 1 of one sequence (batch 1), their tokens [1,T].
+// Each transformer block keeps its keys and values in caches[BlockIndex()].
+struct KvCache {
+  Buffer k, v;      // [capacity, kv width] fp32, rows 0 .. length - 1 filled
+  int64_t length = 0;
+};
+struct DecodeStep {
+  Tensor tokens;  // int32 [1,T]
+  int64_t first_position = 0;
+  int64_t capacity = 0;           // the longest sequence the caches must hold
+  std::vector<KvCache>* caches;   // one per block
+  Allocator* cache_allocator;     // where a block allocates its cache on first use
+};
+
 class Layer {
  public:
   virtual ~Layer() = default;
@@ -121,6 +137,15 @@ class Layer {
   // once, before anything reads Params(). The default leaves the layer as declared: a layer
   // of research code trains whole.
   virtual void Adapt(const AdapterPlan& /*plan*/) {}
+  // Incremental decoding (Note [KV cache], nn/decoder.h): the forward of step.tokens' new
+  // positions, fp32, batch 1, input and output [1,T,...] as Forward's, except the head's
+  // output: fp32 logits [T, padded vocabulary] (DecodeOutputShape). The default throws: a
+  // layer that cannot decode (research code's own) says so by name.
+  virtual void Decode(const DecodeStep& step, const Tensor& input, const Tensor& output,
+                      LayerContext& ctx);
+  virtual Shape DecodeOutputShape(const Shape& input_shape) const {
+    return OutputShape(input_shape);
+  }
 
   // Called by the engine once storage exists; views are in the order of Params().
   void Bind(std::vector<Tensor> params, std::vector<Tensor> grads);

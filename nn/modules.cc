@@ -1,5 +1,6 @@
 #include "nn/modules.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/buffer.h"
@@ -430,6 +431,40 @@ void Attention::Forward(LayerContext& ctx, const LinearProvider& p, const ParamV
   const Tensor att = ctx.Save("att", ctx.dtype(), {n, heads_.q_width()});
   const Tensor lse = ctx.Save("lse", DType::kF32, {batch, heads_.num_heads, t});
   ops.AttentionForward(qkv3, heads_, att.View({batch, t, heads_.q_width()}), lse);
+  o_.ForwardAdd(ctx, p, v, att, residual, y);
+}
+
+void Attention::Decode(LayerContext& ctx, const LinearProvider& p, const ParamViews& v,
+                       KvCache& cache, int64_t first, int64_t capacity, Allocator& cache_allocator,
+                       const Tensor& x, const Tensor& residual, const Tensor& y) const {
+  kernels::Ops& ops = ctx.ops();
+  const int64_t t = x.size(0), width = heads_.qkv_width(), kvw = heads_.kv_width();
+  ZTRAIN_CHECK(first == cache.length && first + t <= capacity, "decoding positions ", first,
+               "..", first + t - 1, " over a cache of ", cache.length, " of at most ", capacity);
+  if (cache.k.nbytes() == 0) {
+    cache.k = Buffer(cache_allocator, DType::kF32, {capacity, kvw}, MemoryCategory::kActivations);
+    cache.v = Buffer(cache_allocator, DType::kF32, {capacity, kvw}, MemoryCategory::kActivations);
+  }
+  const Tensor qkv = ctx.Scratch(DType::kF32, {t, width});
+  qkv_.Forward(ctx, v, x, qkv);
+  if (!inv_freq_.empty()) ops.RopeForward(qkv.View({1, t, width}), heads_, InvFreq(ctx), first);
+  const float* rows = qkv.data<float>();
+  float* k = cache.k.data<float>() + first * kvw;
+  float* vv = cache.v.data<float>() + first * kvw;
+  for (int64_t i = 0; i < t; ++i) {
+    const float* row = rows + i * width + heads_.q_width();
+    std::copy(row, row + kvw, k + i * kvw);
+    std::copy(row + kvw, row + 2 * kvw, vv + i * kvw);
+  }
+  cache.length = first + t;
+  const Tensor att = ctx.Scratch(DType::kF32, {t, heads_.q_width()});
+  if (first == 0 && t > 1) {  // a prompt from the start: the training kernel's tiles
+    const Tensor lse = ctx.Scratch(DType::kF32, {1, heads_.num_heads, t});
+    ops.AttentionForward(qkv.View({1, t, width}), heads_, att.View({1, t, heads_.q_width()}), lse);
+  } else {
+    ops.AttentionDecode(qkv, cache.k.AsTensor(DType::kF32, {cache.length, kvw}),
+                        cache.v.AsTensor(DType::kF32, {cache.length, kvw}), heads_, att);
+  }
   o_.ForwardAdd(ctx, p, v, att, residual, y);
 }
 

@@ -208,6 +208,11 @@ class Attention {
   // dx (overwritten) from dy, the gradient of y; x is Forward's.
   void Backward(LayerContext& ctx, const LinearProvider& p, const ParamViews& v, int64_t batch,
                 const Tensor& dy, const Tensor& x, const Tensor& dx) const;
+  // Forward of T new positions starting at `first` over `cache` (Note [KV cache],
+  // nn/decoder.h): appends their keys and values, attends over the cache. fp32, batch 1.
+  void Decode(LayerContext& ctx, const LinearProvider& p, const ParamViews& v, KvCache& cache,
+              int64_t first, int64_t capacity, Allocator& cache_allocator, const Tensor& x,
+              const Tensor& residual, const Tensor& y) const;
   double ForwardFlopsPerToken(int64_t seq_len) const;
   void Adapt(const AdapterPlan& plan, int block, const LinearProvider& provider, ParamTable& table);
 

@@ -33,6 +33,19 @@ void Embedding::Forward(const MicroBatch& mb, const Tensor&, const Tensor& outpu
   provider_->EmbeddingForward(ctx, mb, v.param(wte_), v.param(wpe_), output);
 }
 
+// Positions first .. first + T - 1: the position table's rows from `first` on.
+void Embedding::Decode(const DecodeStep& step, const Tensor&, const Tensor& output,
+                       LayerContext& ctx) {
+  const ParamViews v = views();
+  const int64_t t = step.tokens.size(1);
+  ZTRAIN_CHECK(step.first_position + t <= spec_.max_seq_len, "position ",
+               step.first_position + t - 1, " is beyond model.max_seq_len ", spec_.max_seq_len);
+  const Tensor wpe = v.param(wpe_);
+  ctx.ops().EmbeddingForward(
+      step.tokens, v.param(wte_),
+      wpe.defined() ? wpe.Slice(step.first_position, step.first_position + t) : Tensor(), output);
+}
+
 void Embedding::Backward(const MicroBatch& mb, const Tensor&, const Tensor& doutput,
                          const Tensor&, LayerContext& ctx) {
   const ParamViews v = views();
@@ -92,6 +105,19 @@ void TransformerBlock::Forward(const MicroBatch&, const Tensor& input, const Ten
   mlp_.Forward(ctx, *provider_, v, ln2, res, output.View({n, c_}));
 }
 
+void TransformerBlock::Decode(const DecodeStep& step, const Tensor& input, const Tensor& output,
+                              LayerContext& ctx) {
+  const ParamViews v = views();
+  const int64_t n = input.size(0) * input.size(1);
+  const Tensor x = input.View({n, c_});
+  const Tensor ln1 = norm1_.Forward(ctx, v, "ln1", x);
+  const Tensor res = ctx.Scratch(DType::kF32, {n, c_});
+  attention_.Decode(ctx, *provider_, v, step.caches->at(static_cast<size_t>(index_)),
+                    step.first_position, step.capacity, *step.cache_allocator, ln1, x, res);
+  const Tensor ln2 = norm2_.Forward(ctx, v, "ln2", res);
+  mlp_.Forward(ctx, *provider_, v, ln2, res, output.View({n, c_}));
+}
+
 void TransformerBlock::Backward(const MicroBatch&, const Tensor& input, const Tensor& doutput,
                                 const Tensor& dinput, LayerContext& ctx) {
   kernels::Ops& ops = ctx.ops();
@@ -147,6 +173,17 @@ void LmHead::Forward(const MicroBatch& mb, const Tensor& input, const Tensor& ou
   const int64_t n = input.size(0) * input.size(1);
   const Tensor lnf = norm_.Forward(ctx, v, "lnf", input.View(Rows(input)));
   provider_->HeadLossForward(ctx, mb, lnf, v.param(weight_), spec_.vocab, output.View({n}));
+}
+
+Shape LmHead::DecodeOutputShape(const Shape& input_shape) const {
+  return {input_shape[0] * input_shape[1], spec_.padded_vocab};
+}
+
+void LmHead::Decode(const DecodeStep&, const Tensor& input, const Tensor& output,
+                    LayerContext& ctx) {
+  const ParamViews v = views();
+  const Tensor lnf = norm_.Forward(ctx, v, "lnf", input.View(Rows(input)));
+  ctx.ops().LinearForward(lnf, v.param(weight_), Tensor(), output);
 }
 
 void LmHead::Backward(const MicroBatch& mb, const Tensor& input, const Tensor& doutput,

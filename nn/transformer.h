@@ -34,6 +34,8 @@ class Embedding final : public Layer {
   void Backward(const MicroBatch& mb, const Tensor& input, const Tensor& doutput,
                 const Tensor& dinput, LayerContext& ctx) override;
   void Adapt(const AdapterPlan& plan) override;
+  void Decode(const DecodeStep& step, const Tensor& input, const Tensor& output,
+              LayerContext& ctx) override;
 
  private:
   std::shared_ptr<const LinearProvider> provider_;
@@ -66,6 +68,8 @@ class TransformerBlock final : public Layer {
   // This piece's share (every matmul and the attention split over the provider's pieces).
   double ForwardFlopsPerToken(int64_t seq_len) const override;
   void Adapt(const AdapterPlan& plan) override;
+  void Decode(const DecodeStep& step, const Tensor& input, const Tensor& output,
+              LayerContext& ctx) override;
 
  private:
   std::shared_ptr<const LinearProvider> provider_;
@@ -100,6 +104,10 @@ class LmHead final : public Layer {
                 const Tensor& dinput, LayerContext& ctx) override;
   double ForwardFlopsPerToken(int64_t seq_len) const override;
   void Adapt(const AdapterPlan& plan) override;
+  // Decoding outputs the logits [T, padded vocab] (fp32) of the new positions.
+  void Decode(const DecodeStep& step, const Tensor& input, const Tensor& output,
+              LayerContext& ctx) override;
+  Shape DecodeOutputShape(const Shape& input_shape) const override;
 
  private:
   std::shared_ptr<const LinearProvider> provider_;

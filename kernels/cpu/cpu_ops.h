@@ -87,8 +87,11 @@ class CpuOps final : public Ops {
   void AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
                          const Tensor& lse, const AttentionHeads& heads,
                          const Tensor& dqkv) override;
-  void RopeForward(const Tensor& qkv, const AttentionHeads& heads,
-                   const Tensor& inv_freq) override;
+  using Ops::RopeForward;
+  void RopeForward(const Tensor& qkv, const AttentionHeads& heads, const Tensor& inv_freq,
+                   int64_t first_position) override;
+  void AttentionDecode(const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
+                       const AttentionHeads& heads, const Tensor& out) override;
   void RopeBackward(const Tensor& dqkv, const AttentionHeads& heads,
                     const Tensor& inv_freq) override;
   void SwiGluForward(const Tensor& gate, const Tensor& up, const Tensor& h) override;

@@ -54,7 +54,8 @@ void TurnHeads(float* x, int64_t rotated, int64_t hs, const float* c, const floa
 // Turns the q and k heads of every row by its position's angles, or by their negatives
 // (inverse: the transpose of the rotation, for the backward). Parallel over positions: each
 // takes its cos/sin once for all batch rows.
-void Rope(const Tensor& qkv, const RopeDims& d, const float* inv_freq, bool inverse) {
+void Rope(const Tensor& qkv, const RopeDims& d, const float* inv_freq, bool inverse,
+          int64_t first_position = 0) {
   const int64_t half = d.half();
   const DType type = qkv.dtype();
   const bool wide = type == DType::kF32;
@@ -70,7 +71,7 @@ void Rope(const Tensor& qkv, const RopeDims& d, const float* inv_freq, bool inve
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < d.seq; ++t) {
       for (int64_t i = 0; i < half; ++i) {
-        const float angle = static_cast<float>(t) * inv_freq[i];
+        const float angle = static_cast<float>(first_position + t) * inv_freq[i];
         c[i] = std::cos(angle);
         s[i] = inverse ? -std::sin(angle) : std::sin(angle);
       }
@@ -90,9 +91,10 @@ void Rope(const Tensor& qkv, const RopeDims& d, const float* inv_freq, bool inve
 
 }  // namespace
 
-void CpuOps::RopeForward(const Tensor& qkv, const AttentionHeads& heads, const Tensor& inv_freq) {
+void CpuOps::RopeForward(const Tensor& qkv, const AttentionHeads& heads, const Tensor& inv_freq,
+                         int64_t first_position) {
   const RopeDims d = CheckRope(qkv, heads, inv_freq, "RopeForward", "qkv");
-  Rope(qkv, d, inv_freq.data<float>(), /*inverse=*/false);
+  Rope(qkv, d, inv_freq.data<float>(), /*inverse=*/false, first_position);
 }
 
 void CpuOps::RopeBackward(const Tensor& dqkv, const AttentionHeads& heads, const Tensor& inv_freq) {

@@ -71,8 +71,9 @@ class CudaOps final : public Ops {
   void AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
                          const Tensor& lse, const AttentionHeads& heads,
                          const Tensor& dqkv) override;
-  void RopeForward(const Tensor& qkv, const AttentionHeads& heads,
-                   const Tensor& inv_freq) override;
+  using Ops::RopeForward;
+  void RopeForward(const Tensor& qkv, const AttentionHeads& heads, const Tensor& inv_freq,
+                   int64_t first_position) override;
   void RopeBackward(const Tensor& dqkv, const AttentionHeads& heads,
                     const Tensor& inv_freq) override;
   void SwiGluForward(const Tensor& gate, const Tensor& up, const Tensor& h) override;

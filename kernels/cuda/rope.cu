@@ -21,6 +21,7 @@ namespace {
 struct RopeDims {
   int64_t rows, seq, stride;  // rows = B*T; stride = the qkv row width
   int heads, half, head_dim;  // heads = NH + NKV (the rotated ones)
+  int64_t first_position;     // of row t = 0 (incremental decoding)
 };
 
 // sign = 1 turns by +a (forward), -1 by -a (backward).
@@ -31,7 +32,7 @@ __global__ void RopeKernel(T* qkv, const float* inv_freq, RopeDims d, float sign
        idx += int64_t{gridDim.x} * blockDim.x) {
     const int64_t row = idx / d.half;
     const int i = static_cast<int>(idx % d.half);
-    const float angle = static_cast<float>(row % d.seq) * inv_freq[i];
+    const float angle = static_cast<float>(d.first_position + row % d.seq) * inv_freq[i];
     const float c = cosf(angle), s = sign * sinf(angle);
     T* p = qkv + row * d.stride + i;
     for (int h = 0; h < d.heads; ++h, p += d.head_dim) {
@@ -50,7 +51,7 @@ RopeDims CheckRope(const Tensor& qkv, const AttentionHeads& heads, const Tensor&
   const int half = heads.head_dim / 2;
   CheckOnDevice(inv_freq, device, DType::kF32, {half}, op, "inv_freq");
   return {qkv.size(0) * qkv.size(1), qkv.size(1), heads.qkv_width(),
-          heads.num_heads + heads.num_kv_heads, half, heads.head_dim};
+          heads.num_heads + heads.num_kv_heads, half, heads.head_dim, 0};
 }
 
 void LaunchRope(const Tensor& qkv, const Tensor& inv_freq, const RopeDims& d, float sign,
@@ -66,9 +67,10 @@ void LaunchRope(const Tensor& qkv, const Tensor& inv_freq, const RopeDims& d, fl
 
 }  // namespace
 
-void CudaOps::RopeForward(const Tensor& qkv, const AttentionHeads& heads,
-                          const Tensor& inv_freq) {
-  const RopeDims d = CheckRope(qkv, heads, inv_freq, device(), "RopeForward", "qkv");
+void CudaOps::RopeForward(const Tensor& qkv, const AttentionHeads& heads, const Tensor& inv_freq,
+                          int64_t first_position) {
+  RopeDims d = CheckRope(qkv, heads, inv_freq, device(), "RopeForward", "qkv");
+  d.first_position = first_position;
   LaunchRope(qkv, inv_freq, d, 1.0f, stream_);
 }
 

@@ -143,7 +143,16 @@ TEST_F(Gpt2TokenizerTest, UnsupportedFilesAndInputAreRefusedByName) {
   };
   EXPECT_NE(message([](json& j) { j["model"]["type"] = "Unigram"; }).find("model.type is 'Unigram'"),
             std::string::npos);
-  EXPECT_NE(message([](json& j) { j["model"]["byte_fallback"] = true; }).find("byte_fallback"),
+  // byte_fallback BPE is read with Llama-2's normalizer or a Metaspace pre-tokenizer
+  // (tests/data/sentencepiece_test.cc), not with a ByteLevel one; Llama-2's normalizer is not
+  // read without byte_fallback.
+  EXPECT_NE(message([](json& j) { j["model"]["byte_fallback"] = true; })
+                .find("byte_fallback is true and the pre_tokenizer is 'ByteLevel'"),
+            std::string::npos);
+  EXPECT_NE(message([](json& j) {
+              j["normalizer"] = {{"type", "Sequence"},
+                                 {"normalizers", {{{"type", "Prepend"}, {"prepend", "_"}}}}};
+            }).find("normalizer 'Sequence'"),
             std::string::npos);
   EXPECT_NE(message([](json& j) { j["normalizer"] = {{"type", "Lowercase"}}; })
                 .find("normalizer 'Lowercase'"),

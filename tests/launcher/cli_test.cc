@@ -249,6 +249,31 @@ TEST_F(CliTest, DataDecodesShardsBackToTheirText) {
   EXPECT_NE(missing.out.find("no_such_model"), std::string::npos) << missing.out;
 }
 
+// training.sample_interval prints samples as the run goes; a greedy one at the last step is what
+// `ztrain generate` gives from the saved model.
+TEST_F(CliTest, TrainingPrintsSamplesThatGenerateReproduces) {
+  nlohmann::json j = DefaultConfigJson();
+  j["model"] = {{"n_layer", 2}, {"n_head", 4}, {"n_embd", 64}, {"vocab_size", 256},
+                {"max_seq_len", 64}};
+  j["training"]["steps"] = 10;
+  j["training"]["output_dir"] = dir_ + "/out";
+  j["training"]["save_final"] = dir_ + "/model/";
+  j["training"]["sample_interval"] = 5;
+  j["training"]["sample_tokens"] = 16;
+  j["training"]["sample_prompt"] = "Once";
+  j["training"]["sample_temperature"] = 0.0;
+  const Result r = RunZtrain("--config " + WriteConfig(j));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("step      5/10 | sample: Once"), std::string::npos) << r.out;
+  const Result g = RunZtrain("generate --model " + dir_ + "/model --prompt Once --max-new-tokens 16",
+                             "");
+  ASSERT_EQ(g.code, 0) << g.out;
+  ASSERT_EQ(g.out.rfind("Once", 0), 0u) << g.out;
+  const std::string sample = g.out.substr(0, g.out.size() - 1);  // without the newline
+  EXPECT_NE(r.out.find("step     10/10 | sample: " + sample), std::string::npos)
+      << "generate: " << sample << "\nrun: " << r.out;
+}
+
 // The same text as uint16 and as uint32 shards trains the same model: equal losses and
 // gradient norms at every step.
 TEST_F(CliTest, TrainsTheSameOnUint16AndUint32Shards) {

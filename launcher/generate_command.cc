@@ -1,0 +1,152 @@
+// `ztrain generate`: text from a model directory, an llm.c model file or a checkpoint, with
+// the model's tokenizer (nn/decoder.h: a KV cache, on the CPU).
+#include <stdlib.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/logging.h"
+#include "data/tokenizer.h"
+#include "engine/checkpoint_export.h"
+#include "engine/model_weights.h"
+#include "engine/run_config.h"
+#include "launcher/commands.h"
+
+namespace ztrain::launcher {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A checkpoint exported to a temporary HF directory (merged when it holds LoRA adapters),
+// removed when this goes.
+class ExportedCheckpoint {
+ public:
+  explicit ExportedCheckpoint(const std::string& checkpoint) {
+    char tmpl[] = "/tmp/ztrain_generate_XXXXXX";
+    ZTRAIN_CHECK_T(IoError, ::mkdtemp(tmpl) != nullptr, "cannot create a temporary directory");
+    dir_ = std::string(tmpl) + "/model";
+    try {
+      ExportCheckpoint(checkpoint, "hf", dir_, DType::kF32, int64_t{1} << 40, false);
+    } catch (const ConfigError& e) {
+      if (std::string(e.what()).find("LoRA") == std::string::npos) throw;
+      fs::remove_all(dir_);
+      ExportCheckpoint(checkpoint, "hf", dir_, DType::kF32, int64_t{1} << 40, true);
+    }
+  }
+  ~ExportedCheckpoint() {
+    std::error_code ec;
+    fs::remove_all(fs::path(dir_).parent_path(), ec);
+  }
+  const std::string& dir() const { return dir_; }
+
+ private:
+  std::string dir_;
+};
+
+// The model config of the weights at `path`, as a run with model.init_from = path reads it.
+ModelConfig ModelOf(const std::string& path) {
+  const nlohmann::json j = {{"device", "cpu"},
+                            {"train_micro_batch_size_per_gpu", 1},
+                            {"model", {{"init_from", path}}},
+                            {"training", {{"steps", 0}}}};
+  LaunchEnv single;
+  single.world_size = 1;
+  return ResolveRunConfig(j, 1, single).model;
+}
+
+std::vector<int32_t> ParseIds(const std::string& s) {
+  std::vector<int32_t> ids;
+  std::stringstream in(s);
+  for (std::string item; std::getline(in, item, ',');) {
+    try {
+      ids.push_back(std::stoi(item));
+    } catch (const std::exception&) {
+      throw ConfigError(detail::StrCat("--prompt-ids: '", item,
+                                       "' is not a token id; give ids separated by commas"));
+    }
+  }
+  return ids;
+}
+
+// The tokenizer: --tokenizer, else the model directory when it holds one, else byte tokens.
+std::string TokenizerPath(const GenerateArgs& a, const std::string& model_dir) {
+  if (!a.tokenizer.empty()) return a.tokenizer;
+  std::error_code ec;
+  for (const char* file : {"tokenizer.json", "tokenizer.model"}) {
+    if (fs::is_directory(model_dir, ec) && fs::exists(fs::path(model_dir) / file, ec)) {
+      return model_dir;
+    }
+  }
+  return "";
+}
+
+// The tokens that end generation: the end-of-text tokens the tokenizer has (GPT-2, Qwen2,
+// Llama-2/3 and their chat forms) and what the model put after each training document.
+std::vector<int32_t> StopTokens(const data::Tokenizer& t, const data::DocumentTokens& doc) {
+  std::vector<int32_t> stop = doc.after;
+  for (const char* name :
+       {"<|endoftext|>", "</s>", "<|end_of_text|>", "<|eot_id|>", "<|im_end|>"}) {
+    if (const int32_t id = t.TokenId(name); id >= 0 && t.kind() != "byte") stop.push_back(id);
+  }
+  return stop;
+}
+
+}  // namespace
+
+int RunGenerate(const GenerateArgs& a) {
+  ZTRAIN_CHECK_T(ConfigError, a.model.empty() != a.checkpoint.empty(),
+                 "give --model (a Hugging Face directory or an llm.c model file) or "
+                 "--checkpoint (a checkpoint directory), one of them");
+  std::unique_ptr<ExportedCheckpoint> exported;
+  if (!a.checkpoint.empty()) exported = std::make_unique<ExportedCheckpoint>(a.checkpoint);
+  const std::string path = exported ? exported->dir() : a.model;
+  const ModelConfig model = ModelOf(path);
+  // A checkpoint's export holds no tokenizer files unless its run started from a HF model.
+  const std::string tokenizer_path = TokenizerPath(a, path);
+  const std::unique_ptr<data::Tokenizer> tokenizer = data::LoadTokenizer(tokenizer_path);
+  const data::DocumentTokens doc = data::ReadDocumentTokens(tokenizer_path, *tokenizer);
+  std::vector<int32_t> prompt;
+  if (!a.prompt_ids.empty()) {
+    prompt = ParseIds(a.prompt_ids);
+  } else {
+    prompt = doc.before;  // what each training document started with
+    const std::vector<int32_t> text = tokenizer->Encode(a.prompt);
+    prompt.insert(prompt.end(), text.begin(), text.end());
+  }
+  nn::SamplingOptions o;
+  o.max_new_tokens = a.max_new_tokens;
+  o.temperature = a.temperature;
+  o.top_k = a.top_k;
+  o.top_p = a.top_p;
+  o.seed = a.seed;
+  if (!a.ignore_eos) o.stop_tokens = StopTokens(*tokenizer, doc);
+  const auto start = std::chrono::steady_clock::now();
+  const std::unique_ptr<nn::Decoder> decoder = LoadDecoder(path, model);
+  const auto loaded = std::chrono::steady_clock::now();
+  if (!a.ids && a.prompt_ids.empty()) std::printf("%s", a.prompt.c_str());
+  const std::vector<int32_t> out = nn::Generate(*decoder, prompt, o, [&](int32_t token) {
+    if (a.ids) {
+      std::printf("%d\n", token);
+    } else {  // a byte-level token may hold part of a character: the bytes join up on screen
+      std::printf("%s", tokenizer->Decode(std::span<const int32_t>(&token, 1)).c_str());
+    }
+    std::fflush(stdout);
+  });
+  if (!a.ids) std::printf("\n");
+  const double load_s = std::chrono::duration<double>(loaded - start).count();
+  const double gen_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - loaded).count();
+  Log().info("generated {} tokens after a {}-token prompt in {:.2f} s ({:.1f} ms a token; the "
+             "model loaded in {:.2f} s; {}, {})",
+             out.size(), prompt.size(), gen_s, 1e3 * gen_s / std::max<size_t>(1, out.size()),
+             load_s, o.temperature > 0 ? "sampled" : "greedy",
+             tokenizer_path.empty() ? "byte tokens" : tokenizer->kind());
+  return kExitOk;
+}
+
+}  // namespace ztrain::launcher
