@@ -43,6 +43,10 @@ TrainSampler::TrainSampler(const Config& config) : config_(config) {
     prompt_.insert(prompt_.end(), text.begin(), text.end());
   }
   if (prompt_.empty()) prompt_ = {tokenizer_ ? tokenizer_->Encode("\n").front() : 0};
+  ZTRAIN_CHECK_T(ConfigError, static_cast<int64_t>(prompt_.size()) < config.model.max_seq_len,
+                 "training.sample_prompt is ", prompt_.size(), " tokens with the document "
+                 "tokens, which leaves no room to generate within model.max_seq_len ",
+                 config.model.max_seq_len, "; shorten it");
 }
 
 TrainSampler::~TrainSampler() = default;
