@@ -228,6 +228,7 @@ class ShardSink {
     while (!tokens.empty()) {
       if (static_cast<int64_t>(buffer_.size()) == shard_tokens_) Flush(SplitShardPath(out_, index_));
       const size_t take = std::min(tokens.size(), static_cast<size_t>(shard_tokens_) - buffer_.size());
+      // Token ids are never negative (the tokenizers' vocabularies start at 0).
       buffer_.insert(buffer_.end(), tokens.begin(), tokens.begin() + static_cast<ptrdiff_t>(take));
       tokens = tokens.subspan(take);
       tokens_ += static_cast<int64_t>(take);
@@ -268,8 +269,7 @@ class ShardSink {
 
  private:
   void Flush(const std::string& path) {
-    std::vector<uint32_t> ids(buffer_.begin(), buffer_.end());
-    WriteTokenShard(path + kPartial, TokenSpan(ids), format_);
+    WriteTokenShard(path + kPartial, TokenSpan(buffer_), format_);
     files_.push_back(ShardFile{path, static_cast<int64_t>(buffer_.size()), val_});
     buffer_.clear();
     ++index_;
@@ -279,7 +279,7 @@ class ShardSink {
   int64_t shard_tokens_;
   TokenFormat format_;
   bool val_;
-  std::vector<int32_t> buffer_;
+  std::vector<uint32_t> buffer_;  // the shard being filled, written as it is
   std::vector<ShardFile> files_;
   int64_t index_ = 0;
   int64_t tokens_ = 0;
