@@ -1,11 +1,11 @@
 // js-tiktoken's GPT-2 encoder over a JSONL corpus, the reference of bench/tokenizer_bench:
-//   node js_tiktoken_encode.js NPM_CACHE CORPUS.jsonl
+//   node js_tiktoken_encode.js MODULE_DIR CORPUS.jsonl   (MODULE_DIR: the installed js-tiktoken)
 // Prints "<tokens> <seconds>": every document's "text" encoded (special tokens allowed, as
 // ztrain matches them), best of three passes, loading excluded.
 const fs = require('fs');
 const path = require('path');
-const [cache, corpus] = process.argv.slice(2);
-const pkg = path.join(cache, 'node_modules', 'js-tiktoken', 'dist');
+const [moduleDir, corpus] = process.argv.slice(2);
+const pkg = path.join(moduleDir, 'dist');
 const { Tiktoken } = require(path.join(pkg, 'lite.cjs'));
 const enc = new Tiktoken(require(path.join(pkg, 'ranks', 'gpt2.cjs')));
 const docs = fs.readFileSync(corpus, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l).text);

@@ -97,8 +97,9 @@ int main(int argc, char** argv) {
   char tmpl[] = "/tmp/ztrain_tokenizer_bench_XXXXXX";
   const std::string dir = mkdtemp(tmpl);
   std::string why;
+  std::string js_tiktoken;
   if (!ztrain::data::test_util::WriteGpt2Tokenizer(dir + "/gpt2", &why) ||
-      ztrain::data::test_util::NpmPackage("js-tiktoken", "1.0.15", &why).empty()) {
+      (js_tiktoken = ztrain::data::test_util::NpmPackage("js-tiktoken", "1.0.15", &why)).empty()) {
     std::printf("tokenizer_bench: %s\n", why.c_str());
     return 1;
   }
@@ -122,7 +123,7 @@ int main(int argc, char** argv) {
   int status = 0;
   const std::string js = CommandOutput(
       "node " + ztrain::data::test_util::Quote(ZTRAIN_BENCH_DIR "/js_tiktoken_encode.js") + " " +
-          ztrain::data::test_util::Quote(ZTRAIN_NPM_CACHE) + " " + dir + "/corpus.jsonl",
+          ztrain::data::test_util::Quote(js_tiktoken) + " " + dir + "/corpus.jsonl",
       &status);
   long long js_tokens = 0;
   double js_seconds = 0;

