@@ -222,7 +222,8 @@ Config ConfigFrom(const json& t, int world_size) {
   const json& csv = t["csv_monitor"];
   c.csv_monitor = CsvMonitorConfig{csv["enabled"], csv["output_path"], csv["job_name"]};
   const json& ck = t["checkpoint"];
-  c.checkpoint = CheckpointConfig{ck["dir"], ck["interval"], ck["keep_last"], ck["resume"]};
+  c.checkpoint = CheckpointConfig{ck["dir"], ck["interval"], ck["keep_last"], ck["resume"],
+                                  ck["slurm_requeue"]};
   c.zero = ZeroFrom(t["zero_optimization"]);
   const json& aio = t["aio"];
   c.aio = AioConfig{aio["block_size"], aio["queue_depth"], aio["intra_op_parallelism"],

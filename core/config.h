@@ -100,6 +100,7 @@ struct CheckpointConfig {
   int64_t interval = 0;   // steps between saves; 0: only at the end and on a signal
   int64_t keep_last = 3;  // checkpoints kept
   bool resume = false;    // resume from <dir>/latest
+  bool slurm_requeue = true;  // SIGUSR1 in a SLURM job: save, then `scontrol requeue` the job
 };
 
 struct OptimizerConfig {
@@ -294,6 +295,7 @@ struct Config {
   int tensor_parallel_size = 1;
   int world_size = 1;       // ranks in all: dp_size x pipeline_stages x tensor_parallel_size
   int dp_size = 1;          // data-parallel ranks, the size the batch triple was resolved for
+  int ranks_on_node = 1;    // this run's ranks on this node (set by the Trainer from the launcher)
   nlohmann::json resolved;  // the full config with every default and "auto" filled in
   std::vector<AutoChoice> auto_choices;  // every "auto" resolved, in schema order
 };

@@ -138,7 +138,13 @@ std::vector<ConfigKey> CheckpointAndParallelKeys() {
           "ztrain: how many checkpoints to keep; older ones are removed after a save."),
       Key("checkpoint.resume", T::kBool, false,
           "ztrain: resume from `<dir>/latest` (as `--resume`), falling back to the newest "
-          "intact checkpoint."),
+          "intact checkpoint. A job SLURM requeued (`SLURM_RESTART_COUNT` > 0) resumes so "
+          "without it."),
+      Key("checkpoint.slurm_requeue", T::kBool, true,
+          "ztrain: in a SLURM batch job, SIGUSR1 (`sbatch --signal=USR1@120`, `scancel "
+          "--signal=USR1`) saves a checkpoint and then requeues the job (`scontrol requeue`), "
+          "which resumes from it; false: save and exit (status 130) only. SIGTERM never "
+          "requeues (SLURM requeues preempted jobs by itself)."),
       Key("checkpoint.tag_validation", T::kString, "Warn",
           "Check that all ranks save the same tag: `Ignore`, `Warn` or `Fail`.")
           .Choices({"Ignore", "Warn", "Fail"}),

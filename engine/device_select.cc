@@ -87,8 +87,20 @@ DeviceChoice SelectDevice(const std::string& setting, int local_rank, int local_
 }
 
 DeviceChoice SelectDevice(const std::string& setting, const LaunchEnv& env) {
-  DeviceChoice choice =
-      SelectDevice(setting, env.local_rank, env.local_size, kernels::CudaDeviceCount());
+  return SelectDevice(setting, env, kernels::CudaDeviceCount());
+}
+
+DeviceChoice SelectDevice(const std::string& setting, const LaunchEnv& env, int visible) {
+  // srun --gpus-per-task gives each task its own GPUs (CUDA_VISIBLE_DEVICES lists only
+  // them): the task is alone on what it sees, whatever its local rank.
+  const bool own_gpus = env.gpus_per_task > 0 && visible == env.gpus_per_task;
+  DeviceChoice choice = own_gpus ? SelectDevice(setting, 0, 1, visible)
+                                 : SelectDevice(setting, env.local_rank, env.local_size, visible);
+  if (own_gpus && !choice.device.is_cpu()) {
+    choice.reason = detail::StrCat("srun --gpus-per-task=", env.gpus_per_task,
+                                   ": this task's own GPU (local rank ", env.local_rank, " of ",
+                                   env.local_size, ")");
+  }
   if (choice.device.is_cpu() || env.world_size == 1 || comm::HaveNccl()) return choice;
   // Ranks on CUDA talk through NCCL only.
   ZTRAIN_CHECK_T(ConfigError, setting == "auto", "device is \"", setting, "\" with ",

@@ -31,5 +31,9 @@ DeviceChoice SelectDevice(const std::string& setting, int local_rank, int local_
 // without CUDA), and with several ranks on CUDA a build with NCCL ("auto" falls back to the
 // CPU without one).
 DeviceChoice SelectDevice(const std::string& setting, const LaunchEnv& env);
+// As above with `visible_gpus` GPUs. A task that SLURM gave its own GPUs (srun
+// --gpus-per-task=G: env.gpus_per_task is G and it sees exactly G) takes the first of them,
+// whatever its local rank.
+DeviceChoice SelectDevice(const std::string& setting, const LaunchEnv& env, int visible_gpus);
 
 }  // namespace ztrain

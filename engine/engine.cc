@@ -402,8 +402,9 @@ void Engine::MakeSwapDirs(int64_t param_bytes, int64_t opt_bytes, std::string* p
   const int grid_rank = (pp_->rank() * dp_->size() + dp_->rank()) * tp_->size() + tp_->rank();
   const int grid_size = pp_->size() * dp_->size() * tp_->size();
   auto make_dir = [&](const std::string& path, int64_t bytes, const std::string& what) {
-    swap_dirs_.push_back(std::make_unique<offload::SwapDir>(path, config_.training.job_name,
-                                                            grid_rank, grid_size, bytes, what));
+    swap_dirs_.push_back(std::make_unique<offload::SwapDir>(
+        path, config_.training.job_name, grid_rank, grid_size, bytes, what,
+        offload::FreeBytesFunction{}, config_.ranks_on_node));
     return swap_dirs_.back().get();
   };
   offload::SwapDir* param_dir = nullptr;

@@ -79,6 +79,7 @@ Trainer::Trainer(Config config, comm::Communicator* world, const LaunchEnv& laun
   Preflight(config_,
             PreflightOptions{.create_outputs = true, .open_data = false, .check_locks = false});
   config_.device = device_.device.ToString();
+  config_.ranks_on_node = world_ ? launch.local_size : 1;
   Log().info("device: {} ({})", config_.device, device_.reason);
   const int world_size = world ? world->size() : 1;
   grid_ = std::make_unique<ProcessGrid>(

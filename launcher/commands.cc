@@ -2,9 +2,13 @@
 
 #include <omp.h>
 
+#include <signal.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -20,6 +24,7 @@
 #include "kernels/ops.h"
 #include "launcher/build_info.h"
 #include "launcher/signals.h"
+#include "launcher/slurm_job.h"
 #include "parallel/comm/mpi/mpi_communicator.h"
 #include "parallel/launch_env.h"
 
@@ -27,10 +32,20 @@ namespace ztrain::launcher {
 
 namespace {
 
-// Ranks on one node would each start one OpenMP thread per core and fight over the cores;
-// unless the user chose OMP_NUM_THREADS, each rank gets its share (as torchrun does).
-void ShareCoresAmongLocalRanks(const LaunchEnv& env) {
-  if (std::getenv("OMP_NUM_THREADS") != nullptr || env.local_size <= 1) return;
+// Ranks on one node would each start one OpenMP thread per core and fight over the cores.
+// Unless the user chose OMP_NUM_THREADS, a rank gets the CPUs SLURM gave its task
+// (SLURM_CPUS_PER_TASK, as srun -c / --cpus-per-task sets it), else its share of the node's
+// cores (as torchrun does).
+void SetThreadsPerRank(const LaunchEnv& env) {
+  if (std::getenv("OMP_NUM_THREADS") != nullptr) return;
+  if (env.cpus_per_task > 0) {
+    omp_set_num_threads(env.cpus_per_task);
+    Log().info("{} OpenMP threads per rank from SLURM_CPUS_PER_TASK (set OMP_NUM_THREADS to "
+               "override)",
+               env.cpus_per_task);
+    return;
+  }
+  if (env.local_size <= 1) return;
   const int threads = std::max(1, omp_get_num_procs() / env.local_size);
   omp_set_num_threads(threads);
   Log().info("{} ranks on this node: {} OpenMP threads each (set OMP_NUM_THREADS to override)",
@@ -45,11 +60,32 @@ Config LoadTrainConfig(const std::string& config_path, const LaunchEnv& env) {
 int Train(Config config, comm::Communicator* world, const LaunchEnv& env,
           const std::string& resume) {
   const std::atomic<bool>& stop = InstallStopHandlers();
-  const bool resuming = !resume.empty() || config.checkpoint.resume;
+  LogSlurmJob(env);
+  std::string tag = resume;
+  if (tag.empty() && (config.checkpoint.resume || ResumesAfterRequeue(env, config))) {
+    tag = "latest";
+  }
+  const bool requeues = RequeuesOnUsr1(env, config);
   Trainer trainer(std::move(config), world, env);
-  if (resuming) trainer.Resume(resume.empty() ? "latest" : resume);
+  if (!tag.empty()) trainer.Resume(tag);
   const TrainSummary summary = trainer.Run(&stop);
-  return summary.interrupted ? kExitInterrupted : kExitOk;
+  if (!summary.interrupted) return kExitOk;
+  // The ranks agree (SIGUSR1 may have reached only some), and this collective also means
+  // every rank's checkpoint files are written before SLURM ends the job's processes.
+  float requeue = requeues && StopSignal() == SIGUSR1 ? 1.0f : 0.0f;
+  if (world != nullptr) {
+    world->AllReduce(Tensor(&requeue, DType::kF32, {1}), comm::ReduceOp::kMax)->Wait();
+  }
+  if (requeue > 0.0f && (world == nullptr || world->rank() == 0)) {
+    const std::string problem = RequeueSlurmJob(env.slurm_job_id);
+    if (problem.empty()) {
+      Log().warn("requeued SLURM job {}: it resumes from the checkpoint just saved",
+                 env.slurm_job_id);
+    } else {
+      Log().error("{}", problem);
+    }
+  }
+  return kExitInterrupted;
 }
 
 // Where `setting` would put this process (a rank of `world_size` outside a launcher), on
@@ -204,6 +240,93 @@ void PrintEstimateTable(const std::vector<EstimateRow>& rows, bool gpu) {
   }
 }
 
+// Note [Nodes needed]
+// `ztrain estimate --gpu-memory M --gpus-per-node G`: for each row of the table, the fewest
+// nodes n (n * G ranks, the same micro-batch per GPU and gradient accumulation, so the global
+// batch grows with n) whose per-GPU peak fits in M, with every block's activations kept and
+// with every block checkpointed. ZeRO shards shrink as the ranks grow and nothing else grows
+// with them, so a row's peak never rises with n and a binary search over n finds the fewest;
+// node counts whose ranks the pipeline x tensor grid cannot divide are skipped, and a world
+// the config refuses counts as not fitting.
+struct NodesNeeded {
+  int plain = 0, checkpointed = 0;  // 0: not within max_nodes
+  int64_t plain_peak = 0, checkpointed_peak = 0;
+};
+
+std::vector<NodesNeeded> FindNodesNeeded(const EstimateArgs& args, const Config& config,
+                                         const EstimateOptions& options, int64_t memory) {
+  const int grid = config.pipeline_stages * config.tensor_parallel_size;
+  const int step = grid / std::gcd(grid, args.gpus_per_node);  // nodes come in multiples of it
+  std::map<int, std::vector<EstimateRow>> tables;
+  auto table = [&](int nodes) -> const std::vector<EstimateRow>* {
+    auto it = tables.find(nodes);
+    if (it == tables.end()) {
+      EstimateArgs a = args;
+      a.world_size = nodes * args.gpus_per_node;
+      a.micro_batch = config.train_micro_batch_size_per_gpu;
+      std::vector<EstimateRow> rows;
+      try {
+        rows = EstimateTable(EstimateConfig(a), options);
+      } catch (const ConfigError&) {
+      }
+      it = tables.emplace(nodes, std::move(rows)).first;
+    }
+    return it->second.empty() ? nullptr : &it->second;
+  };
+  const size_t count = EstimateTable(config, options).size();
+  std::vector<NodesNeeded> needed(count);
+  for (size_t r = 0; r < count; ++r) {
+    for (const bool ckpt : {false, true}) {
+      auto peak = [&](int nodes) -> int64_t {
+        const std::vector<EstimateRow>* rows = table(nodes);
+        if (rows == nullptr) return -1;
+        const EstimateRow& row = (*rows)[r];
+        return (ckpt ? row.checkpointed : row.plain).device_total_peak;
+      };
+      auto fits = [&](int nodes) {
+        const int64_t p = peak(nodes);
+        return p >= 0 && p <= memory;
+      };
+      int lo = 1, hi = args.max_nodes / step;  // in units of `step` nodes
+      if (hi < 1 || !fits(hi * step)) continue;
+      while (lo < hi) {
+        const int mid = lo + (hi - lo) / 2;
+        if (fits(mid * step)) {
+          hi = mid;
+        } else {
+          lo = mid + 1;
+        }
+      }
+      (ckpt ? needed[r].checkpointed : needed[r].plain) = lo * step;
+      (ckpt ? needed[r].checkpointed_peak : needed[r].plain_peak) = peak(lo * step);
+    }
+  }
+  return needed;
+}
+
+void PrintNodesNeeded(const EstimateArgs& args, const Config& config,
+                      const EstimateOptions& options) {
+  const int64_t memory = ParseBytes(args.gpu_memory);
+  const std::vector<EstimateRow> rows = EstimateTable(config, options);
+  const std::vector<NodesNeeded> needed = FindNodesNeeded(args, config, options, memory);
+  std::printf(
+      "\nnodes of %d GPUs with %s each that every choice needs (micro-batch %lld per GPU, "
+      "gradient accumulation %lld; GPU peak there; Note [Nodes needed]):\n",
+      args.gpus_per_node, FormatBytes(memory).c_str(),
+      static_cast<long long>(config.train_micro_batch_size_per_gpu),
+      static_cast<long long>(config.gradient_accumulation_steps));
+  std::printf("  %-5s %-19s %24s %24s\n", "stage", "offload", "nodes", "nodes, ckpt");
+  auto cell = [&](int nodes, int64_t peak) {
+    if (nodes == 0) return "over " + std::to_string(args.max_nodes);
+    return std::to_string(nodes) + " (" + FormatBytes(peak) + ")";
+  };
+  for (size_t r = 0; r < rows.size(); ++r) {
+    std::printf("  %-5d %-19s %24s %24s\n", rows[r].stage, rows[r].offload.c_str(),
+                cell(needed[r].plain, needed[r].plain_peak).c_str(),
+                cell(needed[r].checkpointed, needed[r].checkpointed_peak).c_str());
+  }
+}
+
 }  // namespace
 
 int RunEstimate(const EstimateArgs& args) {
@@ -224,6 +347,7 @@ int RunEstimate(const EstimateArgs& args) {
     }
     PrintEstimateRank(e);
     PrintEstimateTable(EstimateTable(config, options), e.gpu);
+    if (!args.gpu_memory.empty()) PrintNodesNeeded(args, config, options);
     std::printf(
         "\nnot counted: the CUDA context, library workspaces (cuBLAS, NCCL) and blocks "
         "the caching allocator keeps free%s; see docs/memory.md\n",
@@ -283,24 +407,34 @@ int RunTrain(const std::string& config_path, const std::string& resume) {
   // Every rank reads the config before MPI starts: a bad config fails every rank the same
   // way, with nothing to wait for.
   Config config = LoadTrainConfig(config_path, env);
-  if (env.world_size == 1) return Train(std::move(config), nullptr, env, resume);
+  if (env.world_size == 1) {
+    SetThreadsPerRank(env);
+    return Train(std::move(config), nullptr, env, resume);
+  }
+  if (env.launcher == "slurm" && env.rank == 0) {
+    const std::string problem = SrunMpiProblem(std::getenv("SLURM_MPI_TYPE"));
+    if (!problem.empty()) std::fprintf(stderr, "%s\n", problem.c_str());
+  }
   const auto timeout =
       std::chrono::milliseconds(static_cast<int64_t>(config.training.comm_timeout_s * 1000.0));
   // Any failure ends the job, so the workers stop at the first one, before unwinding frees
   // buffers that MPI may still touch (Note [Stopping the workers]).
   std::unique_ptr<comm::Communicator> world =
       comm::MakeMpiWorld(timeout, nullptr, comm::OnCommFailure::kStopProcess);
-  SetLogRankPrefix("[rank " + std::to_string(world->rank()) + "] ");
+  // Every rank's lines say which rank and host wrote them (a job's ranks share one log).
+  const std::string where =
+      "rank " + std::to_string(world->rank()) + (env.host.empty() ? "" : " on " + env.host);
+  SetLogRankPrefix("[" + where + "] ");
   if (world->rank() != 0) SetLogLevel("warn");  // progress comes from rank 0, as DeepSpeed
-  ShareCoresAmongLocalRanks(env);
+  SetThreadsPerRank(env);
   try {
     ZTRAIN_CHECK(world->size() == env.world_size, "the launcher says ", env.world_size, " ranks (",
                  env.launcher, ") but MPI has ", world->size());
     return Train(std::move(config), world.get(), env, resume);
   } catch (const std::exception& e) {
     // One failing rank ends the whole job, so no other rank waits in a collective forever.
-    std::fprintf(stderr, "ztrain: rank %d of %d failed: %s\n", world->rank(), world->size(),
-                 e.what());
+    std::fprintf(stderr, "ztrain: rank %d of %d on %s failed: %s\n", world->rank(),
+                 world->size(), env.host.empty() ? "?" : env.host.c_str(), e.what());
     std::fflush(stderr);
     comm::AbortWorld(dynamic_cast<const ConfigError*>(&e) ? kExitConfigError : kExitError);
   }

@@ -38,6 +38,8 @@ struct EstimateArgs {
   int64_t seq = 0;
   int64_t micro_batch = 0;  // 0: the config's
   std::string device;       // "", "cpu" or "gpu": where the ranks would train
+  std::string gpu_memory;   // "80GiB": also the nodes of gpus_per_node GPUs each row needs
+  int max_nodes = 4096;     // the most nodes that search considers
 };
 int RunEstimate(const EstimateArgs& args);
 // `ztrain tune`: the largest train_micro_batch_size_per_gpu that fits `memory_budget` per rank

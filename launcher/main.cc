@@ -62,6 +62,11 @@ int Main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   est->add_option("--micro-batch", estimate.micro_batch, "train_micro_batch_size_per_gpu")
       ->check(CLI::PositiveNumber);
+  est->add_option("--gpu-memory", estimate.gpu_memory,
+                  "memory of one GPU (80GiB, 40GB): also print the nodes of --gpus-per-node "
+                  "GPUs each stage and offload choice needs");
+  est->add_option("--max-nodes", estimate.max_nodes, "the most nodes to consider (default 4096)")
+      ->check(CLI::PositiveNumber);
   est->add_option("--device", estimate.device,
                   "gpu or cpu: where the ranks train (default: the config's device; auto is gpu)")
       ->check(CLI::IsMember({"gpu", "cpu"}));

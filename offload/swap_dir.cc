@@ -114,6 +114,26 @@ std::vector<StaleDir> StaleDirsOfOtherRuns(const std::string& job_dir, int ranks
   return stale;
 }
 
+// Bytes in the rank directories of this run (below `ranks`) that a live process holds, but
+// `own`: what the node's other ranks have already put on this disk.
+int64_t BytesOfLiveRanks(const std::string& job_dir, int ranks, const std::string& own) {
+  int64_t bytes = 0;
+  std::error_code ec;
+  for (fs::directory_iterator it(job_dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const int rank = RankOf(it->path().filename().string());
+    if (rank < 0 || rank >= ranks || it->path() == fs::path(own) || !it->is_directory(ec)) {
+      continue;
+    }
+    try {
+      if (!DirLock::IsHeld(it->path().string())) continue;
+    } catch (const IoError&) {
+      continue;
+    }
+    bytes += UsageOf(it->path()).bytes;
+  }
+  return bytes;
+}
+
 int64_t BytesOf(const std::vector<StaleDir>& dirs) {
   int64_t bytes = 0;
   for (const StaleDir& d : dirs) bytes += d.usage.bytes;
@@ -137,7 +157,8 @@ std::string Describe(const std::vector<StaleDir>& dirs, const std::string& job) 
 }  // namespace
 
 SwapDir::SwapDir(const std::string& nvme_path, const std::string& job, int rank, int ranks,
-                 int64_t needed_bytes, const std::string& what, FreeBytesFunction free_bytes) {
+                 int64_t needed_bytes, const std::string& what, FreeBytesFunction free_bytes,
+                 int ranks_on_node) {
   ZTRAIN_ASSERT(rank >= 0 && rank < ranks, "rank ", rank, " of ", ranks);
   std::error_code ec;
   ZTRAIN_CHECK_T(IoError, fs::is_directory(nvme_path, ec), what, ".nvme_path '", nvme_path,
@@ -147,7 +168,8 @@ SwapDir::SwapDir(const std::string& nvme_path, const std::string& job, int rank,
   const LockHolder previous = Lock(job, what);
   try {
     CheckSpace(nvme_path, job, ranks, needed_bytes, what,
-               free_bytes ? free_bytes : FreeBytesFunction(FreeBytes), previous);
+               free_bytes ? free_bytes : FreeBytesFunction(FreeBytes), previous,
+               std::max(1, ranks_on_node));
   } catch (...) {
     Remove();
     throw;
@@ -181,11 +203,25 @@ LockHolder SwapDir::Lock(const std::string& job, const std::string& what) {
 
 void SwapDir::CheckSpace(const std::string& nvme_path, const std::string& job, int ranks,
                          int64_t needed_bytes, const std::string& what,
-                         const FreeBytesFunction& free_bytes, const LockHolder& previous) {
+                         const FreeBytesFunction& free_bytes, const LockHolder& previous,
+                         int ranks_on_node) {
   // Read before the stale files go, which they count towards.
   const int64_t free = free_bytes(nvme_path);
   const int64_t reclaimed = Reclaim(job, previous);
   const std::vector<StaleDir> others = StaleDirsOfOtherRuns(job_dir_, ranks);
+  if (ranks_on_node > 1) {  // Note [Swap space per node]
+    const int64_t taken = BytesOfLiveRanks(job_dir_, ranks, path_);
+    const int64_t node_needed = needed_bytes * ranks_on_node;
+    ZTRAIN_CHECK_T(
+        IoError, free + reclaimed + taken >= node_needed, what, " needs ",
+        FormatBytes(node_needed), " (", node_needed, " bytes) of swap space on this node under ",
+        nvme_path, ": its ", ranks_on_node, " ranks share that disk and each needs ",
+        FormatBytes(needed_bytes), ", but only ", FormatBytes(free + reclaimed + taken),
+        " are free or theirs already",
+        taken == 0 ? "" : StrCat(" (", FormatBytes(taken), " in use by this node's other ranks)"),
+        "; free space, point nvme_path at a larger disk, run fewer ranks per node, or offload "
+        "less (offload_param.max_in_cpu, or device \"cpu\")");
+  }
   ZTRAIN_CHECK_T(
       IoError, free + reclaimed >= needed_bytes, what, " needs ", FormatBytes(needed_bytes), " (",
       needed_bytes, " bytes) of swap space on this rank under ", nvme_path, " but only ",

@@ -54,6 +54,16 @@ namespace ztrain::offload {
 //   disks, and the ranks placed on other nodes than before) stays until that rank next runs
 //   on its node.
 
+// Note [Swap space per node]
+// The ranks of one node put their swap directories on the same nvme_path, a node-local disk,
+// so the space check is for the node: this rank's bytes times the ranks on the node
+// (`ranks_on_node`; ZeRO gives every data-parallel rank the same shard, pipeline stages
+// differ, and the largest stage decides as every rank checks), against the free space plus
+// what the node's other live ranks of this run have already put there (their locked rank
+// directories: a rank that started first has taken its share of the free space already).
+// Each rank checks, so the run fails on every rank of a node that is short, before
+// training, naming the total. Ranks on other nodes have other disks and do not count.
+
 // Free bytes on the file system holding a path; FreeBytes (statvfs) unless a test fakes it.
 using FreeBytesFunction = std::function<int64_t(const std::string& path)>;
 
@@ -61,8 +71,11 @@ class SwapDir {
  public:
   // Rank `rank` of a job of `ranks` ranks. `what` names the user of the space in errors,
   // e.g. "offload_param".
+  // `ranks_on_node`: the ranks of this run on this node, which share its disk (Note [Swap
+  // space per node]).
   SwapDir(const std::string& nvme_path, const std::string& job, int rank, int ranks,
-          int64_t needed_bytes, const std::string& what, FreeBytesFunction free_bytes = {});
+          int64_t needed_bytes, const std::string& what, FreeBytesFunction free_bytes = {},
+          int ranks_on_node = 1);
   ~SwapDir();
   SwapDir(const SwapDir&) = delete;
   SwapDir& operator=(const SwapDir&) = delete;
@@ -77,7 +90,8 @@ class SwapDir {
   LockHolder Lock(const std::string& job, const std::string& what);
   void CheckSpace(const std::string& nvme_path, const std::string& job, int ranks,
                   int64_t needed_bytes, const std::string& what,
-                  const FreeBytesFunction& free_bytes, const LockHolder& previous);
+                  const FreeBytesFunction& free_bytes, const LockHolder& previous,
+                  int ranks_on_node);
   // Removes what `previous`, a run that did not end cleanly, left in the rank directory;
   // returns the space it took.
   int64_t Reclaim(const std::string& job, const LockHolder& previous);

@@ -5,6 +5,8 @@
 #include <optional>
 #include <string_view>
 
+#include <unistd.h>
+
 #include "core/error.h"
 
 namespace ztrain {
@@ -97,17 +99,47 @@ LaunchEnv Read(const Getenv& getenv, const Vars& vars) {
   return env;
 }
 
+// SLURM_GPUS_PER_TASK may carry a type, "a100:1"; the count is after the last colon.
+int GpusPerTask(const Getenv& getenv) {
+  const char* value = getenv("SLURM_GPUS_PER_TASK");
+  if (value == nullptr) return 0;
+  std::string_view v(value);
+  const size_t colon = v.rfind(':');
+  const auto count = ParseInt(colon == std::string_view::npos ? v : v.substr(colon + 1));
+  ZTRAIN_CHECK(count, "environment variable SLURM_GPUS_PER_TASK='", value,
+               "' is not a GPU count (like 1 or a100:1)");
+  return *count;
+}
+
 }  // namespace
 
 LaunchEnv DetectLaunchEnv(const std::function<const char*(const char*)>& getenv) {
+  LaunchEnv env;
   for (const Vars* vars : {&kOpenMpi, &kSlurm, &kTorchrun}) {
-    if (getenv(vars->size) != nullptr) return Read(getenv, *vars);
+    // SLURM's rank variables describe this process only in a task of a job step (srun sets
+    // SLURM_STEP_ID); in the batch script they describe the allocation.
+    if (vars == &kSlurm && getenv("SLURM_STEP_ID") == nullptr) continue;
+    if (getenv(vars->size) != nullptr) {
+      env = Read(getenv, *vars);
+      break;
+    }
   }
-  return LaunchEnv{};
+  if (const char* job = getenv("SLURM_JOB_ID")) env.slurm_job_id = job;
+  env.slurm_restart_count = ReadInt(getenv, "SLURM_RESTART_COUNT").value_or(0);
+  env.cpus_per_task = ReadInt(getenv, "SLURM_CPUS_PER_TASK").value_or(0);
+  env.gpus_per_task = GpusPerTask(getenv);
+  return env;
 }
 
 LaunchEnv DetectLaunchEnv() {
-  return DetectLaunchEnv([](const char* name) -> const char* { return std::getenv(name); });
+  LaunchEnv env =
+      DetectLaunchEnv([](const char* name) -> const char* { return std::getenv(name); });
+  char host[256] = {};
+  if (gethostname(host, sizeof host - 1) == 0) {
+    env.host = host;
+    env.host = env.host.substr(0, env.host.find('.'));
+  }
+  return env;
 }
 
 }  // namespace ztrain

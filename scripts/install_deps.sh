@@ -4,7 +4,8 @@ set -euo pipefail
 packages=(build-essential cmake pkg-config libspdlog-dev nlohmann-json3-dev libcli11-dev
           libopenblas-openmp-dev libdnnl-dev libgtest-dev googletest libbenchmark-dev
           libopenmpi-dev openmpi-bin liburing-dev fio python3-torch libpcre2-dev
-          libsentencepiece-dev sentencepiece python3-sentencepiece)
+          libsentencepiece-dev sentencepiece python3-sentencepiece
+          slurmctld slurmd slurm-client munge)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -107,6 +107,26 @@ TEST(DeviceSelectTest, LaunchEnvUsesTheGpusThisProcessSees) {
   }
 }
 
+// srun --gpus-per-task=1: each of the node's 4 tasks sees only its own GPU and takes it;
+// seeing more GPUs than it was given (no binding), a task picks by local rank as before.
+TEST(DeviceSelectTest, ATaskWithItsOwnGpusTakesTheFirst) {
+  LaunchEnv env;
+  env.launcher = "slurm";
+  env.local_rank = 3;
+  env.local_size = 4;
+  env.gpus_per_task = 1;
+  for (const char* setting : {"auto", "cuda", "cuda:0"}) {
+    const DeviceChoice got = SelectDevice(setting, env, 1);
+    EXPECT_EQ(got.device, Device::Cuda(0)) << setting;
+  }
+  EXPECT_EQ(SelectDevice("auto", env, 1).reason,
+            "srun --gpus-per-task=1: this task's own GPU (local rank 3 of 4)");
+  EXPECT_EQ(SelectDevice("auto", env, 4).device, Device::Cuda(3));
+  EXPECT_EQ(SelectDevice("cpu", env, 1).device, Device::Cpu());
+  env.gpus_per_task = 0;  // one GPU visible to 4 ranks and nothing says it is theirs alone
+  EXPECT_EQ(SelectDevice("auto", env, 1).device, Device::Cpu());
+}
+
 // The Engine reads a concrete device from its config: the Trainer writes its choice there.
 TEST(DeviceSelectTest, TrainerGivesTheEngineTheDeviceItChose) {
   nlohmann::json j = testing::TinyConfigJson();

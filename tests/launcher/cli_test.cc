@@ -119,6 +119,73 @@ TEST_F(CliTest, EstimateReportsEveryCategoryOrRefusesBadInput) {
   EXPECT_EQ(RunZtrain("estimate --config " + WriteConfig(j) + " --world-size 0").code, 2);
 }
 
+// "1.23 GiB" -> bytes (FormatBytes's output, to its rounding).
+double ParseFormatted(const std::string& text) {
+  std::istringstream in(text);
+  double value = 0;
+  std::string unit;
+  in >> value >> unit;
+  const std::vector<std::string> units = {"B", "KiB", "MiB", "GiB", "TiB"};
+  for (size_t i = 0; i < units.size(); ++i) {
+    if (unit == units[i]) return value * static_cast<double>(int64_t{1} << (10 * i));
+  }
+  ADD_FAILURE() << "not a size: " << text;
+  return 0;
+}
+
+// The line of `out` that starts with `prefix` after the line containing `after`.
+std::string LineAfter(const std::string& out, const std::string& after,
+                      const std::string& prefix) {
+  const size_t start = out.find(after);
+  if (start == std::string::npos) return "";
+  const size_t at = out.find("\n" + prefix, start);
+  if (at == std::string::npos) return "";
+  return out.substr(at + 1, out.find('\n', at + 1) - at - 1);
+}
+
+// `ztrain estimate --gpu-memory`: the nodes each stage and offload choice needs (Note [Nodes
+// needed]). For a 7B model on 8 x 40 GiB nodes, the count printed for a row is the fewest
+// whose GPU peak fits: the estimate for that many nodes prints the same peak for the row,
+// within 40 GiB, and one node fewer is over it. Stage 0 keeps whole replicas and fits on no
+// number of nodes.
+TEST_F(CliTest, EstimateFindsTheNodesEachChoiceNeeds) {
+  const std::string model = "estimate --params 7B --layers 32 --hidden 4096 --gpus-per-node 8";
+  const Result r = RunZtrain(model + " --world-size 8 --gpu-memory 40GiB --max-nodes 64");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const std::string table = "nodes of 8 GPUs with 40.00 GiB each";
+  ASSERT_NE(r.out.find(table), std::string::npos) << r.out;
+  EXPECT_NE(LineAfter(r.out, table, "  0     none").find("over 64"), std::string::npos) << r.out;
+  int checked = 0;
+  for (const char* row : {"  1     none", "  2     none", "  3     none"}) {
+    const std::string line = LineAfter(r.out, table, row);
+    ASSERT_FALSE(line.empty()) << row << "\n" << r.out;
+    int nodes = 0;
+    char peak[32] = {};
+    if (std::sscanf(line.c_str() + std::string(row).size(), " %d (%31[^)])", &nodes, peak) != 2) {
+      continue;  // over 64 nodes
+    }
+    ++checked;
+    EXPECT_LE(ParseFormatted(peak), 40.0 * (1 << 30) * 1.0001) << line;
+    const Result at = RunZtrain(model + " --world-size " + std::to_string(8 * nodes));
+    ASSERT_EQ(at.code, 0) << at.out;
+    const std::string there = LineAfter(at.out, "every ZeRO stage", row);
+    EXPECT_NE(there.find(peak), std::string::npos) << there << " vs " << line;
+    if (nodes > 1) {
+      const Result fewer = RunZtrain(model + " --world-size " + std::to_string(8 * (nodes - 1)));
+      std::istringstream cells(LineAfter(fewer.out, "every ZeRO stage", row));
+      std::string cell, v, u;
+      std::vector<std::string> sizes;
+      cells >> cell >> cell;  // stage, offload
+      while (cells >> v >> u) sizes.push_back(v + " " + u);
+      ASSERT_GE(sizes.size(), 5u) << fewer.out;
+      EXPECT_GT(ParseFormatted(sizes[4]), 40.0 * (1 << 30)) << row << " on " << nodes - 1;
+    }
+  }
+  EXPECT_GE(checked, 2) << r.out;
+  const Result bad = RunZtrain(model + " --gpu-memory 40XB");
+  EXPECT_EQ(bad.code, 2) << bad.out;
+}
+
 // `ztrain tune`: the largest micro-batch under a budget, confirmed by a real step; a budget
 // that fits nothing exits 1 saying what to do; a bad budget exits 2.
 TEST_F(CliTest, TuneFindsTheLargestMicroBatchOrSaysNothingFits) {

@@ -118,6 +118,27 @@ TEST(SwapDirTest, ChecksTheSpaceUpFrontAndCleansUp) {
   EXPECT_THROW(SwapDir(dir.File("missing"), "job", 0, 1, 1, "offload_param"), IoError);
 }
 
+// Note [Swap space per node]: 4 ranks on a node need 4 MiB each; 15 MiB free is refused on
+// every rank, naming the node's total, and 16 MiB is enough. A rank that starts after another
+// counts what that one has already written as the node's: with rank 0's 4 MiB on the disk,
+// 12 MiB free is enough for rank 1.
+TEST(SwapDirTest, ChecksTheSpaceOfAllRanksOnTheNode) {
+  TempDir dir;
+  ExpectIoErrorWith(
+      [&] { SwapDir(dir.path(), "job", 2, 4, 4 * kMiB, "offload", FakeFree(15 * kMiB), 4); },
+      {"needs 16.00 MiB", "on this node", "its 4 ranks share that disk and each needs 4.00 MiB",
+       "run fewer ranks per node"});
+  { SwapDir swap(dir.path(), "job", 2, 4, 4 * kMiB, "offload", FakeFree(16 * kMiB), 4); }
+  SwapDir rank0(dir.path(), "job", 0, 4, 4 * kMiB, "offload", FakeFree(16 * kMiB), 4);
+  WriteFile(rank0.File("params.swp"), 4 * kMiB);
+  { SwapDir rank1(dir.path(), "job", 1, 4, 4 * kMiB, "offload", FakeFree(12 * kMiB), 4); }
+  ExpectIoErrorWith(
+      [&] { SwapDir(dir.path(), "job", 1, 4, 4 * kMiB, "offload", FakeFree(11 * kMiB), 4); },
+      {"in use by this node's other ranks"});
+  // One rank per node checks only its own need.
+  { SwapDir alone(dir.path(), "job", 3, 4, 4 * kMiB, "offload", FakeFree(4 * kMiB)); }
+}
+
 // Killed runs leave their files; the next run of the job counts them as free and removes
 // them: 8 MiB free and 2 MiB stale fit 9 MiB but not 11 MiB.
 TEST(SwapDirTest, ReclaimsTheFilesOfAKilledRun) {

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The batch scripts of examples/slurm/ on the test cluster (slurm_cluster.sh; SLURM_CONF
+# points at it): cpu.sbatch runs as written (4 tasks of 2 CPUs; only ZTRAIN, the binary, and
+# STEPS, fewer steps, are set) and must finish with its final weights, its losses and the
+# tasks' threads taken from --cpus-per-task; gpu_multinode.sbatch is syntax-checked and
+# submitted with `sbatch --test-only` on one node (the test node offers 8 GPUs as a count-only
+# GRES, and no second node), which SLURM accepts only when its GPU, CPU, signal and requeue
+# lines are valid and fit the node.
+#   slurm_examples_test.sh <ztrain> <examples/slurm dir>
+set -euo pipefail
+ztrain=$(realpath "$1") examples=$(realpath "$2")
+work=$(mktemp -d /tmp/ztrain_slurm_examples_XXXXXX)
+id=""
+trap '[ -z "$id" ] || scancel "$id" 2>/dev/null || true; [ -n "${KEEP:-}" ] || rm -rf "$work"' EXIT
+cd "$work"
+
+bash -n "$examples/gpu_multinode.sbatch"
+# (A few tries: the controller can be busy with the other tests' jobs.)
+for try in 1 2 3 4 5; do
+  sbatch --test-only --nodes=1 "$examples/gpu_multinode.sbatch" > test_only.log 2>&1 && break
+  [ "$try" = 5 ] && { cat test_only.log; echo "sbatch --test-only refused gpu_multinode.sbatch"; exit 1; }
+  sleep 2
+done
+grep -q "to start at" test_only.log || { cat test_only.log; echo "no start time from --test-only"; exit 1; }
+echo "gpu_multinode.sbatch: $(cat test_only.log)"
+
+# The test machine has fewer cores than the 8 threads: ranks and threads must not spin.
+id=$(ZTRAIN=$ztrain STEPS=60 OMPI_MCA_mpi_yield_when_idle=1 OMP_WAIT_POLICY=passive \
+  sbatch --parsable "$examples/cpu.sbatch")
+state=""
+for _ in $(seq 3000); do
+  state=$(scontrol show job -o "$id" | tr ' ' '\n' | sed -n 's/^JobState=//p')
+  case "$state" in PENDING|RUNNING|CONFIGURING|COMPLETING) sleep 0.2;; *) break;; esac
+done
+out="$work/ztrain-cpu-$id.out" run="$work/runs/ztrain-cpu-$id"
+[ "$state" = COMPLETED ] || { scontrol show job "$id"; cat "$out"; echo "cpu.sbatch: $state"; exit 1; }
+for want in "job $id restart 0 on " "SLURM job $id (restart 0), slurm rank 0 of 4 on " \
+            "2 OpenMP threads per rank from SLURM_CPUS_PER_TASK" "step *60/60"; do
+  grep -q "$want" "$out" || { cat "$out"; echo "cpu.sbatch's log lacks: $want"; exit 1; }
+done
+[ -s "$run/final.bin" ] && [ -f "$run/checkpoints/latest" ] || { ls -R "$run"; echo "no final weights or checkpoint"; exit 1; }
+rows=$(tail -n +2 "$run/csv/train.csv" | wc -l)
+[ "$rows" = 60 ] || { echo "train.csv has $rows rows, not 60"; exit 1; }
+echo "cpu.sbatch as written: job $id, 4 tasks x 2 CPUs, 60 steps, final weights and a checkpoint"
