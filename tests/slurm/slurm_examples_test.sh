@@ -5,7 +5,7 @@
 # tasks' threads taken from --cpus-per-task; gpu_multinode.sbatch is syntax-checked and
 # submitted with `sbatch --test-only` on one node (the test node offers 8 GPUs as a count-only
 # GRES, and no second node), which SLURM accepts only when its GPU, CPU, signal and requeue
-# lines are valid and fit the node.
+# lines are valid and fit the node, and the config it writes must pass check-config.
 #   slurm_examples_test.sh <ztrain> <examples/slurm dir>
 set -euo pipefail
 ztrain=$(realpath "$1") examples=$(realpath "$2")
@@ -23,6 +23,29 @@ for try in 1 2 3 4 5; do
 done
 grep -q "to start at" test_only.log || { cat test_only.log; echo "no start time from --test-only"; exit 1; }
 echo "gpu_multinode.sbatch: $(cat test_only.log)"
+# The config it writes is one ztrain accepts for its 16 ranks: the script runs with srun
+# stubbed out (an exported shell function), on a small Hugging Face Llama and a token file
+# made here, and check-config reads what it wrote.
+cat > llama.json <<JSON
+{"train_micro_batch_size_per_gpu": 1, "model": {"type": "llama", "n_layer": 1, "n_head": 2,
+ "n_kv_head": 1, "n_embd": 32, "intermediate_size": 48, "vocab_size": 256, "max_seq_len": 2048},
+ "data": {"seq_len": 64}, "training": {"steps": 1, "eval_interval": 0, "save_final": "$work/model/"}}
+JSON
+"$ztrain" --config llama.json > llama.log 2>&1 || { cat llama.log; exit 1; }
+mkdir -p data nvme
+head -c 300000 /dev/urandom | base64 > corpus.txt
+"$ztrain" data --text corpus.txt --out data/train_000000.bin > data.log 2>&1 || { cat data.log; exit 1; }
+srun() { echo "srun $*" > srun_args; }  # the script runs in $work
+export -f srun
+SLURM_JOB_NAME=gpu SLURM_JOB_ID=1 SLURM_JOB_NODELIST=node[1-2] ZTRAIN=$ztrain MODEL=$work/model \
+  DATA="$work/data/train_*.bin" RUN_DIR=$work/gpu LOCAL_NVME=$work/nvme \
+  bash "$examples/gpu_multinode.sbatch" > gpu_script.log 2>&1 || { cat gpu_script.log; exit 1; }
+unset -f srun
+grep -q "srun --mpi=pmix --kill-on-bad-exit=1 $ztrain --config $work/gpu/ds_config.json" srun_args ||
+  { cat srun_args; echo "gpu_multinode.sbatch does not launch ztrain with its config"; exit 1; }
+"$ztrain" check-config gpu/ds_config.json --world-size 16 > check.log 2>&1 ||
+  { cat gpu/ds_config.json check.log; echo "ztrain refuses the config gpu_multinode.sbatch writes"; exit 1; }
+echo "gpu_multinode.sbatch writes a config ztrain accepts for 16 ranks and launches it with srun"
 
 # The test machine has fewer cores than the 8 threads: ranks and threads must not spin.
 id=$(ZTRAIN=$ztrain STEPS=60 OMPI_MCA_mpi_yield_when_idle=1 OMP_WAIT_POLICY=passive \
