@@ -66,7 +66,7 @@ JSON
     fail "a rank crashed while the job shut down"
   fi
   # Some rank that waited names the stopped one, by world rank and host...
-  grep -E "rank [0-9]+ of $np failed: .*: rank $victim \(host [^)]+\) does not answer" \
+  grep -E "rank [0-9]+ of $np on [^ ]+ failed: .*: rank $victim \(host [^)]+\) does not answer" \
     "$work/log" > /dev/null || fail "no message names rank $victim as the one that does not answer"
   # ...and no rank blames another one: every other rank answered.
   if grep -oE "rank [0-9]+ \(host [^)]+\) (does|do) not answer" "$work/log" |
