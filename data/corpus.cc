@@ -408,7 +408,9 @@ std::vector<std::string> ExpandInputs(const std::vector<std::string>& inputs) {
   for (const std::string& in : inputs) {
     std::error_code ec;
     if (in.find_first_of("*?[") != std::string::npos) {
-      for (const std::string& f : ExpandGlob(in)) {
+      for (const std::string& f :
+           ExpandGlob(in, "ztrain data reads files, directories and globs such as "
+                          "'texts/*.jsonl'")) {
         if (!fs::is_directory(f, ec)) files.push_back(f);
       }
     } else if (fs::is_directory(in, ec)) {

@@ -238,15 +238,14 @@ void TokenShard::Unmap() noexcept {
   count_ = 0;
 }
 
-std::vector<std::string> ExpandGlob(const std::string& pattern) {
+std::vector<std::string> ExpandGlob(const std::string& pattern, const std::string& usage) {
   glob_t g{};
   const int rc = ::glob(pattern.c_str(), 0, nullptr, &g);
   std::vector<std::string> paths;
   if (rc == 0) paths.assign(g.gl_pathv, g.gl_pathv + g.gl_pathc);
   ::globfree(&g);
   ZTRAIN_CHECK_T(IoError, rc != GLOB_NOMATCH, "no files match the pattern '", pattern,
-                 "': check the path (data.train / data.val take a glob such as "
-                 "'dir/*_train_*.bin')");
+                 "': check the path (", usage, ")");
   ZTRAIN_CHECK_T(IoError, rc == 0, "cannot expand the pattern '", pattern,
                  "': ", rc == GLOB_NOSPACE ? "out of memory" : "a directory could not be read");
   std::sort(paths.begin(), paths.end());  // glob sorts by locale collation; make it bytewise

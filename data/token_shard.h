@@ -64,7 +64,10 @@ class TokenShard {
 };
 
 // The files matching `pattern` (glob(3) syntax), sorted bytewise. A pattern without
-// wildcards names one file. Throws IoError naming the pattern when nothing matches.
-std::vector<std::string> ExpandGlob(const std::string& pattern);
+// wildcards names one file. Throws IoError naming the pattern, and `usage` (what the pattern
+// is for, with an example) when nothing matches.
+std::vector<std::string> ExpandGlob(
+    const std::string& pattern,
+    const std::string& usage = "data.train / data.val take a glob such as 'dir/*_train_*.bin'");
 
 }  // namespace ztrain::data

@@ -68,6 +68,7 @@ std::string TrainSampler::Sample(Engine& engine, int64_t step) {
                               config_.model.max_seq_len - static_cast<int64_t>(prompt_.size()));
   o.temperature = config_.training.sample_temperature;
   o.seed = data::DeriveSeed(config_.training.seed, static_cast<uint64_t>(step));
+  if (tokenizer_) o.vocab_limit = tokenizer_->vocab_size();
   const std::vector<int32_t> tokens = nn::Generate(decoder, prompt_, o);
   if (!tokenizer_) {
     std::string ids = "(ids; set training.tokenizer to see text)";
@@ -77,7 +78,9 @@ std::string TrainSampler::Sample(Engine& engine, int64_t step) {
     }
     return ids;
   }
-  return tokenizer_->Decode(prompt_) + tokenizer_->Decode(tokens);
+  std::vector<int32_t> sequence = prompt_;  // one text: a piece's leading space stays
+  sequence.insert(sequence.end(), tokens.begin(), tokens.end());
+  return tokenizer_->Decode(sequence);
 }
 
 }  // namespace ztrain

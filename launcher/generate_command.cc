@@ -118,22 +118,39 @@ int RunGenerate(const GenerateArgs& a) {
     const std::vector<int32_t> text = tokenizer->Encode(a.prompt);
     prompt.insert(prompt.end(), text.begin(), text.end());
   }
+  for (const int32_t id : prompt) {
+    ZTRAIN_CHECK_T(ConfigError, id >= 0 && id < model.vocab_size, "the prompt has token ", id,
+                   ", outside the model's vocabulary of ", model.vocab_size,
+                   " (model.vocab_size): is the tokenizer (", tokenizer->vocab_size(),
+                   " ids) the model's? Give the model's own with --tokenizer");
+  }
   nn::SamplingOptions o;
   o.max_new_tokens = a.max_new_tokens;
   o.temperature = a.temperature;
   o.top_k = a.top_k;
   o.top_p = a.top_p;
   o.seed = a.seed;
+  o.vocab_limit = tokenizer->vocab_size();  // ids the tokenizer has text for
   if (!a.ignore_eos) o.stop_tokens = StopTokens(*tokenizer, doc);
   const auto start = std::chrono::steady_clock::now();
   const std::unique_ptr<nn::Decoder> decoder = LoadDecoder(path, model);
   const auto loaded = std::chrono::steady_clock::now();
   if (!a.ids && a.prompt_ids.empty()) std::printf("%s", a.prompt.c_str());
+  // Each new token prints what it adds to the text of the whole sequence: a token's text on
+  // its own can differ (SentencePiece drops the leading space of a sequence's first piece);
+  // a byte-level token may hold part of a character, whose bytes join up on screen.
+  std::vector<int32_t> sequence = prompt;
+  std::string shown = tokenizer->Decode(sequence);
   const std::vector<int32_t> out = nn::Generate(*decoder, prompt, o, [&](int32_t token) {
     if (a.ids) {
       std::printf("%d\n", token);
-    } else {  // a byte-level token may hold part of a character: the bytes join up on screen
-      std::printf("%s", tokenizer->Decode(std::span<const int32_t>(&token, 1)).c_str());
+    } else {
+      sequence.push_back(token);
+      std::string text = tokenizer->Decode(sequence);
+      const bool extends = text.compare(0, shown.size(), shown) == 0;
+      std::printf("%s", extends ? text.c_str() + shown.size()
+                                : tokenizer->Decode(std::span<const int32_t>(&token, 1)).c_str());
+      shown = std::move(text);
     }
     std::fflush(stdout);
   });

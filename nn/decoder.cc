@@ -125,9 +125,11 @@ std::vector<int32_t> Generate(Decoder& decoder, std::span<const int32_t> prompt,
   data::Xoshiro256 rng(o.seed);
   std::vector<int32_t> out;
   std::vector<float> logits = decoder.Step(prompt);
+  const size_t ids = o.vocab_limit > 0 ? std::min(logits.size(), static_cast<size_t>(o.vocab_limit))
+                                       : logits.size();
   for (int64_t i = 0; i < o.max_new_tokens; ++i) {
     const double draw = static_cast<double>(rng.Next() >> 11) * 0x1.0p-53;
-    const int32_t token = SampleToken(logits, o, draw);
+    const int32_t token = SampleToken(std::span<const float>(logits.data(), ids), o, draw);
     out.push_back(token);
     if (on_token) on_token(token);
     const bool stop = std::find(o.stop_tokens.begin(), o.stop_tokens.end(), token) !=

@@ -71,6 +71,11 @@ struct SamplingOptions {
   double top_p = 1;
   uint64_t seed = 0;
   std::vector<int32_t> stop_tokens;  // generation ends after producing one of these
+  // Only ids below this are picked (0: every id of the model). Set to the tokenizer's
+  // vocabulary, so that each id has text: a model's embedding may have more rows than its
+  // tokenizer has ids (Qwen2: 151,936 rows for 151,665 ids; a run's vocab_size above the
+  // tokenizer's), and an untrained model picks those as readily as any other.
+  int64_t vocab_limit = 0;
 };
 
 // The token Sample picks from `logits` with options `o`, `draw` a uniform number in [0, 1).

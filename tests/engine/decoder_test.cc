@@ -168,5 +168,26 @@ TEST(SamplingTest, ASeedGivesTheSameSampleTwice) {
       std::find(a.begin(), a.end(), a[3]) - a.begin() + 1));
 }
 
+// A model with more ids than its tokenizer: Generate picks none of the extra ones, while
+// without the limit a sample of this untrained model does.
+TEST(SamplingTest, VocabLimitKeepsToTheTokenizersIds) {
+  const Config c = TestConfig(true);
+  nn::Decoder decoder(c.model, Fill);
+  nn::SamplingOptions o;
+  o.max_new_tokens = 28;
+  o.temperature = 1.0;
+  o.seed = 7;
+  const std::vector<int32_t> prompt = {3, 1, 4};
+  const int64_t limit = c.model.vocab_size / 2;
+  const auto above = [&](const std::vector<int32_t>& t) {
+    return std::count_if(t.begin(), t.end(), [&](int32_t id) { return id >= limit; });
+  };
+  ASSERT_GT(above(nn::Generate(decoder, prompt, o)), 0);
+  o.vocab_limit = limit;
+  const std::vector<int32_t> limited = nn::Generate(decoder, prompt, o);
+  EXPECT_EQ(limited.size(), 28u);
+  EXPECT_EQ(above(limited), 0);
+}
+
 }  // namespace
 }  // namespace ztrain

@@ -58,6 +58,26 @@ b=$(ids --model "$work/llama" --prompt-ids $prompt --max-new-tokens 24 --tempera
 [ "$a" = "$b" ] || fail "seed 5 gave two samples: $a / $b"
 text=$("$ztrain" generate --model "$work/gpt2" --prompt "Hello" --max-new-tokens 8 2>/dev/null)
 [ "${text:0:5}" = "Hello" ] || fail "the text does not start with the prompt: $text"
+# Text through a SentencePiece model (trained here on the README): what is printed is the
+# prompt, then the text of the whole sequence as sentencepiece decodes it, spaces included (a
+# piece decoded on its own loses its leading space). Its 200 ids are fewer than the model's
+# 256: no id without text is picked. One of 300 ids gives prompts the model cannot read.
+if "$python" -c "import sentencepiece" 2>/dev/null; then
+  "$python" -c "import sentencepiece as s, sys; s.SentencePieceTrainer.train(input=sys.argv[1], model_prefix=sys.argv[2], vocab_size=int(sys.argv[3]))" \
+    "$reference/../../README.md" "$work/spm" 200 > /dev/null 2>&1 || fail "training a SentencePiece model"
+  text=$("$ztrain" generate --model "$work/llama" --tokenizer "$work/spm.model" --prompt "Hello" --max-new-tokens 16 2>"$work/gen.err") ||
+    { cat "$work/gen.err"; fail "generate with a SentencePiece model"; }
+  sp_ids=$(ids --model "$work/llama" --tokenizer "$work/spm.model" --prompt "Hello" --max-new-tokens 16)
+  want=$("$python" -c "import sentencepiece as s, sys; m = s.SentencePieceProcessor(model_file=sys.argv[1]); print(m.decode(m.encode('Hello') + [int(i) for i in sys.argv[2].split()]))" "$work/spm.model" "$sp_ids")
+  [ "$text" = "$want" ] || fail "SentencePiece text: ztrain printed '$text', sentencepiece decodes '$want'"
+  for id in $sp_ids; do [ "$id" -lt 200 ] || fail "id $id is outside the tokenizer's 200"; done
+  echo "SentencePiece: the printed text is sentencepiece's decoding of the sequence"
+  "$python" -c "import sentencepiece as s, sys; s.SentencePieceTrainer.train(input=sys.argv[1], model_prefix=sys.argv[2], vocab_size=300)" \
+    "$reference/../../README.md" "$work/spm300" > /dev/null 2>&1 || fail "training a SentencePiece model"
+  err=$("$ztrain" generate --model "$work/llama" --tokenizer "$work/spm300.model" --prompt "Hello world, generate" 2>&1) &&
+    fail "prompt ids outside the model accepted"
+  echo "$err" | grep -q "outside the model's vocabulary of 256" || fail "tokenizer mismatch: $err"
+fi
 err=$("$ztrain" generate --prompt x 2>&1) && fail "no model accepted"
 echo "$err" | grep -q "give --model" || fail "no model: $err"
 err=$("$ztrain" generate --model "$work/gpt2" --prompt-ids 1,2 --max-new-tokens 80 2>&1) && fail "80 tokens past max_seq_len 64"
