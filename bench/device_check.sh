@@ -52,8 +52,15 @@ phase build 420 cmake --build build-device -j"$(nproc)" --target "${targets[@]}"
 # Every test labelled cuda that was built (tests of targets not built are not registered).
 phase cuda_tests 240 ctest --test-dir build-device -L cuda --output-on-failure \
   --output-junit "$PWD/$out/cuda_tests.xml" --timeout 180
-phase gpt2_bench 90 ./build-device/bench/gpt2_bench --device cuda --batch 16 --seq 1024 --steps 5
-# fp32 until the CUDA ops take mixed dtypes (issue 22, part A 1); then --precision bf16.
-phase llama_bench 90 ./build-device/bench/llama_bench --device cuda --no-torch
+# fp32, then bf16 in the same run: tokens/s, MFU against the H200's dense bf16 peak (989
+# TFLOP/s), and the step's share of cuBLAS's GEMM peak in the same dtype, measured before and after.
+phase gpt2_bench 90 ./build-device/bench/gpt2_bench --device cuda --batch 16 --seq 1024 \
+  --steps 5 --precision bf16 --no-torch
+# A Llama-3.2-1B shape (16 layers, 2048 wide, 32 heads over 8 KV heads, MLP 8192, vocabulary
+# 128256): 1.2B parameters, 19 GiB of fp32 masters and Adam state.
+phase llama_bench 120 ./build-device/bench/llama_bench --device cuda --batch 4 --seq 2048 \
+  --steps 5 --precision bf16 --no-torch --model-json \
+  '{"n_layer": 16, "n_embd": 2048, "n_head": 32, "n_kv_head": 8, "intermediate_size": 8192,
+    "vocab_size": 128256, "padded_vocab_size": 128256}'
 phase ztrain_default 60 ./build-device/ztrain train
 echo "total $(elapsed)s of ${limit}s; logs and cuda_tests.xml in $out" | tee -a "$summary"

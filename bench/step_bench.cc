@@ -35,16 +35,16 @@ double SgemmPeakGflops(int n, int reps) {
   return 2.0 * n * n * n / best / 1e9;
 }
 
-// Best-of-N GFLOP/s of a square fp32 GEMM through the engine's own ops on its device
-// (cuBLAS on a GPU).
-double DeviceGemmPeakGflops(Engine& engine, int n, int reps) {
+// Best-of-N GFLOP/s of a square GEMM of `dtype` tensors through the engine's own ops on its
+// device (cuBLAS on a GPU; fp32 accumulation).
+double DeviceGemmPeakGflops(Engine& engine, int n, int reps, DType dtype = DType::kF32) {
   MemoryTracker tracker;
   auto alloc = kernels::MakeCudaAllocator(engine.device().index, &tracker);
   std::vector<Buffer> m;
   std::vector<Tensor> t;
   for (int i = 0; i < 3; ++i) {
-    m.emplace_back(*alloc, DType::kF32, Shape{n, n}, MemoryCategory::kWorkspace);
-    t.push_back(m.back().AsTensor(DType::kF32, {n, n}));
+    m.emplace_back(*alloc, dtype, Shape{n, n}, MemoryCategory::kWorkspace);
+    t.push_back(m.back().AsTensor(dtype, {n, n}));
     engine.ops().Zero(t.back());
   }
   const double best = BestOf(reps, [&] {
@@ -104,6 +104,7 @@ struct PrecisionRun {
   StepStats best_step;
   double gemm_peak = 0.0;    // GFLOP/s, fp32
   double onednn_peak = 0.0;  // GFLOP/s, bf16; 0: not measured
+  double device16_peak = 0.0;  // GFLOP/s, cuBLAS in the run's 16-bit dtype; 0: not measured
   MemorySnapshot memory;
   // PyTorch as installed, and with glibc keeping freed memory (kKeepHeapEnv); median 0: not
   // run. The reference the targets name is PyTorch as installed; the faster median is
@@ -122,8 +123,16 @@ struct PrecisionRun {
     return t.median_ms > 0 ? t.median_ms / (median() * 1e3) : 0.0;
   }
 
-  // The peak the step's matmuls run against: oneDNN's for bf16 where measured, else fp32's.
-  double matmul_peak() const { return onednn_peak > 0 ? onednn_peak : gemm_peak; }
+  // The peak the step's matmuls run against: oneDNN's for bf16 on the CPU, cuBLAS's in the
+  // 16-bit dtype on a GPU, where measured; else fp32's.
+  double matmul_peak() const {
+    return onednn_peak > 0 ? onednn_peak : device16_peak > 0 ? device16_peak : gemm_peak;
+  }
+  std::string matmul_peak_name() const {
+    return onednn_peak > 0     ? "oneDNN bf16"
+           : device16_peak > 0 ? "cuBLAS " + precision + " GEMM"
+                               : "fp32 GEMM";
+  }
   // The step if every matmul FLOP ran at matmul_peak() and nothing else took time but the
   // optimizer step (memory-bound, no matmul FLOPs), as the best step measured it.
   double floor_seconds() const {
@@ -137,7 +146,16 @@ struct PrecisionRun {
 // Times `steps` train steps after a warm-up into `run`, with the peaks before and after.
 void TimeSteps(Engine& engine, const nn::MicroBatch& mb, int steps, OneDnnPeak* onednn,
                PrecisionRun& run) {
+  const bool device16 = !engine.device().is_cpu() && run.precision != "fp32";
+  const DType dtype16 = run.precision == "fp16" ? DType::kF16 : DType::kBF16;
+  auto measure16 = [&] {
+    if (device16) {
+      run.device16_peak = std::max(run.device16_peak,
+                                   DeviceGemmPeakGflops(engine, 8192, kPeakReps, dtype16));
+    }
+  };
   run.gemm_peak = GemmPeakGflops(engine);
+  measure16();
   if (onednn) onednn->Measure(kPeakReps);
   engine.TrainStep({&mb, 1});  // warm-up: first touch of activations and caches
   engine.memory().ResetPeaks();
@@ -148,6 +166,7 @@ void TimeSteps(Engine& engine, const nn::MicroBatch& mb, int steps, OneDnnPeak* 
     if (st.seconds < run.best_step.seconds) run.best_step = st;
   }
   run.gemm_peak = std::max(run.gemm_peak, GemmPeakGflops(engine));
+  measure16();
   if (onednn) {
     onednn->Measure(kPeakReps);
     run.onednn_peak = onednn->best();
@@ -258,7 +277,7 @@ void PrintRun(const StepBenchOptions& o, const Engine& engine, const PrecisionRu
   std::printf(
       "  by phase (best step, against the %s peak): forward %.1f%%, backward %.1f%%; "
       "the optimizer step is %.1f%% of the step\n",
-      r.onednn_peak > 0 ? "oneDNN bf16" : "fp32 GEMM",
+      r.matmul_peak_name().c_str(),
       100.0 * r.flops / 3.0 / peak / b.forward_seconds,
       100.0 * r.flops * 2.0 / 3.0 / peak / b.backward_seconds,
       100.0 * b.optimizer_seconds / b.seconds);
@@ -272,6 +291,12 @@ void PrintRun(const StepBenchOptions& o, const Engine& engine, const PrecisionRu
         "achieved = %.1f%% of it%s\n",
         static_cast<long long>(kOneDnnPeakSize), r.onednn_peak, 100.0 * r.gflops() / r.onednn_peak,
         PercentTarget(o.targets.bf16_of_onednn_peak).c_str());
+  }
+  if (r.device16_peak > 0) {
+    std::printf(
+        "  cuBLAS %s GEMM 8192^3 peak (best before/after, same run): %.1f GFLOP/s; achieved "
+        "= %.1f%% of it\n",
+        r.precision.c_str(), r.device16_peak, 100.0 * r.gflops() / r.device16_peak);
   }
   if (gpu) {
     const double bf16_peak = o.gpu_bf16_peak_tflops * 1e3;
@@ -303,7 +328,7 @@ void PrintTorch(const StepBenchOptions& o, const PrecisionRun& r) {
   std::printf(
       "  floor: the step's matmul FLOPs at the %s peak plus its optimizer step take %.1f ms, "
       "%.2fx faster than this PyTorch at most\n",
-      r.onednn_peak > 0 ? "oneDNN bf16" : "fp32 GEMM", r.floor_seconds() * 1e3,
+      r.matmul_peak_name().c_str(), r.floor_seconds() * 1e3,
       ref.median_ms / (r.floor_seconds() * 1e3));
 }
 
@@ -352,6 +377,10 @@ void PrintSummary(const StepBenchOptions& o, const std::vector<PrecisionRun>& ru
                   100.0 * r.gflops() / r.onednn_peak,
                   PercentTarget(o.targets.bf16_of_onednn_peak).c_str());
     }
+    if (r.device16_peak > 0) {
+      std::printf("        %.1f%% of the cuBLAS %s GEMM peak\n", 100.0 * r.gflops() / r.device16_peak,
+                  r.precision.c_str());
+    }
     if (r.torch().median_ms > 0) {
       std::printf(
           "        %.2fx faster than PyTorch %s as installed%s; %.2fx than its faster run "
@@ -390,6 +419,13 @@ bool ParseStepBenchArgs(int argc, char** argv, StepBenchOptions& o) {
       o.seq = std::stoi(value);
     } else if (arg == "--layers") {
       o.model["n_layer"] = std::stoi(value);
+    } else if (arg == "--model-json") {  // keys over the bench's model, e.g. a ~1B shape
+      const nlohmann::json patch = nlohmann::json::parse(value, nullptr, false);
+      if (!patch.is_object()) {
+        std::fprintf(stderr, "--model-json: not a JSON object: %s\n", value.c_str());
+        return false;
+      }
+      o.model.merge_patch(patch);
     } else if (arg == "--device") {
       o.device = value;
     } else if (arg == "--precision") {

@@ -52,10 +52,11 @@ struct StepBenchOptions {
 };
 
 // Reads the shared command line into `o` (defaults are what `o` holds):
-//   [--steps N] [--batch B] [--seq T] [--layers L] [--device cpu|cuda]
-//   [--precision fp32|bf16|fp16] [--bf16-peak TFLOP/s] [--python PATH] [--no-torch]
-// --precision P other than fp32 times fp32 and P. False, having said why on stderr, for an
-// argument it does not know.
+//   [--steps N] [--batch B] [--seq T] [--layers L] [--model-json '{"n_embd": 2048, ...}']
+//   [--device cpu|cuda] [--precision fp32|bf16|fp16] [--bf16-peak TFLOP/s] [--python PATH]
+//   [--no-torch]
+// --precision P other than fp32 times fp32 and P; --model-json's keys replace the model's
+// (another shape). False, having said why on stderr, for an argument it does not know.
 bool ParseStepBenchArgs(int argc, char** argv, StepBenchOptions& o);
 
 // Builds, times and reports every precision of `o`, then the same-run ratios against the

@@ -83,10 +83,6 @@ Engine::Engine(Config config, std::vector<std::unique_ptr<nn::Layer>> layers, Pa
   ZTRAIN_CHECK(stage_ >= 0 && stage_ <= 3, "zero_optimization.stage is ", stage_,
                "; use 0, 1, 2 or 3");
   // What the CUDA backend cannot run yet; a shape-only engine still says what it would need.
-  ZTRAIN_CHECK_T(ConfigError, !computes_ || !mixed() || device_.is_cpu(),
-                 "bf16/fp16 training runs on the CPU backend only so far (the CUDA ops do not "
-                 "mix dtypes within one op yet); device is ",
-                 device_.ToString(), ": set \"device\": \"cpu\" or train in fp32");
   ZTRAIN_CHECK_T(ConfigError, !computes_ || device_.is_cpu() || tp_->size() == 1,
                  "tensor_parallel.size ", tp_->size(),
                  " runs on the CPU backend only so far (its vocabulary-parallel layers compute "

@@ -19,8 +19,8 @@
 // Pure functions of their arguments; thread safe. A config the engine would refuse at start
 // (an NVMe parameter shard larger than offload_param.buffer_size, a model tensor parallelism
 // cannot split, more pipeline stages than layers) throws ConfigError with the engine's
-// reason. The CUDA backend's own limits (bf16 or tensor parallelism on a GPU) are not
-// refused: the estimate says what such a run would need.
+// reason. The CUDA backend's own limit (tensor parallelism on a GPU) is not refused: the
+// estimate says what such a run would need.
 #include <array>
 #include <cstdint>
 #include <optional>

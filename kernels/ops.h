@@ -18,8 +18,8 @@
 //   rstd, RMSNorm's rstd, attention's lse, RoPE's inv_freq, SoftmaxCrossEntropy's losses and
 //   dlosses. (Its logits may be
 //   16-bit; the dlogits written over them in place are then 16-bit too.) tokens and targets
-//   are int32. A backend may implement a subset and says which in its header: CpuOps takes
-//   every combination; CudaOps takes fp32 or bf16, one dtype per op (kernels/cuda/cuda_ops.h).
+//   are int32. A backend may implement a subset and says which in its header: CpuOps and
+//   CudaOps take every combination (kernels/cpu/widen.h, kernels/cuda/widen.h).
 // - Ops may run multi-threaded internally; an Ops object is used by one thread at a time.
 // - Ops may run asynchronously (CUDA: enqueued on the object's stream, in issue order):
 //   results reach the host only through Copy followed by Synchronize, or SumSquares.

@@ -337,13 +337,10 @@ int RunEstimate(const EstimateArgs& args) {
     if (!args.device.empty()) options.gpu = args.device == "gpu";
     const MemoryEstimate e = EstimateMemory(config, options);
     PrintEstimateHeader(config, e);
-    if (e.gpu && (e.tp > 1 || e.compute_dtype != DType::kF32)) {
+    if (e.gpu && e.tp > 1) {
       std::printf(
-          "note: the engine runs %s on the CPU backend only so far; these are the GPU "
-          "figures it would need (--device cpu for the CPU backend's)\n",
-          e.tp > 1 && e.compute_dtype != DType::kF32 ? "tensor parallelism and bf16/fp16"
-          : e.tp > 1                                 ? "tensor parallelism"
-                                                     : "bf16/fp16");
+          "note: the engine runs tensor parallelism on the CPU backend only so far; these are "
+          "the GPU figures it would need (--device cpu for the CPU backend's)\n");
     }
     PrintEstimateRank(e);
     PrintEstimateTable(EstimateTable(config, options), e.gpu);

@@ -22,7 +22,7 @@ double GradSquaredSum(std::span<const Tensor> grads, AdamImpl impl = AdamImpl::k
 
 // The same where the gradients live. All on the host: the function above (AdamImpl::kAuto),
 // bit for bit, and `ops` is not used. Otherwise every gradient must be on ops' device:
-// ops.SumSquares of each (fp32 or bf16 on CUDA; each call synchronises the stream), added in
+// ops.SumSquares of each (fp32, bf16 or fp16 on CUDA; each call synchronises the stream), added in
 // order, so the result is deterministic but not bitwise the host's (another summation order).
 // A gradient on another device throws ztrain::Error naming its index.
 double GradSquaredSum(kernels::Ops& ops, std::span<const Tensor> grads);

@@ -26,13 +26,18 @@ void CheckOnDevice(const Tensor& t, Device device, DType dtype, const Shape& sha
 
 void CheckFloat(const Tensor& t, Device device, const char* op, const char* what) {
   CheckOnDevice(t, device, op, what);
-  ZTRAIN_CHECK(t.dtype() == DType::kF32 || t.dtype() == DType::kBF16, op, ": ", what,
-               " has dtype ", DTypeName(t.dtype()),
-               "; the CUDA kernels take fp32 or bf16 tensors");
+  ZTRAIN_CHECK(t.dtype() == DType::kF32 || t.dtype() == DType::kBF16 || t.dtype() == DType::kF16,
+               op, ": ", what, " has dtype ", DTypeName(t.dtype()),
+               "; the CUDA kernels take fp32, bf16 or fp16 tensors");
 }
 
 void CheckLike(const Tensor& t, const Tensor& ref, const char* op, const char* what) {
   CheckOnDevice(t, ref.device(), ref.dtype(), ref.shape(), op, what);
+}
+
+void CheckGrad(const Tensor& t, const Tensor& ref, const char* op, const char* what) {
+  CheckOnDevice(t, ref.device(), t.dtype() == DType::kF32 ? DType::kF32 : ref.dtype(),
+                ref.shape(), op, what);
 }
 
 int64_t RowsOf(const Tensor& t, int64_t cols, const char* op, const char* what) {

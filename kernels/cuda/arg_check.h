@@ -17,10 +17,13 @@ void CheckOnDevice(const Tensor& t, Device device, DType dtype, const char* op,
 // CheckOnDevice plus dtype and an exact shape.
 void CheckOnDevice(const Tensor& t, Device device, DType dtype, const Shape& shape,
                    const char* op, const char* what);
-// CheckOnDevice, and the dtype is one the floating-point kernels implement (fp32 or bf16).
+// CheckOnDevice, and the dtype is a floating-point one (fp32, bf16 or fp16).
 void CheckFloat(const Tensor& t, Device device, const char* op, const char* what);
 // t has ref's device, dtype and shape.
 void CheckLike(const Tensor& t, const Tensor& ref, const char* op, const char* what);
+// An accumulated parameter gradient: t has ref's device and shape, and ref's dtype or fp32
+// (Note [Mixed dtypes on CUDA] in widen.h).
+void CheckGrad(const Tensor& t, const Tensor& ref, const char* op, const char* what);
 // t (already checked) is [..., cols] with at least one dimension; returns numel / cols.
 int64_t RowsOf(const Tensor& t, int64_t cols, const char* op, const char* what);
 // t (already checked) holds exactly `count` elements, any shape.

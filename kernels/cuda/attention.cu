@@ -473,17 +473,19 @@ void LaunchBackward(const Tensor& dout, const Tensor& qkv, const float* lse, con
 // up to 32, 64 or 128.
 template <typename Fn>
 void DispatchAttention(DType dtype, int head_size, Fn&& fn) {
-  const bool bf16 = dtype == DType::kBF16;
-  if (head_size <= 32) {
-    bf16 ? fn.template operator()<32, __nv_bfloat16>() : fn.template operator()<32, float>();
-  } else if (head_size <= 64) {
-    bf16 ? fn.template operator()<64, __nv_bfloat16>() : fn.template operator()<64, float>();
-  } else {
-    bf16 ? fn.template operator()<128, __nv_bfloat16>() : fn.template operator()<128, float>();
-  }
+  DispatchFloat(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if (head_size <= 32) {
+      fn.template operator()<32, T>();
+    } else if (head_size <= 64) {
+      fn.template operator()<64, T>();
+    } else {
+      fn.template operator()<128, T>();
+    }
+  });
 }
 
-// Checks heads and qkv [B,T,(NH+2*NKV)*HS] (fp32 or bf16; CheckQkv), HS <= 128, out
+// Checks heads and qkv [B,T,(NH+2*NKV)*HS] (fp32, bf16 or fp16; CheckQkv), HS <= 128, out
 // [B,T,NH*HS] of qkv's dtype and lse [B,NH,T] fp32.
 AttentionShape CheckAttention(const Tensor& qkv, const AttentionHeads& heads, const Tensor& out,
                               const Tensor& lse, Device device, const char* op) {
@@ -504,6 +506,12 @@ AttentionShape CheckAttention(const Tensor& qkv, const AttentionHeads& heads, co
 void CudaOps::AttentionForward(const Tensor& qkv, const AttentionHeads& heads,
                                const Tensor& out, const Tensor& lse) {
   constexpr const char* kOp = "AttentionForward";
+  if (NeedsWidening({qkv, out})) {  // Note [Mixed dtypes on CUDA]; lse stays fp32
+    Widened w(*this);
+    AttentionForward(w.In(qkv), heads, w.Out(out), lse);
+    w.Commit();
+    return;
+  }
   const AttentionShape s = CheckAttention(qkv, heads, out, lse, device(), kOp);
   if (s.batch * s.seq == 0) return;
   DispatchAttention(qkv.dtype(), s.head_size, [&]<int kMaxHS, typename T>() {
@@ -515,6 +523,12 @@ void CudaOps::AttentionBackward(const Tensor& dout, const Tensor& qkv, const Ten
                                 const Tensor& lse, const AttentionHeads& heads,
                                 const Tensor& dqkv) {
   constexpr const char* kOp = "AttentionBackward";
+  if (NeedsWidening({dout, qkv, out, dqkv})) {
+    Widened w(*this);
+    AttentionBackward(w.In(dout), w.In(qkv), w.In(out), lse, heads, w.Out(dqkv));
+    w.Commit();
+    return;
+  }
   const AttentionShape s = CheckAttention(qkv, heads, out, lse, device(), kOp);
   CheckLike(dout, out, kOp, "dout");
   CheckLike(dqkv, qkv, kOp, "dqkv");
@@ -523,15 +537,12 @@ void CudaOps::AttentionBackward(const Tensor& dout, const Tensor& qkv, const Ten
   auto* delta = static_cast<float*>(Workspace(rows * sizeof(float)));
   constexpr int kDeltaThreads = 256;
   const int64_t delta_blocks = (rows * 32 + kDeltaThreads - 1) / kDeltaThreads;
-  const bool bf16 = qkv.dtype() == DType::kBF16;
-  if (bf16) {
+  DispatchFloat(qkv.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
     AttentionDeltaKernel<<<static_cast<unsigned>(delta_blocks), kDeltaThreads, 0, stream_>>>(
-        dout.data<const __nv_bfloat16>(), out.data<const __nv_bfloat16>(), delta, s);
-  } else {
-    AttentionDeltaKernel<<<static_cast<unsigned>(delta_blocks), kDeltaThreads, 0, stream_>>>(
-        dout.data<const float>(), out.data<const float>(), delta, s);
-  }
-  ZTRAIN_CUDA_CHECK_LAUNCH();
+        dout.data<const T>(), out.data<const T>(), delta, s);
+    ZTRAIN_CUDA_CHECK_LAUNCH();
+  });
   DispatchAttention(qkv.dtype(), s.head_size, [&]<int kMaxHS, typename T>() {
     LaunchBackward<kMaxHS, T>(dout, qkv, lse.data<const float>(), delta, dqkv, s, stream_);
   });

@@ -32,16 +32,6 @@ __global__ void CopyColumnsKernel(const T* x, int64_t stride, T* y, int64_t widt
   }
 }
 
-// DispatchFloat, and fp16 (AddColumns only).
-template <typename Fn>
-void DispatchFloatOrHalf(DType dtype, Fn&& fn) {
-  if (dtype == DType::kF16) {
-    fn(TypeTag<__half>{});
-  } else {
-    DispatchFloat(dtype, fn);
-  }
-}
-
 }  // namespace
 
 void CudaOps::AddColumns(const Tensor& y, int64_t column, const Tensor& x, float alpha) {
@@ -54,7 +44,7 @@ void CudaOps::AddColumns(const Tensor& y, int64_t column, const Tensor& x, float
   const ColumnWindow win = CheckColumnWindow(y, "y", column, x, "x", kOp);
   const int64_t n = win.rows * win.width;
   if (n == 0) return;
-  DispatchFloatOrHalf(dtype, [&](auto tag) {
+  DispatchFloat(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     AddColumnsKernel<T><<<GridFor(n), kThreads, 0, stream_>>>(
         y.data<T>() + column, win.full_width, x.data<const T>(), win.width, alpha, n);

@@ -33,6 +33,7 @@ CudaOps::CudaOps(int device) : device_(device) {
 CudaOps::~CudaOps() {
   // Destructors must not throw: errors here are ignored (the device may be gone).
   if (workspace_) cudaFreeAsync(workspace_, stream_);
+  if (stream_) scratch_.Free(stream_);
   if (stream_) cudaStreamSynchronize(stream_);
   if (cublaslt_) cublasLtDestroy(cublaslt_);
   if (cublas_) cublasDestroy(cublas_);

@@ -5,17 +5,19 @@
 // returns a value to the host, synchronises). The stream is a blocking stream, so work on the
 // legacy default stream (where NcclCommunicator orders its collectives) waits for the ops
 // issued before it: a collective on an op's output needs no host synchronisation. Tensors live on
-// this device, contiguous, row-major. Floating-point tensors are fp32 or bf16 (not mixed within one
-// op, except where ops.h fixes a dtype: LayerNorm's mean/rstd, RMSNorm's rstd, attention's lse,
-// RoPE's inv_freq and the losses are fp32); arithmetic accumulates in fp32. GEMMs go through cuBLAS
+// this device, contiguous, row-major. Floating-point tensors are fp32, bf16 or fp16, mixed within
+// an op as ops.h allows: one dtype for the op's tensors (and fp32 parameter gradients over 16-bit
+// inputs) runs the kernels directly, every other combination through the widening adapter
+// (Note [Mixed dtypes on CUDA] in widen.h); arithmetic accumulates in fp32. GEMMs go through cuBLAS
 // / cuBLASLt (bias and GELU fused in the epilogue where cuBLASLt offers it), the rest through the
 // kernels in kernels/cuda/*.cu: fused LayerNorm and RMSNorm, flash-style causal attention with
 // grouped key/value heads (online softmax, no T x T matrix in device memory; head_dim at most 128),
 // RoPE in place, SwiGLU, a fused softmax + cross-entropy that writes the logits' gradient in place,
 // and deterministic backwards (no floating-point atomics in the embedding, norm and attention
 // gradients: the same result every run). AddColumns also takes fp16 (ops.h lets it), CopyColumns
-// any dtype of 2 or 4 bytes (it moves bytes), like Zero and Copy; Dequantize reads a U8 blob
-// (kernels/quant.h, 4-byte aligned) and writes fp32 or bf16, the CPU backend's values bit for bit
+// any dtype of 2 or 4 bytes (it moves bytes), like Zero, and Copy converts between the float
+// dtypes (rounding to nearest even), on the device also for a host side; Dequantize reads a U8 blob
+// (kernels/quant.h, 4-byte aligned) and writes fp32, bf16 or fp16, the CPU backend's values bit for bit
 // (kernels/cuda/dequantize.cu). An undefined parameter gradient
 // is skipped (Note [Frozen parameters] in ops.h): nothing is launched for it, and the other outputs
 // are the same bits. Shapes and dtypes are checked on the host before anything is enqueued, so a
@@ -26,6 +28,7 @@
 
 #include <cstddef>
 
+#include "kernels/cuda/widen.h"
 #include "kernels/ops.h"
 
 namespace ztrain::kernels::cuda {
@@ -39,7 +42,13 @@ class CudaOps final : public Ops {
   CudaOps& operator=(const CudaOps&) = delete;
 
   Device device() const override { return Device::Cuda(device_); }
+  // The workspace and the widening adapter's scratch (Note [Mixed dtypes on CUDA]).
+  int64_t ScratchBytes() const override {
+    return static_cast<int64_t>(workspace_bytes_ + scratch_.bytes());
+  }
   cudaStream_t stream() const { return stream_; }
+  // The widening adapter's buffers (widen.h).
+  DeviceScratch& scratch() { return scratch_; }
 
   void Gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b,
             float beta, const Tensor& c) override;
@@ -112,6 +121,7 @@ class CudaOps final : public Ops {
   cublasLtHandle_t cublaslt_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
+  DeviceScratch scratch_;
 };
 
 }  // namespace ztrain::kernels::cuda

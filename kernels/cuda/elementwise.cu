@@ -1,11 +1,15 @@
-// Elementwise ops, GELU, SwiGLU and the sum of squares on the GPU. fp32 or bf16 tensors,
-// fp32 arithmetic; SumSquares accumulates in double.
+// Elementwise ops, GELU, SwiGLU, the sum of squares and Copy's dtype conversion on the GPU.
+// fp32, bf16 or fp16 tensors (mixed: Note [Mixed dtypes on CUDA] in widen.h), fp32 arithmetic;
+// SumSquares accumulates in double.
 #include <algorithm>
+
+#include "kernels/cpu/convert.h"
 
 #include "kernels/cuda/arg_check.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/kernel_utils.cuh"
+#include "kernels/cuda/widen.h"
 
 namespace ztrain::kernels::cuda {
 namespace {
@@ -88,6 +92,15 @@ __global__ void SwiGluBackwardKernel(const T* dh, const T* gate, const T* up, T*
   }
 }
 
+// dst[i] = src[i] widened to fp32 (exact) and rounded to D, to nearest even.
+template <typename S, typename D>
+__global__ void ConvertKernel(const S* src, D* dst, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    dst[i] = FromFloat<D>(ToFloat(src[i]));
+  }
+}
+
 // First pass: block b sums the squares of chunks b, b + gridDim.x, ... of kSumPerBlock
 // elements, each thread in a fixed stride order, then the block in a fixed tree.
 template <typename T>
@@ -126,6 +139,12 @@ void Launch1D(Kernel kernel, int64_t n, cudaStream_t stream, Args... args) {
 }  // namespace
 
 void CudaOps::Add(const Tensor& a, const Tensor& b, const Tensor& y) {
+  if (NeedsWidening({a, b, y})) {  // Note [Mixed dtypes on CUDA]
+    Widened w(*this);
+    Add(w.In(a), w.In(b), w.Out(y));
+    w.Commit();
+    return;
+  }
   CheckFloat(a, device(), "Add", "a");
   CheckLike(b, a, "Add", "b");
   CheckLike(y, a, "Add", "y");
@@ -137,6 +156,12 @@ void CudaOps::Add(const Tensor& a, const Tensor& b, const Tensor& y) {
 }
 
 void CudaOps::AddInPlace(const Tensor& y, const Tensor& x) {
+  if (NeedsWidening({y, x})) {
+    Widened w(*this);
+    AddInPlace(w.InOut(y), w.In(x));
+    w.Commit();
+    return;
+  }
   CheckFloat(y, device(), "AddInPlace", "y");
   CheckLike(x, y, "AddInPlace", "x");
   DispatchFloat(y.dtype(), [&](auto tag) {
@@ -154,14 +179,56 @@ void CudaOps::Zero(const Tensor& t) {
 }
 
 void CudaOps::Copy(const Tensor& src, const Tensor& dst) {
+  constexpr const char* kOp = "Copy";
   // Each side is this device's memory or the host's (pinned or not: cudaMemcpyDefault lets
   // unified addressing tell them apart).
-  CheckOnDevice(src, src.device().is_cpu() ? Device::Cpu() : device(), "Copy", "src");
-  CheckOnDevice(dst, dst.device().is_cpu() ? Device::Cpu() : device(), src.dtype(), src.shape(),
-                "Copy", "dst");
-  if (src.nbytes() == 0 || src.data() == dst.data()) return;
-  ZTRAIN_CUDA_CHECK(
-      cudaMemcpyAsync(dst.data(), src.data(), src.nbytes(), cudaMemcpyDefault, stream_));
+  const bool src_host = src.device().is_cpu(), dst_host = dst.device().is_cpu();
+  CheckOnDevice(src, src_host ? Device::Cpu() : device(), kOp, "src");
+  CheckOnDevice(dst, dst_host ? Device::Cpu() : device(), kOp, "dst");
+  ZTRAIN_CHECK(dst.shape() == src.shape(), kOp, ": dst has shape ", ShapeToString(dst.shape()),
+               ", expected ", ShapeToString(src.shape()), " (src's)");
+  if (src.dtype() == dst.dtype()) {
+    if (src.nbytes() == 0 || src.data() == dst.data()) return;
+    ZTRAIN_CUDA_CHECK(
+        cudaMemcpyAsync(dst.data(), src.data(), src.nbytes(), cudaMemcpyDefault, stream_));
+    return;
+  }
+  ZTRAIN_CHECK(cpu::IsFloatType(src.dtype()) && cpu::IsFloatType(dst.dtype()), kOp,
+               ": src has dtype ", DTypeName(src.dtype()), " and dst ", DTypeName(dst.dtype()),
+               "; only fp32, bf16 and fp16 convert into each other");
+  const auto* s0 = static_cast<const char*>(src.data());
+  const auto* d0 = static_cast<const char*>(dst.data());
+  ZTRAIN_CHECK(s0 + src.nbytes() <= d0 || d0 + dst.nbytes() <= s0, kOp,
+               ": a conversion from ", DTypeName(src.dtype()), " to ", DTypeName(dst.dtype()),
+               " needs src and dst apart; they overlap");
+  const int64_t n = src.numel();
+  if (n == 0) return;
+  if (src_host && dst_host) {  // on the host, after the ops that may still write src
+    Synchronize();
+    cpu::ConvertFloat(src.data(), src.dtype(), dst.data(), dst.dtype(), n);
+    return;
+  }
+  // The conversion runs on the device; a host side is staged through the workspace.
+  const void* from = src.data();
+  void* to = dst.data();
+  if (src_host) {
+    void* staged = Workspace(src.nbytes());
+    ZTRAIN_CUDA_CHECK(
+        cudaMemcpyAsync(staged, src.data(), src.nbytes(), cudaMemcpyHostToDevice, stream_));
+    from = staged;
+  }
+  if (dst_host) to = Workspace(dst.nbytes());
+  DispatchFloat(src.dtype(), [&](auto s_tag) {
+    DispatchFloat(dst.dtype(), [&](auto d_tag) {
+      using S = typename decltype(s_tag)::type;
+      using D = typename decltype(d_tag)::type;
+      Launch1D(ConvertKernel<S, D>, n, stream_, static_cast<const S*>(from), static_cast<D*>(to));
+    });
+  });
+  if (dst_host) {
+    ZTRAIN_CUDA_CHECK(
+        cudaMemcpyAsync(dst.data(), to, dst.nbytes(), cudaMemcpyDeviceToHost, stream_));
+  }
 }
 
 void CudaOps::Synchronize() { ZTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
@@ -175,6 +242,12 @@ void CudaOps::Scale(const Tensor& t, float alpha) {
 }
 
 void CudaOps::GeluForward(const Tensor& x, const Tensor& y) {
+  if (NeedsWidening({x, y})) {
+    Widened w(*this);
+    GeluForward(w.In(x), w.Out(y));
+    w.Commit();
+    return;
+  }
   CheckFloat(x, device(), "GeluForward", "x");
   CheckLike(y, x, "GeluForward", "y");
   DispatchFloat(x.dtype(), [&](auto tag) {
@@ -184,6 +257,12 @@ void CudaOps::GeluForward(const Tensor& x, const Tensor& y) {
 }
 
 void CudaOps::GeluBackward(const Tensor& dy, const Tensor& x, const Tensor& dx) {
+  if (NeedsWidening({dy, x, dx})) {
+    Widened w(*this);
+    GeluBackward(w.In(dy), w.In(x), w.Out(dx));
+    w.Commit();
+    return;
+  }
   CheckFloat(x, device(), "GeluBackward", "x");
   CheckLike(dy, x, "GeluBackward", "dy");
   CheckLike(dx, x, "GeluBackward", "dx");
@@ -195,6 +274,12 @@ void CudaOps::GeluBackward(const Tensor& dy, const Tensor& x, const Tensor& dx) 
 }
 
 void CudaOps::SwiGluForward(const Tensor& gate, const Tensor& up, const Tensor& h) {
+  if (NeedsWidening({gate, up, h})) {
+    Widened w(*this);
+    SwiGluForward(w.In(gate), w.In(up), w.Out(h));
+    w.Commit();
+    return;
+  }
   CheckFloat(gate, device(), "SwiGluForward", "gate");
   CheckLike(up, gate, "SwiGluForward", "up");
   CheckLike(h, gate, "SwiGluForward", "h");
@@ -207,6 +292,12 @@ void CudaOps::SwiGluForward(const Tensor& gate, const Tensor& up, const Tensor& 
 
 void CudaOps::SwiGluBackward(const Tensor& dh, const Tensor& gate, const Tensor& up,
                              const Tensor& dgate, const Tensor& dup) {
+  if (NeedsWidening({dh, gate, up, dgate, dup})) {
+    Widened w(*this);
+    SwiGluBackward(w.In(dh), w.In(gate), w.In(up), w.Out(dgate), w.Out(dup));
+    w.Commit();
+    return;
+  }
   CheckFloat(gate, device(), "SwiGluBackward", "gate");
   CheckLike(up, gate, "SwiGluBackward", "up");
   CheckLike(dh, gate, "SwiGluBackward", "dh");

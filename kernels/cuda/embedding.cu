@@ -191,6 +191,12 @@ std::vector<int32_t> CheckedHostTokens(const Tensor& tokens, const EmbeddingDims
 void CudaOps::EmbeddingForward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
                                const Tensor& out) {
   constexpr const char* kOp = "EmbeddingForward";
+  if (NeedsWidening({wte, wpe, out})) {  // Note [Mixed dtypes on CUDA]
+    Widened w(*this);
+    EmbeddingForward(tokens, w.In(wte), w.In(wpe), w.Out(out));
+    w.Commit();
+    return;
+  }
   const EmbeddingDims d =
       CheckEmbeddingArgs(device(), tokens, wte, wpe, out, kOp, "out", "wte", "wpe");
   const int64_t rows = d.batch * d.seq;
@@ -228,6 +234,12 @@ void CudaOps::EmbeddingForward(const Tensor& tokens, const Tensor& wte, const Te
 void CudaOps::EmbeddingBackward(const Tensor& dout, const Tensor& tokens, const Tensor& dwte,
                                 const Tensor& dwpe) {
   constexpr const char* kOp = "EmbeddingBackward";
+  if (NeedsWidening({dout, dwte, dwpe})) {  // Note [Mixed dtypes on CUDA]: fp32 tables too
+    Widened w(*this);
+    EmbeddingBackward(w.In(dout), tokens, w.InOut(dwte), w.InOut(dwpe));
+    w.Commit();
+    return;
+  }
   const EmbeddingDims d = dwte.defined() ? CheckEmbeddingArgs(device(), tokens, dwte, dwpe, dout,
                                                               kOp, "dout", "dwte", "dwpe")
                                          : CheckFrozenTableArgs(device(), tokens, dwpe, dout, kOp);

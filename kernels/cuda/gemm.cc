@@ -6,7 +6,9 @@
 // keeps its own transpose flag and its leading dimension is its row-major row length.
 //
 // Every GEMM computes in fp32 (CUBLAS_COMPUTE_32F; no TF32 unless NVIDIA_TF32_OVERRIDE says
-// so) on fp32 or bf16 tensors. cuBLAS is deterministic run to run on one GPU model; the bias
+// so) on fp32, bf16 or fp16 tensors; 16-bit A and B may write an fp32 C (Note [Mixed dtypes on
+// CUDA] in widen.h: the weight gradient of mixed precision). cuBLAS is deterministic run to run
+// on one GPU model; the bias
 // gradient is a column-sum kernel (kernels/cuda/linear_bias.cu) rather than the BGRADB
 // epilogue, which overwrites where ops.h accumulates and would need a scratch copy anyway.
 #include <cublasLt.h>
@@ -27,7 +29,14 @@ namespace {
 constexpr size_t kLtWorkspaceBytes = size_t{32} << 20;
 
 cudaDataType_t CudaType(DType dtype) {
-  return dtype == DType::kBF16 ? CUDA_R_16BF : CUDA_R_32F;
+  switch (dtype) {
+    case DType::kBF16:
+      return CUDA_R_16BF;
+    case DType::kF16:
+      return CUDA_R_16F;
+    default:
+      return CUDA_R_32F;
+  }
 }
 
 cublasOperation_t Op(bool trans) { return trans ? CUBLAS_OP_T : CUBLAS_OP_N; }
@@ -44,10 +53,11 @@ struct RowMajorGemmArgs {
   void* c;
   int ldc;
 };
-void RowMajorGemm(cublasHandle_t handle, cudaDataType_t type, float alpha,
+// a and b are `type`, c is `c_type` (type, or fp32 over 16-bit a and b).
+void RowMajorGemm(cublasHandle_t handle, cudaDataType_t type, cudaDataType_t c_type, float alpha,
                   const RowMajorGemmArgs& g, float beta) {
   ZTRAIN_CUBLAS_CHECK(cublasGemmEx(handle, Op(g.trans_b), Op(g.trans_a), g.n, g.m, g.k, &alpha,
-                                   g.b, type, g.ldb, g.a, type, g.lda, &beta, g.c, type, g.ldc,
+                                   g.b, type, g.ldb, g.a, type, g.lda, &beta, g.c, c_type, g.ldc,
                                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
@@ -147,7 +157,7 @@ struct LinearDims {
 };
 LinearDims CheckLinear(Device device, const Tensor& x, const Tensor& weight, const Tensor& out,
                        const char* out_name, const Tensor& bias, const char* bias_name,
-                       const char* op) {
+                       const char* op, bool bias_is_grad = false) {
   CheckFloat(x, device, op, "x");
   CheckOnDevice(weight, device, x.dtype(), op, "weight");
   ZTRAIN_CHECK(weight.dim() == 2, op, ": weight must be [OC, C], got ",
@@ -156,7 +166,10 @@ LinearDims CheckLinear(Device device, const Tensor& x, const Tensor& weight, con
   Shape out_shape = x.shape();
   out_shape.back() = d.oc;
   CheckOnDevice(out, device, x.dtype(), out_shape, op, out_name);
-  if (bias.defined()) CheckOnDevice(bias, device, x.dtype(), {d.oc}, op, bias_name);
+  if (bias.defined()) {
+    const DType bias_type = bias_is_grad && bias.dtype() == DType::kF32 ? DType::kF32 : x.dtype();
+    CheckOnDevice(bias, device, bias_type, {d.oc}, op, bias_name);
+  }
   CheckInt32(d.rows, op, "rows of x");
   CheckInt32(d.ch, op, "C");
   CheckInt32(d.oc, op, "OC");
@@ -168,9 +181,15 @@ LinearDims CheckLinear(Device device, const Tensor& x, const Tensor& weight, con
 void CudaOps::Gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b,
                    float beta, const Tensor& c) {
   constexpr const char* kOp = "Gemm";
+  if (NeedsWidening({a, b}, {c})) {  // Note [Mixed dtypes on CUDA]
+    Widened w(*this);
+    Gemm(trans_a, trans_b, alpha, w.In(a), w.In(b), beta, beta == 0.0f ? w.Out(c) : w.InOut(c));
+    w.Commit();
+    return;
+  }
   CheckFloat(a, device(), kOp, "a");
   CheckOnDevice(b, device(), a.dtype(), kOp, "b");
-  CheckOnDevice(c, device(), a.dtype(), kOp, "c");
+  CheckOnDevice(c, device(), c.dtype() == DType::kF32 ? DType::kF32 : a.dtype(), kOp, "c");
   ZTRAIN_CHECK(a.dim() == 2 && b.dim() == 2 && c.dim() == 2, kOp,
                ": a, b and c must be 2-D, got a ", ShapeToString(a.shape()), ", b ",
                ShapeToString(b.shape()), ", c ", ShapeToString(c.shape()));
@@ -203,12 +222,18 @@ void CudaOps::Gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, con
     }
     return;
   }
-  RowMajorGemm(cublas_, CudaType(a.dtype()), alpha, g, beta);
+  RowMajorGemm(cublas_, CudaType(a.dtype()), CudaType(c.dtype()), alpha, g, beta);
 }
 
 void CudaOps::LinearForward(const Tensor& x, const Tensor& weight, const Tensor& bias,
                             const Tensor& y) {
   constexpr const char* kOp = "LinearForward";
+  if (NeedsWidening({x, weight, bias, y})) {  // Note [Mixed dtypes on CUDA]
+    Widened w(*this);
+    LinearForward(w.In(x), w.In(weight), w.In(bias), w.Out(y));
+    w.Commit();
+    return;
+  }
   const auto [oc, ch, rows] = CheckLinear(device(), x, weight, y, "y", bias, "bias", kOp);
   if (rows == 0 || oc == 0) return;
   if (ch == 0) {  // an empty product: y is the bias (or zero)
@@ -228,8 +253,16 @@ void CudaOps::LinearForward(const Tensor& x, const Tensor& weight, const Tensor&
 void CudaOps::LinearBackward(const Tensor& dy, const Tensor& x, const Tensor& weight,
                              const Tensor& dx, const Tensor& dweight, const Tensor& dbias) {
   constexpr const char* kOp = "LinearBackward";
-  const auto [oc, ch, rows] = CheckLinear(device(), x, weight, dy, "dy", dbias, "dbias", kOp);
-  if (dweight.defined()) CheckLike(dweight, weight, kOp, "dweight");
+  // 16-bit dy, x, weight and dx with fp32 dweight and dbias run directly (mixed precision).
+  if (NeedsWidening({dy, x, weight, dx}, {dweight, dbias})) {  // Note [Mixed dtypes on CUDA]
+    Widened w(*this);
+    LinearBackward(w.In(dy), w.In(x), w.In(weight), w.Out(dx), w.InOut(dweight), w.InOut(dbias));
+    w.Commit();
+    return;
+  }
+  const auto [oc, ch, rows] =
+      CheckLinear(device(), x, weight, dy, "dy", dbias, "dbias", kOp, /*bias_is_grad=*/true);
+  if (dweight.defined()) CheckGrad(dweight, weight, kOp, "dweight");
   if (dx.defined()) CheckLike(dx, x, kOp, "dx");
   const cudaDataType_t type = CudaType(x.dtype());
   const int r = static_cast<int>(rows), o = static_cast<int>(oc), c = static_cast<int>(ch);
@@ -238,13 +271,13 @@ void CudaOps::LinearBackward(const Tensor& dy, const Tensor& x, const Tensor& we
     if (oc == 0) {
       Zero(dx);
     } else {
-      RowMajorGemm(cublas_, type, 1.0f,
+      RowMajorGemm(cublas_, type, type, 1.0f,
                    {false, false, r, c, o, dy.data(), o, weight.data(), c, dx.data(), c}, 0.0f);
     }
   }
   // dW[OC,C] += dy^T[OC,N] @ x[N,C], unless the weight is frozen (Note [Frozen parameters])
   if (dweight.defined() && rows > 0 && oc > 0 && ch > 0) {
-    RowMajorGemm(cublas_, type, 1.0f,
+    RowMajorGemm(cublas_, type, CudaType(dweight.dtype()), 1.0f,
                  {true, false, o, c, r, dy.data(), o, x.data(), c, dweight.data(), c}, 1.0f);
   }
   if (dbias.defined() && rows > 0 && oc > 0) {

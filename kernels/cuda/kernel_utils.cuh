@@ -1,6 +1,6 @@
 #pragma once
 // Device helpers shared by the kernels in kernels/cuda/*.cu (private to the backend):
-// fp32/bf16 loads and stores (and fp16, for AddColumns; arithmetic is always fp32), warp and
+// fp32/bf16/fp16 loads and stores (arithmetic is always fp32), warp and
 // block reductions whose summation order is fixed (so results are bitwise reproducible),
 // launch sizing, and the host-side dtype dispatch.
 #include <cuda_bf16.h>
@@ -71,8 +71,8 @@ struct TypeTag {
   using type = T;
 };
 
-// Calls fn(TypeTag<float>{}) or fn(TypeTag<__nv_bfloat16>{}) for an fp32 or bf16 tensor
-// (the dtype was checked before; anything else is an internal error).
+// Calls fn(TypeTag<float>{}), fn(TypeTag<__nv_bfloat16>{}) or fn(TypeTag<__half>{}) for an
+// fp32, bf16 or fp16 tensor (the dtype was checked before; anything else is an internal error).
 template <typename Fn>
 void DispatchFloat(DType dtype, Fn&& fn) {
   switch (dtype) {
@@ -82,8 +82,23 @@ void DispatchFloat(DType dtype, Fn&& fn) {
     case DType::kBF16:
       fn(TypeTag<__nv_bfloat16>{});
       return;
+    case DType::kF16:
+      fn(TypeTag<__half>{});
+      return;
     default:
       ZTRAIN_ASSERT(false, "DispatchFloat: dtype ", DTypeName(dtype), " was not checked");
+  }
+}
+
+// The type of an op's accumulated parameter gradients over inputs of type T (Note [Mixed
+// dtypes on CUDA], widen.h): fn(TypeTag<T>{}), or fn(TypeTag<float>{}) when `grad` is fp32
+// (16-bit activations and weights with fp32 gradients, mixed precision's default).
+template <typename T, typename Fn>
+void DispatchGrad(DType grad, Fn&& fn) {
+  if (grad == DType::kF32) {
+    fn(TypeTag<float>{});
+  } else {
+    fn(TypeTag<T>{});
   }
 }
 

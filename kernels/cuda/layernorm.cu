@@ -1,5 +1,5 @@
 // LayerNorm over the last dimension, eps = 1e-5 (GPT-2), on the GPU; the same arithmetic as
-// kernels/cpu/layernorm.cc (two-pass variance, fp32 statistics) on fp32 or bf16 tensors.
+// kernels/cpu/layernorm.cc (two-pass variance, fp32 statistics) on fp32, bf16 or fp16 tensors.
 //
 // Forward and the input gradient take one warp per row (a row's reduction is a fixed
 // butterfly, so the bits do not change between runs). The parameter gradients are summed
@@ -12,6 +12,7 @@
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/kernel_utils.cuh"
 #include "kernels/cuda/norm_grad.cuh"
+#include "kernels/cuda/widen.h"
 
 namespace ztrain::kernels::cuda {
 namespace {
@@ -99,6 +100,12 @@ NormDims CheckLayerNormArgs(Device device, const Tensor& x, const Tensor& weight
 void CudaOps::LayerNormForward(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                const Tensor& y, const Tensor& mean, const Tensor& rstd) {
   constexpr const char* kOp = "LayerNormForward";
+  if (NeedsWidening({x, weight, bias, y})) {  // Note [Mixed dtypes on CUDA]
+    Widened w(*this);
+    LayerNormForward(w.In(x), w.In(weight), w.In(bias), w.Out(y), mean, rstd);
+    w.Commit();
+    return;
+  }
   const NormDims d = CheckLayerNormArgs(device(), x, weight, mean, rstd, kOp);
   CheckLike(bias, weight, kOp, "bias");
   CheckLike(y, x, kOp, "y");
@@ -117,11 +124,22 @@ void CudaOps::LayerNormBackward(const Tensor& dy, const Tensor& x, const Tensor&
                                 const Tensor& mean, const Tensor& rstd, const Tensor& dx,
                                 const Tensor& dweight, const Tensor& dbias) {
   constexpr const char* kOp = "LayerNormBackward";
+  // dweight and dbias of one dtype: the weight's, or fp32 (mixed precision) run directly.
+  const bool one_grad_type =
+      !dweight.defined() || !dbias.defined() || dweight.dtype() == dbias.dtype();
+  if (NeedsWidening({dy, x, weight, dx}, {dweight, dbias}) || !one_grad_type) {
+    Widened w(*this);
+    LayerNormBackward(w.In(dy), w.In(x), w.In(weight), mean, rstd, w.Out(dx), w.InOut(dweight),
+                      w.InOut(dbias));
+    w.Commit();
+    return;
+  }
   const NormDims d = CheckLayerNormArgs(device(), x, weight, mean, rstd, kOp);
   CheckLike(dy, x, kOp, "dy");
   CheckLike(dx, x, kOp, "dx");
-  if (dweight.defined()) CheckLike(dweight, weight, kOp, "dweight");
-  if (dbias.defined()) CheckLike(dbias, weight, kOp, "dbias");
+  if (dweight.defined()) CheckGrad(dweight, weight, kOp, "dweight");
+  if (dbias.defined()) CheckGrad(dbias, weight, kOp, "dbias");
+  const DType grad_type = dweight.defined() ? dweight.dtype() : dbias.dtype();
   CheckNormLaunch(x, d, kOp);
   if (d.rows == 0 || d.channels == 0) return;
   DispatchFloat(x.dtype(), [&](auto tag) {
@@ -130,8 +148,11 @@ void CudaOps::LayerNormBackward(const Tensor& dy, const Tensor& x, const Tensor&
                                        mean.data<const float>(), rstd.data<const float>(),
                                        d.channels};
     // An undefined (frozen) dweight or dbias is null: skipped (Note [Frozen parameters]).
-    AccumulateNormParamGrads<2>(*this, terms, d, std::array<T*, 2>{dweight.data<T>(),
-                                                                   dbias.data<T>()});
+    DispatchGrad<T>(grad_type, [&](auto grad_tag) {
+      using G = typename decltype(grad_tag)::type;
+      AccumulateNormParamGrads<2>(*this, terms, d, std::array<G*, 2>{dweight.data<G>(),
+                                                                     dbias.data<G>()});
+    });
     // After the partials: dx may alias dy or x.
     LayerNormInputGradKernel<T><<<NormRowBlocks(d.rows), kThreads, 0, stream_>>>(
         dy.data<const T>(), x.data<const T>(), weight.data<const T>(), mean.data<const float>(),

@@ -42,14 +42,14 @@ __global__ void ColumnSumPartialKernel(const T* dy, int64_t rows, int64_t cols,
   }
 }
 
-template <typename T>
+template <typename G>
 __global__ void ColumnSumFinishKernel(const float* partial, int64_t chunks, int64_t cols,
-                                      T* dbias) {
+                                      G* dbias) {
   for (int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; c < cols;
        c += int64_t{gridDim.x} * blockDim.x) {
     float sum = 0.0f;
     for (int64_t k = 0; k < chunks; ++k) sum += partial[k * cols + c];
-    dbias[c] = FromFloat<T>(ToFloat(dbias[c]) + sum);
+    dbias[c] = FromFloat<G>(ToFloat(dbias[c]) + sum);
   }
 }
 
@@ -80,9 +80,12 @@ void AccumulateColumnSums(const Tensor& dy, int64_t rows, int64_t cols, const Te
     ColumnSumPartialKernel<T><<<grid, dim3(kColTile, kRowLanes), 0, stream>>>(
         dy.data<const T>(), rows, cols, RowsPerChunk(rows), partial);
     ZTRAIN_CUDA_CHECK_LAUNCH();
-    ColumnSumFinishKernel<T><<<GridFor(cols), kThreads, 0, stream>>>(partial, chunks, cols,
-                                                                    dbias.data<T>());
-    ZTRAIN_CUDA_CHECK_LAUNCH();
+    DispatchGrad<T>(dbias.dtype(), [&](auto grad_tag) {
+      using G = typename decltype(grad_tag)::type;
+      ColumnSumFinishKernel<G><<<GridFor(cols), kThreads, 0, stream>>>(partial, chunks, cols,
+                                                                      dbias.data<G>());
+      ZTRAIN_CUDA_CHECK_LAUNCH();
+    });
   });
 }
 

@@ -14,8 +14,8 @@ namespace ztrain::kernels::cuda {
 
 // Bytes of scratch AccumulateColumnSums needs for a [rows, cols] dy.
 size_t ColumnSumsScratchBytes(int64_t rows, int64_t cols);
-// dbias[c] += sum over r of dy[r, c], dy [rows, cols] and dbias [cols] of one dtype (fp32 or
-// bf16), summed in fp32 in an order fixed by the shape. `scratch` holds
+// dbias[c] += sum over r of dy[r, c], dy [rows, cols] (fp32, bf16 or fp16) and dbias [cols] of
+// dy's dtype or fp32, summed in fp32 in an order fixed by the shape. `scratch` holds
 // ColumnSumsScratchBytes.
 void AccumulateColumnSums(const Tensor& dy, int64_t rows, int64_t cols, const Tensor& dbias,
                           void* scratch, cudaStream_t stream);

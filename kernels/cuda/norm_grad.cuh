@@ -41,7 +41,7 @@ struct NormDims {
   int64_t rows, channels;
 };
 
-// x (fp32 or bf16) is [..., C] for weight [C] of x's dtype; returns rows and C.
+// x (fp32, bf16 or fp16) is [..., C] for weight [C] of x's dtype; returns rows and C.
 inline NormDims CheckNormArgs(Device device, const Tensor& x, const Tensor& weight,
                               const char* op) {
   CheckFloat(x, device, op, "x");

@@ -1,5 +1,5 @@
 // RMSNorm over the last dimension on the GPU (ops.h: y = x * rstd * weight, rstd =
-// 1 / sqrt(mean(x^2) + eps) in fp32, saved as fp32) on fp32 or bf16 tensors.
+// 1 / sqrt(mean(x^2) + eps) in fp32, saved as fp32) on fp32, bf16 or fp16 tensors.
 //
 // Forward and the input gradient take one warp per row, as LayerNorm (layernorm.cu): a row's
 // sum is a fixed butterfly, so the bits do not change between runs. dweight is summed over
@@ -13,6 +13,7 @@
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/kernel_utils.cuh"
 #include "kernels/cuda/norm_grad.cuh"
+#include "kernels/cuda/widen.h"
 
 namespace ztrain::kernels::cuda {
 namespace {
@@ -85,6 +86,12 @@ NormDims CheckRmsNormArgs(Device device, const Tensor& x, const Tensor& weight,
 void CudaOps::RmsNormForward(const Tensor& x, const Tensor& weight, float eps, const Tensor& y,
                              const Tensor& rstd) {
   constexpr const char* kOp = "RmsNormForward";
+  if (NeedsWidening({x, weight, y})) {  // Note [Mixed dtypes on CUDA]
+    Widened w(*this);
+    RmsNormForward(w.In(x), w.In(weight), eps, w.Out(y), rstd);
+    w.Commit();
+    return;
+  }
   const NormDims d = CheckRmsNormArgs(device(), x, weight, rstd, kOp);
   CheckLike(y, x, kOp, "y");
   ZTRAIN_CHECK(std::isfinite(eps) && eps >= 0.0f, kOp, ": eps = ", eps,
@@ -102,17 +109,27 @@ void CudaOps::RmsNormForward(const Tensor& x, const Tensor& weight, float eps, c
 void CudaOps::RmsNormBackward(const Tensor& dy, const Tensor& x, const Tensor& weight,
                               const Tensor& rstd, const Tensor& dx, const Tensor& dweight) {
   constexpr const char* kOp = "RmsNormBackward";
+  // dweight of the weight's dtype or fp32 (mixed precision) runs directly.
+  if (NeedsWidening({dy, x, weight, dx}, {dweight})) {
+    Widened w(*this);
+    RmsNormBackward(w.In(dy), w.In(x), w.In(weight), rstd, w.Out(dx), w.InOut(dweight));
+    w.Commit();
+    return;
+  }
   const NormDims d = CheckRmsNormArgs(device(), x, weight, rstd, kOp);
   CheckLike(dy, x, kOp, "dy");
   CheckLike(dx, x, kOp, "dx");
-  if (dweight.defined()) CheckLike(dweight, weight, kOp, "dweight");
+  if (dweight.defined()) CheckGrad(dweight, weight, kOp, "dweight");
   if (d.rows == 0 || d.channels == 0) return;
   DispatchFloat(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const RmsNormParamTerm<T> term{dy.data<const T>(), x.data<const T>(),
                                    rstd.data<const float>(), d.channels};
     // An undefined (frozen) dweight is null: skipped (Note [Frozen parameters]).
-    AccumulateNormParamGrads<1>(*this, term, d, std::array<T*, 1>{dweight.data<T>()});
+    DispatchGrad<T>(dweight.defined() ? dweight.dtype() : x.dtype(), [&](auto grad_tag) {
+      using G = typename decltype(grad_tag)::type;
+      AccumulateNormParamGrads<1>(*this, term, d, std::array<G*, 1>{dweight.data<G>()});
+    });
     // After the partials: dx may alias dy or x.
     RmsNormInputGradKernel<T><<<NormRowBlocks(d.rows), kThreads, 0, stream_>>>(
         dy.data<const T>(), x.data<const T>(), weight.data<const T>(), rstd.data<const float>(),

@@ -1,5 +1,5 @@
 // Rotary position embedding (rotate-half, ops.h RopeForward) in place on the query and key
-// heads of qkv, fp32 or bf16, with fp32 inv_freq [HS/2].
+// heads of qkv, fp32, bf16 or fp16, with fp32 inv_freq [HS/2].
 //
 // One thread per (row b*T + t, pair i < HS/2): it takes the angle t * inv_freq[i] as the fp32
 // product, cosf and sinf of it (the accurate functions, not the __cosf/__sinf intrinsics, whose

@@ -1,7 +1,8 @@
 // The engine on a CUDA device against the same engine on the CPU (Note [Devices in the
 // engine]): one micro-batch's loss and every gradient, then training at every ZeRO stage and
-// offload mode, step by step, and the weights at the end. Skips without a GPU (except the
-// test that a missing GPU is named).
+// offload mode, step by step, and the weights at the end; then bf16 and fp16 (with loss
+// scaling) training against the CPU's in the same precision, within Note [Equivalence
+// tolerances]. Skips without a GPU (except the test that a missing GPU is named).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -15,6 +16,7 @@
 #include "engine/engine.h"
 #include "kernels/ops.h"
 #include "nn/gpt2.h"
+#include "side_by_side.h"
 #include "test_model.h"
 
 namespace ztrain {
@@ -34,9 +36,12 @@ void PrintTo(const Layout& l, std::ostream* os) {
       << l.offload_param;
 }
 
-Config MakeConfig(const std::string& device, const Layout& layout, const std::string& nvme_dir) {
+// precision: "fp32", or "bf16" / "fp16" (DeepSpeed's sections, dynamic loss scaling for fp16).
+Config MakeConfig(const std::string& device, const Layout& layout, const std::string& nvme_dir,
+                  const std::string& precision = "fp32") {
   nlohmann::json j = testing::TinyConfigJson(2, 32, 4, 11, 8);
   j["device"] = device;
+  if (precision != "fp32") j[precision] = {{"enabled", true}};
   j["train_micro_batch_size_per_gpu"] = 4;
   j["gradient_accumulation_steps"] = 2;
   j.erase("train_batch_size");
@@ -148,6 +153,61 @@ INSTANTIATE_TEST_SUITE_P(Layouts, CudaTrainingTest,
                                   info.param.offload_optimizer + "_param_" +
                                   info.param.offload_param;
                          });
+
+// Mixed precision on the GPU (Note [Mixed dtypes on CUDA] in kernels/cuda/widen.h): the same
+// config on both backends, bf16 or fp16 compute with fp32 masters. Both round the same fp32
+// results to 16 bits, in other summation orders, which is the rounding model's 16-bit case
+// (Note [Equivalence tolerances] (2)): losses, gradient norms and weights within it.
+struct MixedCase {
+  const char* name;
+  const char* precision;  // "bf16" or "fp16"
+  Layout layout;
+};
+void PrintTo(const MixedCase& c, std::ostream* os) { *os << c.name; }
+
+class CudaMixedPrecisionTest : public CudaEngineTest,
+                               public ::testing::WithParamInterface<MixedCase> {};
+
+TEST_P(CudaMixedPrecisionTest, TenStepsMatchTheCpu) {
+  const MixedCase& c = GetParam();
+  const Config cpu_config = MakeConfig("cpu", Layout{}, nvme_dir_, c.precision);
+  const Config gpu_config = MakeConfig("cuda:0", c.layout, nvme_dir_, c.precision);
+  Engine cpu(cpu_config, nn::BuildGpt2(cpu_config.model));
+  Engine gpu(gpu_config, nn::BuildGpt2(gpu_config.model));
+  constexpr int kSteps = 10;
+  testing::EquivalenceCheck check = testing::CheckFor(cpu, 4, 2, kSteps);
+  double lr_sum = 0.0;
+  for (int step = 0; step < kSteps; ++step) {
+    testing::OwnedBatch a(4, 8, 11, 100 + step), b(4, 8, 11, 200 + step);
+    const std::vector<nn::MicroBatch> micro{a.mb, b.mb};
+    const StepStats want = cpu.TrainStep(micro);
+    const StepStats got = gpu.TrainStep(micro);
+    ASSERT_EQ(got.skipped, want.skipped) << "step " << step << ": loss scaling skipped on one";
+    check.Step(want.step, got.loss, want.loss, got.grad_norm, want.grad_norm, lr_sum);
+    lr_sum += want.lr;
+  }
+  const auto want = Weights(cpu);
+  const auto got = Weights(gpu);
+  ASSERT_EQ(got.size(), want.size());
+  for (const auto& [name, w] : want) {
+    const std::vector<float>& g = got.at(name);
+    ASSERT_EQ(g.size(), w.size()) << name;
+    check.Values(name, g.data(), w.data(), static_cast<int64_t>(w.size()), lr_sum);
+  }
+  testing::OwnedBatch eval(4, 8, 11, 99);
+  check.Eval(gpu.EvalLoss(eval.mb), cpu.EvalLoss(eval.mb), lr_sum);
+  testing::ExpectWithinRounding(check, c.name);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Precisions, CudaMixedPrecisionTest,
+    ::testing::Values(MixedCase{"bf16_stage0", "bf16", Layout{0}},
+                      MixedCase{"bf16_stage3", "bf16", Layout{3}},
+                      MixedCase{"bf16_stage2_opt_cpu", "bf16", Layout{2, "cpu"}},
+                      MixedCase{"bf16_stage3_param_cpu", "bf16", Layout{3, "cpu", "cpu"}},
+                      MixedCase{"fp16_stage0", "fp16", Layout{0}},
+                      MixedCase{"fp16_stage2", "fp16", Layout{2}}),
+    [](const ::testing::TestParamInfo<MixedCase>& info) { return std::string(info.param.name); });
 
 TEST(CudaEngineNoGpuTest, AMissingGpuIsNamed) {
   if (kernels::CudaDeviceCount() > 0) GTEST_SKIP() << "a GPU is visible";

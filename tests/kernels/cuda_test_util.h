@@ -22,26 +22,37 @@ inline void CudaOk(cudaError_t err, const char* what) {
   ASSERT_EQ(err, cudaSuccess) << what << ": " << cudaGetErrorString(err);
 }
 
-// v with every element rounded to what `dtype` holds (bf16: to nearest even; fp32: as is),
-// so that the CPU backend (fp32 only) computes on exactly the values the GPU sees.
+// v with every element rounded to what `dtype` holds (bf16, fp16: to nearest even; fp32: as
+// is), so that the CPU backend computes in fp32 on exactly the values the GPU sees.
 inline std::vector<float> RoundTo(DType dtype, std::vector<float> v) {
   if (dtype == DType::kBF16) {
     for (float& x : v) x = Bf16ToFloat(FloatToBf16(x));
+  } else if (dtype == DType::kF16) {
+    for (float& x : v) x = HalfToFloat(FloatToHalf(x));
   }
   return v;
+}
+
+// The cross-backend tolerance of an output of `dtype` (ExpectClose: relative to |want| +
+// rms(want)): one rounding to the dtype and fp32 differences of summation order and exp
+// beside it (cuda_ops_test.cc, top).
+inline double CrossBackendTolerance(DType dtype) {
+  return dtype == DType::kBF16 ? 1e-2 : dtype == DType::kF16 ? 2e-3 : 1e-4;
 }
 
 // A device copy of a host vector, owning its cudaMalloc'd memory. Move-only.
 class DeviceTensor {
  public:
-  // Floats stored as `dtype` (kF32 or kBF16; bf16 rounds to nearest even).
+  // Floats stored as `dtype` (kF32, kBF16 or kF16; 16-bit rounds to nearest even).
   DeviceTensor(const std::vector<float>& host, Shape shape, DType dtype, int device = 0) {
     std::vector<uint8_t> bytes(host.size() * DTypeSize(dtype));
     if (dtype == DType::kF32) {
       std::memcpy(bytes.data(), host.data(), bytes.size());
     } else {
       auto* h = reinterpret_cast<uint16_t*>(bytes.data());
-      for (size_t i = 0; i < host.size(); ++i) h[i] = FloatToBf16(host[i]);
+      for (size_t i = 0; i < host.size(); ++i) {
+        h[i] = dtype == DType::kF16 ? FloatToHalf(host[i]) : FloatToBf16(host[i]);
+      }
     }
     Init(bytes, std::move(shape), dtype, device);
   }
@@ -82,7 +93,7 @@ class DeviceTensor {
     }
     return bytes;
   }
-  // The values as fp32 (fp32 or bf16 tensors).
+  // The values as fp32 (fp32, bf16 or fp16 tensors).
   std::vector<float> ToHost() const {
     const std::vector<uint8_t> bytes = Bytes();
     std::vector<float> out(t_.numel());
@@ -90,7 +101,9 @@ class DeviceTensor {
       std::memcpy(out.data(), bytes.data(), bytes.size());
     } else {
       const auto* h = reinterpret_cast<const uint16_t*>(bytes.data());
-      for (size_t i = 0; i < out.size(); ++i) out[i] = Bf16ToFloat(h[i]);
+      for (size_t i = 0; i < out.size(); ++i) {
+        out[i] = t_.dtype() == DType::kF16 ? HalfToFloat(h[i]) : Bf16ToFloat(h[i]);
+      }
     }
     return out;
   }
