@@ -23,6 +23,7 @@
 //   terms in fp32, no extra rounding in bf16, so the attention tolerances stay.
 // - Outputs that are copies (embedding rows without a position table, the v columns RoPE
 //   leaves alone) must match bit for bit.
+#include <cublas_v2.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -801,6 +802,22 @@ TEST_P(CudaOpsTest, BadInputThrowsNamingIt) {
   const Tensor on_host(host.data(), dtype(), {4, 3});
   ExpectErrorMentions([&] { gpu_->AddColumns(full, 0, on_host, 1.0f); },
                       {"AddColumns", "x", "cpu"});
+}
+
+// cuBLAS is not linked but opened by the first call (Note [Lazy GPU libraries] in
+// core/lazy_library.h): the forwarding definitions reach the library's own functions, GPU or
+// not (without one, creating a handle fails with cuBLAS's status rather than a crash).
+TEST(LazyCublasTest, TheForwardersReachTheLibrary) {
+  EXPECT_STREQ(cublasGetStatusName(CUBLAS_STATUS_NOT_SUPPORTED), "CUBLAS_STATUS_NOT_SUPPORTED");
+  EXPECT_NE(std::string(cublasGetStatusString(CUBLAS_STATUS_SUCCESS)), "");
+  cublasHandle_t handle = nullptr;
+  const cublasStatus_t status = cublasCreate(&handle);
+  if (CudaDeviceCount() > 0) {
+    ASSERT_EQ(status, CUBLAS_STATUS_SUCCESS);
+    EXPECT_EQ(cublasDestroy(handle), CUBLAS_STATUS_SUCCESS);
+  } else {
+    EXPECT_NE(status, CUBLAS_STATUS_SUCCESS) << "a cuBLAS handle without a GPU";
+  }
 }
 
 // Which calls the CUDA kernels take directly and which go through the widening adapter

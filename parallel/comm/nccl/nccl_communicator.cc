@@ -317,7 +317,7 @@ std::unique_ptr<Communicator> MakeNcclCommunicator(Communicator& bootstrap, int 
                                             "world");
 }
 
-bool HaveNccl() { return true; }
+bool HaveNccl() { return detail::NcclLibrary().Available(); }
 
 int VisibleCudaDevices() {
   int count = 0;

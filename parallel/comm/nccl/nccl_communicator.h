@@ -42,7 +42,8 @@ std::unique_ptr<Communicator> MakeNcclCommunicator(Communicator& bootstrap, int 
                                                    std::chrono::milliseconds timeout,
                                                    MemoryTracker* tracker = nullptr);
 
-// Whether this build has the NCCL communicator.
+// Whether this build has the NCCL communicator and libnccl opens (Note [Lazy GPU libraries]
+// in core/lazy_library.h: it is opened by the first call of this or of MakeNcclCommunicator).
 bool HaveNccl();
 
 // CUDA devices this process can use: 0 when the build has no NCCL, or there is no driver or

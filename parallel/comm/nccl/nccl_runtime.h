@@ -15,6 +15,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/lazy_library.h"
 #include "core/memory_tracker.h"
 
 // Non-blocking communicators arrived in NCCL 2.14, ncclCommSplit in 2.18.
@@ -23,6 +24,9 @@
 #endif
 
 namespace ztrain::comm::detail {
+
+// libnccl, opened on first use (nccl_lazy.cc, Note [Lazy GPU libraries]).
+LazyLibrary& NcclLibrary();
 
 using ::ztrain::detail::StrCat;
 
