@@ -19,47 +19,20 @@ size_t ScratchPool::bytes() const {
   return total;
 }
 
-bool Widened::NeedsScratch(const Tensor& t) {
+bool Widened::NeedsScratch(const Tensor& t) const {
   return t.defined() && t.device().is_cpu() && IsHalfType(t.dtype());
 }
 
-Tensor Widened::Scratch(const Tensor& t) {
-  return Tensor(pool_.Get(next_slot_++, t.numel()), DType::kF32, t.shape());
+Tensor Widened::Scratch(const Tensor& t, size_t slot) {
+  return Tensor(pool_.Get(slot, t.numel()), DType::kF32, t.shape());
 }
 
-Tensor Widened::In(const Tensor& t) {
-  if (!NeedsScratch(t)) return t;
-  for (const auto& [caller, copy] : inputs_) {
-    if (caller.data() == t.data() && caller.dtype() == t.dtype() && caller.numel() == t.numel()) {
-      return copy.View(t.shape());
-    }
+void Widened::Convert(const Tensor& src, const Tensor& dst) {
+  if (dst.dtype() == DType::kF32) {
+    Widen(src.data(), src.dtype(), dst.data<float>(), src.numel());
+  } else {
+    Narrow(src.data<float>(), dst.data(), dst.dtype(), src.numel());
   }
-  Tensor copy = Scratch(t);
-  Widen(t.data(), t.dtype(), copy.data<float>(), t.numel());
-  inputs_.emplace_back(t, copy);
-  return copy;
-}
-
-Tensor Widened::Out(const Tensor& t) {
-  if (!NeedsScratch(t)) return t;
-  Tensor scratch = Scratch(t);
-  outputs_.emplace_back(t, scratch);
-  return scratch;
-}
-
-Tensor Widened::InOut(const Tensor& t) {
-  if (!NeedsScratch(t)) return t;
-  Tensor scratch = Scratch(t);
-  Widen(t.data(), t.dtype(), scratch.data<float>(), t.numel());
-  outputs_.emplace_back(t, scratch);
-  return scratch;
-}
-
-void Widened::Commit() {
-  for (const auto& [caller, scratch] : outputs_) {
-    Narrow(scratch.data<float>(), caller.data(), caller.dtype(), caller.numel());
-  }
-  outputs_.clear();
 }
 
 }  // namespace ztrain::kernels::cpu

@@ -24,6 +24,7 @@
 
 #include "core/tensor.h"
 #include "kernels/cpu/convert.h"
+#include "kernels/widening.h"
 
 namespace ztrain::kernels::cpu {
 
@@ -49,31 +50,19 @@ class ScratchPool {
   std::vector<Slot> slots_;
 };
 
-// One op call's adapter (Note [Widening adapter]). Scopes on one pool must not overlap.
-class Widened {
+// One op call's adapter (Note [Widening adapter]; In, Out, InOut and Commit as
+// kernels/widening.h says): 16-bit host tensors get fp32 views in `pool`. Scopes on one pool
+// must not overlap.
+class Widened final : public WideningAdapter {
  public:
   explicit Widened(ScratchPool& pool) : pool_(pool) {}
-  Widened(const Widened&) = delete;
-  Widened& operator=(const Widened&) = delete;
-
-  // An fp32 view of an input: t itself unless t is a 16-bit host tensor, else its widened
-  // copy (the same copy when the same tensor is asked for twice).
-  Tensor In(const Tensor& t);
-  // An fp32 view of an output the kernel overwrites; Commit rounds it into t.
-  Tensor Out(const Tensor& t);
-  // An fp32 view of an output the kernel reads and accumulates into; Commit rounds it into t.
-  Tensor InOut(const Tensor& t);
-  // Rounds every Out/InOut view into its tensor. Call once, after the kernel succeeded.
-  void Commit();
 
  private:
-  static bool NeedsScratch(const Tensor& t);
-  Tensor Scratch(const Tensor& t);
+  bool NeedsScratch(const Tensor& t) const override;
+  Tensor Scratch(const Tensor& t, size_t slot) override;
+  void Convert(const Tensor& src, const Tensor& dst) override;
 
   ScratchPool& pool_;
-  size_t next_slot_ = 0;
-  std::vector<std::pair<Tensor, Tensor>> inputs_;   // (caller's tensor, fp32 copy)
-  std::vector<std::pair<Tensor, Tensor>> outputs_;  // (caller's tensor, fp32 scratch)
 };
 
 // Elements an elementwise op widens per chunk: 4 MiB of fp32 per argument.

@@ -11,11 +11,6 @@ namespace {
 bool IsFloat(DType t) { return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16; }
 bool IsHalf(DType t) { return t == DType::kBF16 || t == DType::kF16; }
 
-// The same tensor: one address, dtype and shape.
-bool SameTensor(const Tensor& a, const Tensor& b) {
-  return a.data() == b.data() && a.dtype() == b.dtype() && a.shape() == b.shape();
-}
-
 }  // namespace
 
 void* DeviceScratch::Get(size_t slot, size_t bytes, cudaStream_t stream) {
@@ -65,41 +60,12 @@ bool Widened::NeedsScratch(const Tensor& t) const {
   return t.defined() && t.device() == ops_.device() && IsHalf(t.dtype());
 }
 
-Tensor Widened::Scratch(const Tensor& t) {
-  void* data = ops_.scratch().Get(next_slot_++, sizeof(float) * static_cast<size_t>(t.numel()),
-                                  ops_.stream());
+Tensor Widened::Scratch(const Tensor& t, size_t slot) {
+  void* data =
+      ops_.scratch().Get(slot, sizeof(float) * static_cast<size_t>(t.numel()), ops_.stream());
   return Tensor(data, DType::kF32, t.shape(), ops_.device());
 }
 
-Tensor Widened::In(const Tensor& t) {
-  if (!NeedsScratch(t)) return t;
-  for (const auto& [caller, copy] : inputs_) {
-    if (SameTensor(caller, t)) return copy;
-  }
-  Tensor copy = Scratch(t);
-  ops_.Copy(t, copy);  // widened exactly
-  inputs_.emplace_back(t, copy);
-  return copy;
-}
-
-Tensor Widened::Out(const Tensor& t) {
-  if (!NeedsScratch(t)) return t;
-  Tensor scratch = Scratch(t);
-  outputs_.emplace_back(t, scratch);
-  return scratch;
-}
-
-Tensor Widened::InOut(const Tensor& t) {
-  if (!NeedsScratch(t)) return t;
-  Tensor scratch = Scratch(t);
-  ops_.Copy(t, scratch);
-  outputs_.emplace_back(t, scratch);
-  return scratch;
-}
-
-void Widened::Commit() {
-  for (const auto& [caller, scratch] : outputs_) ops_.Copy(scratch, caller);  // rounded once
-  outputs_.clear();
-}
+void Widened::Convert(const Tensor& src, const Tensor& dst) { ops_.Copy(src, dst); }
 
 }  // namespace ztrain::kernels::cuda

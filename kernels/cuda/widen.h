@@ -27,10 +27,10 @@
 #include <cstddef>
 #include <functional>
 #include <initializer_list>
-#include <utility>
 #include <vector>
 
 #include "core/tensor.h"
+#include "kernels/widening.h"
 
 namespace ztrain::kernels::cuda {
 
@@ -65,31 +65,19 @@ using TensorRefs = std::initializer_list<std::reference_wrapper<const Tensor>>;
 // neither their dtype nor fp32.
 bool NeedsWidening(TensorRefs same, TensorRefs grads = {});
 
-// One op call's adapter. Scopes on one ops object must not overlap.
-class Widened {
+// One op call's adapter (In, Out, InOut and Commit as kernels/widening.h says): 16-bit tensors
+// on the ops' device get fp32 views in its DeviceScratch, converted by its Copy (stream-ordered).
+// Scopes on one ops object must not overlap.
+class Widened final : public WideningAdapter {
  public:
   explicit Widened(CudaOps& ops) : ops_(ops) {}
-  Widened(const Widened&) = delete;
-  Widened& operator=(const Widened&) = delete;
-
-  // An fp32 view of an input: t itself unless t is a 16-bit tensor on the ops' device, else its
-  // widened copy (the same copy when the same tensor is asked for twice).
-  Tensor In(const Tensor& t);
-  // An fp32 view of an output the kernel overwrites; Commit rounds it into t.
-  Tensor Out(const Tensor& t);
-  // An fp32 view of an output the kernel reads and accumulates into; Commit rounds it into t.
-  Tensor InOut(const Tensor& t);
-  // Rounds every Out/InOut view into its tensor. Call once, after the kernel was enqueued.
-  void Commit();
 
  private:
-  bool NeedsScratch(const Tensor& t) const;
-  Tensor Scratch(const Tensor& t);
+  bool NeedsScratch(const Tensor& t) const override;
+  Tensor Scratch(const Tensor& t, size_t slot) override;
+  void Convert(const Tensor& src, const Tensor& dst) override;
 
   CudaOps& ops_;
-  size_t next_slot_ = 0;
-  std::vector<std::pair<Tensor, Tensor>> inputs_;   // (caller's tensor, fp32 copy)
-  std::vector<std::pair<Tensor, Tensor>> outputs_;  // (caller's tensor, fp32 scratch)
 };
 
 }  // namespace ztrain::kernels::cuda
