@@ -20,6 +20,8 @@ constexpr float kCubic = 0.044715f;
 // order they are added in, depend only on the size (the same bits on every GPU and run).
 constexpr int64_t kSumPerBlock = int64_t{kThreads} * 16;
 constexpr int64_t kMaxSumBlocks = 4096;
+// Copy's conversions with a host side stage this many elements at a time (16 MiB of fp32).
+constexpr int64_t kCopyChunk = int64_t{1} << 22;
 
 template <typename T>
 __global__ void AddKernel(const T* a, const T* b, T* y, int64_t n) {
@@ -208,26 +210,37 @@ void CudaOps::Copy(const Tensor& src, const Tensor& dst) {
     cpu::ConvertFloat(src.data(), src.dtype(), dst.data(), dst.dtype(), n);
     return;
   }
-  // The conversion runs on the device; a host side is staged through the workspace.
-  const void* from = src.data();
-  void* to = dst.data();
-  if (src_host) {
-    void* staged = Workspace(src.nbytes());
-    ZTRAIN_CUDA_CHECK(
-        cudaMemcpyAsync(staged, src.data(), src.nbytes(), cudaMemcpyHostToDevice, stream_));
-    from = staged;
-  }
-  if (dst_host) to = Workspace(dst.nbytes());
-  DispatchFloat(src.dtype(), [&](auto s_tag) {
-    DispatchFloat(dst.dtype(), [&](auto d_tag) {
-      using S = typename decltype(s_tag)::type;
-      using D = typename decltype(d_tag)::type;
-      Launch1D(ConvertKernel<S, D>, n, stream_, static_cast<const S*>(from), static_cast<D*>(to));
+  // The conversion runs on the device. A host side is staged through the workspace, a chunk
+  // of kCopyChunk elements at a time, so the workspace stays small (a whole layer's fp32
+  // master on the host, offloaded, converts into its 16-bit copy on the GPU); the stream
+  // orders each chunk's copy after the previous chunk's conversion.
+  const size_t src_size = DTypeSize(src.dtype()), dst_size = DTypeSize(dst.dtype());
+  const int64_t chunk = src_host || dst_host ? std::min(n, kCopyChunk) : n;
+  void* staged = src_host || dst_host
+                     ? Workspace(static_cast<size_t>(chunk) * (src_host ? src_size : dst_size))
+                     : nullptr;
+  for (int64_t begin = 0; begin < n; begin += chunk) {
+    const int64_t count = std::min(chunk, n - begin);
+    const char* from = static_cast<const char*>(src.data()) + begin * src_size;
+    char* to = static_cast<char*>(dst.data()) + begin * dst_size;
+    if (src_host) {
+      ZTRAIN_CUDA_CHECK(cudaMemcpyAsync(staged, from, count * src_size, cudaMemcpyHostToDevice,
+                                        stream_));
+      from = static_cast<const char*>(staged);
+    }
+    char* out = dst_host ? static_cast<char*>(staged) : to;
+    DispatchFloat(src.dtype(), [&](auto s_tag) {
+      DispatchFloat(dst.dtype(), [&](auto d_tag) {
+        using S = typename decltype(s_tag)::type;
+        using D = typename decltype(d_tag)::type;
+        Launch1D(ConvertKernel<S, D>, count, stream_, reinterpret_cast<const S*>(from),
+                 reinterpret_cast<D*>(out));
+      });
     });
-  });
-  if (dst_host) {
-    ZTRAIN_CUDA_CHECK(
-        cudaMemcpyAsync(dst.data(), to, dst.nbytes(), cudaMemcpyDeviceToHost, stream_));
+    if (dst_host) {
+      ZTRAIN_CUDA_CHECK(
+          cudaMemcpyAsync(to, staged, count * dst_size, cudaMemcpyDeviceToHost, stream_));
+    }
   }
 }
 

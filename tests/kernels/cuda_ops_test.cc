@@ -1056,6 +1056,21 @@ TEST_F(CudaMixedTest, CopyConvertsLikeTheCpu) {
       EXPECT_EQ(BytesOf(back), want_bytes) << "device to host";
     }
   }
+  // More than one chunk of a host-side conversion (Copy stages 2^22 elements at a time).
+  const int64_t big = (int64_t{1} << 22) + 1001;
+  const testing::HostTensor host32 =
+      testing::HostTensor::From(DType::kF32, {big}, testing::Random(big, 10));
+  testing::HostTensor want16(DType::kBF16, {big}), back32(DType::kF32, {big});
+  cpu_->Copy(host32.tensor(), want16.tensor());
+  DeviceTensor dev16({big}, DType::kBF16);
+  gpu_->Copy(host32.tensor(), dev16);  // host fp32 -> device bf16, chunked
+  EXPECT_EQ(dev16.Bytes(), BytesOf(want16)) << "host to device, several chunks";
+  gpu_->Copy(dev16, back32.tensor());  // device bf16 -> host fp32, chunked
+  gpu_->Synchronize();
+  const testing::HostTensor want32 =
+      testing::HostTensor::From(DType::kF32, {big}, want16.Values());
+  EXPECT_EQ(BytesOf(back32), BytesOf(want32)) << "device to host, several chunks";
+
   DeviceTensor wide({8}, DType::kF32);
   const Tensor& t = wide.tensor();
   const Tensor narrow_alias(t.data(), DType::kBF16, {8}, t.device());

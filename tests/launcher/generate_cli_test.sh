@@ -74,8 +74,17 @@ if "$python" -c "import sentencepiece" 2>/dev/null; then
   echo "SentencePiece: the printed text is sentencepiece's decoding of the sequence"
   "$python" -c "import sentencepiece as s, sys; s.SentencePieceTrainer.train(input=sys.argv[1], model_prefix=sys.argv[2], vocab_size=300)" \
     "$reference/../../README.md" "$work/spm300" > /dev/null 2>&1 || fail "training a SentencePiece model"
-  err=$("$ztrain" generate --model "$work/llama" --tokenizer "$work/spm300.model" --prompt "Hello world, generate" 2>&1) &&
-    fail "prompt ids outside the model accepted"
+  # A text whose ids include one of the 44 the model lacks: the text of such a piece.
+  high=$("$python" -c "
+import sentencepiece as s, sys
+m = s.SentencePieceProcessor(model_file=sys.argv[1])
+for i in range(m.get_piece_size() - 1, 255, -1):
+    text = m.id_to_piece(i).replace('\u2581', ' ').strip()
+    if text and max(m.encode(text)) >= 256:
+        print(text); break" "$work/spm300.model")
+  [ -n "$high" ] || fail "no text encodes to an id above 255 with the 300-id model"
+  err=$("$ztrain" generate --model "$work/llama" --tokenizer "$work/spm300.model" --prompt "$high" \
+    --max-new-tokens 4 2>&1) && fail "prompt '$high' (ids outside the model) accepted"
   echo "$err" | grep -q "outside the model's vocabulary of 256" || fail "tokenizer mismatch: $err"
 fi
 err=$("$ztrain" generate --prompt x 2>&1) && fail "no model accepted"
