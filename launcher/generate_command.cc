@@ -130,7 +130,8 @@ int RunGenerate(const GenerateArgs& a) {
   o.top_k = a.top_k;
   o.top_p = a.top_p;
   o.seed = a.seed;
-  o.vocab_limit = tokenizer->vocab_size();  // ids the tokenizer has text for
+  // Ids the tokenizer has text for; without a tokenizer (byte tokens), --ids keeps every id.
+  if (!a.ids || !tokenizer_path.empty()) o.vocab_limit = tokenizer->vocab_size();
   if (!a.ignore_eos) o.stop_tokens = StopTokens(*tokenizer, doc);
   const auto start = std::chrono::steady_clock::now();
   const std::unique_ptr<nn::Decoder> decoder = LoadDecoder(path, model);

@@ -38,14 +38,20 @@ train gpt2 "$work/gpt2.bin" gpt2_llmc
 "$python" "$reference/hf_llama.py" make-model --out "$work/qwen2" --arch qwen2 > /dev/null
 "$python" "$reference/hf_llama.py" make-model --out "$work/mistral" --arch mistral \
   --config-json '{"num_key_value_heads": 1, "head_dim": 32}' > /dev/null
+# No tokenizer files and 300 ids: byte tokens, and --ids keeps every id of the model.
+"$python" "$reference/hf_llama.py" make-model --out "$work/qwen2_300" --arch qwen2 \
+  --config-json '{"vocab_size": 300}' > /dev/null
 prompt=72,101,108,108,111
-for model in gpt2 llama qwen2 mistral; do
+for model in gpt2 llama qwen2 mistral qwen2_300; do
   got=$(ids --model "$work/$model" --prompt-ids $prompt --max-new-tokens 32)
   want=$(reference "$work/$model" $prompt 32)
   [ "$got" = "$want" ] || fail "$model: ztrain gave $got, the reference $want"
   [ "$(echo $got | wc -w)" = 32 ] || fail "$model: not 32 tokens: $got"
   echo "$model: 32 greedy tokens equal the reference's"
 done
+wide=$(ids --model "$work/qwen2_300" --prompt-ids $prompt --max-new-tokens 48 --temperature 5 --seed 1)
+echo "$wide" | tr ' ' '\n' | awk '$1 >= 256 { found = 1 } END { exit !found }' ||
+  fail "--ids without a tokenizer drew no id above the 256 bytes from 300: $wide"
 gpt2=$(ids --model "$work/gpt2" --prompt-ids $prompt --max-new-tokens 32)
 [ "$(ids --checkpoint "$work/ckpt_gpt2" --prompt-ids $prompt --max-new-tokens 32)" = "$gpt2" ] ||
   fail "--checkpoint gave other tokens than the run's saved model"
