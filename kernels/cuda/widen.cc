@@ -61,8 +61,10 @@ bool Widened::NeedsScratch(const Tensor& t) const {
 }
 
 Tensor Widened::Scratch(const Tensor& t, size_t slot) {
-  void* data =
-      ops_.scratch().Get(slot, sizeof(float) * static_cast<size_t>(t.numel()), ops_.stream());
+  // At least one element: an empty tensor's view must still be defined (non-null), or the
+  // kernel would take it for a missing argument.
+  const size_t elements = std::max<size_t>(static_cast<size_t>(t.numel()), 1);
+  void* data = ops_.scratch().Get(slot, sizeof(float) * elements, ops_.stream());
   return Tensor(data, DType::kF32, t.shape(), ops_.device());
 }
 

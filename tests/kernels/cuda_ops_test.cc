@@ -1077,6 +1077,23 @@ TEST_F(CudaMixedTest, CopyConvertsLikeTheCpu) {
   ExpectErrorMentions([&] { gpu_->Copy(t, narrow_alias); }, {"Copy", "overlap"});
 }
 
+// A mixed call on empty tensors goes through the adapter and does nothing, as the one-dtype
+// call does (its fp32 views are defined, just empty).
+TEST_F(CudaMixedTest, EmptyMixedCallsDoNothing) {
+  DeviceTensor backing({64}, DType::kF32);  // empty views need a (defined) address
+  auto empty = [&](Shape shape, DType dtype) {
+    return Tensor(backing.tensor().data(), dtype, std::move(shape), Device::Cuda(0));
+  };
+  const std::vector<uint8_t> before = backing.Bytes();
+  DeviceTensor w(std::vector<float>(8, 1.0f), {8}, DType::kF32),
+      b(std::vector<float>(8, 0.0f), {8}, DType::kF32);
+  const Tensor x = empty({0, 8}, DType::kBF16), y = empty({0, 8}, DType::kBF16);
+  EXPECT_NO_THROW(gpu_->LayerNormForward(x, w, b, y, empty({0}, DType::kF32),
+                                         empty({0}, DType::kF32)));
+  EXPECT_NO_THROW(gpu_->Add(x, empty({0, 8}, DType::kF16), y));
+  EXPECT_EQ(backing.Bytes(), before) << "an empty call wrote something";
+}
+
 // The adapter's device scratch is what ScratchBytes counts beyond the workspace: it grows by
 // the widened arguments' fp32 bytes on a mixed call that goes through the adapter, and a
 // repeat of the call reuses it.
