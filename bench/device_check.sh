@@ -45,7 +45,8 @@ phase configure 120 cmake "${generator[@]}" -S . -B build-device -DCMAKE_BUILD_T
   -DZTRAIN_WITH_CUDA=ON -DZTRAIN_CUDA_ARCHITECTURES=90 -DCMAKE_CUDA_ARCHITECTURES=90 ||
   exit 1
 targets=(kernels_cuda_test optim_cuda_test cuda_engine_test nccl_availability_test
-         zero_equivalence_test comm_nccl_test ztrain_cli gpt2_bench llama_bench)
+         zero_equivalence_test comm_nccl_test layout_equivalence_test ztrain_cli gpt2_bench
+         llama_bench)
 phase build 420 cmake --build build-device -j"$(nproc)" --target "${targets[@]}" || exit 1
 [ -n "${BUILD_ONLY:-}" ] && { echo "BUILD_ONLY: stopping after the build ($(elapsed)s)"; exit 0; }
 

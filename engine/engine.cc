@@ -82,12 +82,6 @@ Engine::Engine(Config config, std::vector<std::unique_ptr<nn::Layer>> layers, Pa
   ZTRAIN_CHECK(!layers.empty(), "the model has no layers");
   ZTRAIN_CHECK(stage_ >= 0 && stage_ <= 3, "zero_optimization.stage is ", stage_,
                "; use 0, 1, 2 or 3");
-  // What the CUDA backend cannot run yet; a shape-only engine still says what it would need.
-  ZTRAIN_CHECK_T(ConfigError, !computes_ || device_.is_cpu() || tp_->size() == 1,
-                 "tensor_parallel.size ", tp_->size(),
-                 " runs on the CPU backend only so far (its vocabulary-parallel layers compute "
-                 "on the host), but device is ",
-                 device_.ToString(), "; set \"device\": \"cpu\" or tensor_parallel.size 1");
   SelectStage(std::move(layers));
   SetUpCheckpointing();
   BuildStorage();

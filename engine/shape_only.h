@@ -90,8 +90,12 @@ class ShapeOps final : public kernels::Ops {
   void LinearForward(const Tensor&, const Tensor&, const Tensor&, const Tensor&) override {}
   void LinearBackward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                       const Tensor&) override {}
-  void EmbeddingForward(const Tensor&, const Tensor&, const Tensor&, const Tensor&) override {}
-  void EmbeddingBackward(const Tensor&, const Tensor&, const Tensor&, const Tensor&) override {}
+  using Ops::EmbeddingBackward;
+  using Ops::EmbeddingForward;
+  void EmbeddingForward(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                        const kernels::VocabSlice&) override {}
+  void EmbeddingBackward(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                         const kernels::VocabSlice&) override {}
   void LayerNormForward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                         const Tensor&) override {}
   void LayerNormBackward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
@@ -114,6 +118,7 @@ class ShapeOps final : public kernels::Ops {
   void GeluBackward(const Tensor&, const Tensor&, const Tensor&) override {}
   void Add(const Tensor&, const Tensor&, const Tensor&) override {}
   void AddInPlace(const Tensor&, const Tensor&) override {}
+  void AddBiasAndResidual(const Tensor&, const Tensor&, const Tensor&, const Tensor&) override {}
   void AddColumns(const Tensor&, int64_t, const Tensor&, float) override {}
   void CopyColumns(const Tensor&, int64_t, const Tensor&) override {}
   void Dequantize(const Tensor&, const kernels::QuantFormat&, const kernels::QuantGeometry&,
@@ -124,6 +129,11 @@ class ShapeOps final : public kernels::Ops {
   void Synchronize() override {}
   void SoftmaxCrossEntropy(const Tensor&, const Tensor&, int64_t, const Tensor&,
                            const Tensor&) override {}
+  void VocabParallelCrossEntropy(kernels::CrossEntropyStep, const Tensor&, const Tensor&,
+                                 const kernels::VocabSlice&, const Tensor&,
+                                 const Tensor&) override {}
+  void VocabParallelCrossEntropyBackward(const Tensor&, const Tensor&, const kernels::VocabSlice&,
+                                         const Tensor&, const Tensor&) override {}
   double SumSquares(const Tensor&) override { return 0.0; }
   void Scale(const Tensor&, float) override {}
 

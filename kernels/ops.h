@@ -15,11 +15,12 @@
 //   (Note [Frozen parameters]).
 // - Dtypes (Note [16-bit tensors]): every floating-point tensor argument may be fp32, bf16 or
 //   fp16, independently of the others, except the ones fixed as fp32: LayerNorm's mean and
-//   rstd, RMSNorm's rstd, attention's lse, RoPE's inv_freq, SoftmaxCrossEntropy's losses and
-//   dlosses. (Its logits may be
-//   16-bit; the dlogits written over them in place are then 16-bit too.) tokens and targets
-//   are int32. A backend may implement a subset and says which in its header: CpuOps and
-//   CudaOps take every combination (kernels/cpu/widen.h, kernels/cuda/widen.h).
+//   rstd, RMSNorm's rstd, attention's lse, RoPE's inv_freq, AddBiasAndResidual's sum, the
+//   cross-entropies' losses and dlosses, and the vocabulary-parallel one's stats. (Their
+//   logits may be 16-bit; the dlogits written over them in place are then 16-bit too.)
+//   tokens and targets are int32. A backend may implement a subset and says which in its
+//   header: CpuOps and CudaOps take every combination (kernels/cpu/widen.h,
+//   kernels/cuda/widen.h).
 // - Ops may run multi-threaded internally; an Ops object is used by one thread at a time.
 // - Ops may run asynchronously (CUDA: enqueued on the object's stream, in issue order):
 //   results reach the host only through Copy followed by Synchronize, or SumSquares.
@@ -42,6 +43,7 @@
 // everything else (the input gradient, the other parameters' gradients) bit for bit as it
 // would with the gradient defined. The linear providers (nn/linear_provider.h) and the
 // tensor-parallel ones (parallel/tensor/megatron_linears.h) keep the same contract.
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -66,6 +68,32 @@ struct AttentionHeads {
     const int64_t width = qkv.dim() == 3 ? qkv.size(2) : 0;
     return {num_heads, num_heads, num_heads > 0 ? static_cast<int>(width / 3 / num_heads) : 0};
   }
+};
+
+// The ids a table (or logit columns) holds: ids [begin, begin + rows) of a vocabulary of ids
+// [0, vocab), rows being the tensor's. The whole table is {0, its rows}; one rank's slice of a
+// vocabulary-parallel embedding or head (Megatron's VocabParallelEmbedding and
+// vocabulary-parallel cross-entropy, parallel/tensor/megatron_*.cc) is {rank * rows, the whole
+// vocabulary}. Embeddings take the padded vocabulary (every row is an id a token may have);
+// the cross-entropy takes the real one, ids past it being padding.
+struct VocabSlice {
+  int64_t begin = 0;
+  int64_t vocab = 0;
+  // The whole of `table` (undefined or of no dimension: an empty vocabulary, which the ops'
+  // checks then report on the table itself).
+  static VocabSlice Whole(const Tensor& table) {
+    return {0, table.defined() && table.dim() >= 1 ? table.size(0) : 0};
+  }
+  // How many of `rows` ids from begin are in the vocabulary (the rest are padding).
+  int64_t RealRows(int64_t rows) const { return std::clamp<int64_t>(vocab - begin, 0, rows); }
+};
+
+// The three steps of the vocabulary-parallel cross-entropy (Ops::VocabParallelCrossEntropy),
+// each followed on the caller's side by the tp group's all-reduce of what it wrote.
+enum class CrossEntropyStep {
+  kMax,     // the row maxima (then all-reduced kMax)
+  kSumExp,  // the sums of exp and the target logits (then all-reduced kSum)
+  kLoss,    // the losses from the reduced statistics (no collective)
 };
 
 class Ops {
@@ -95,14 +123,27 @@ class Ops {
   // wpe may be an undefined Tensor: a model without a position table (Llama: positions enter
   // through RopeForward), out = wte[tokens[b,t]].
   // A token outside [0, Vp) throws naming the token and its position.
+  // With a VocabSlice, wte holds ids [slice.begin, slice.begin + wte rows) of slice.vocab: a
+  // token of the slice reads its row, any other token a zero row (+ wpe[t]), so that the sum
+  // of the slices' outputs is the whole lookup; a token outside [0, slice.vocab) throws.
   virtual void EmbeddingForward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
-                                const Tensor& out) = 0;
+                                const Tensor& out, const VocabSlice& slice) = 0;
+  void EmbeddingForward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
+                        const Tensor& out) {
+    EmbeddingForward(tokens, wte, wpe, out, VocabSlice::Whole(wte));
+  }
   // dwte[tokens[b,t]] += dout[b,t]; dwpe[t] += dout[b,t]. Each is skipped when undefined
   // (dwpe: no position table, or a frozen one; dwte: a frozen token table, Note [Frozen
   // parameters]), both undefined doing nothing; C is dout's last dimension then. Without
   // dwte the tokens' values are not read (nor checked), only their shape. Deterministic.
+  // With a VocabSlice (as in EmbeddingForward), dwte holds the slice's rows and only the
+  // tokens of the slice add into it.
   virtual void EmbeddingBackward(const Tensor& dout, const Tensor& tokens, const Tensor& dwte,
-                                 const Tensor& dwpe) = 0;
+                                 const Tensor& dwpe, const VocabSlice& slice) = 0;
+  void EmbeddingBackward(const Tensor& dout, const Tensor& tokens, const Tensor& dwte,
+                         const Tensor& dwpe) {
+    EmbeddingBackward(dout, tokens, dwte, dwpe, VocabSlice::Whole(dwte));
+  }
 
   // y[N,C] = (x - mean) * rstd * weight + bias, eps = 1e-5; saves mean[N] and rstd[N] (fp32).
   virtual void LayerNormForward(const Tensor& x, const Tensor& weight, const Tensor& bias,
@@ -193,6 +234,14 @@ class Ops {
   virtual void Add(const Tensor& a, const Tensor& b, const Tensor& y) = 0;
   // y += x, elementwise.
   virtual void AddInPlace(const Tensor& y, const Tensor& x) = 0;
+  // y[n,c] = sum[n,c] + (bias[n mod R, c] + residual[n,c]), in fp32, rounded once into y: the
+  // tail of a sum over a tensor-parallel group (Note [Tensor parallelism in 16 bits] in
+  // parallel/tensor/tp_common.h), a row-parallel linear's bias and residual or the embedding's
+  // position rows. sum fp32 [N,C] (it may be y when y is fp32); bias [R,C] with R dividing N,
+  // or [C] (R = 1), or undefined (0); residual [N,C] or undefined (0); y [N,C]. The leading
+  // dimensions of [N,C] tensors may be split ([B,T,C]).
+  virtual void AddBiasAndResidual(const Tensor& sum, const Tensor& bias, const Tensor& residual,
+                                  const Tensor& y) = 0;
   // Column windows of a row-major matrix (LoRA on packed q/k/v projections, whose update
   // adds into, and whose gradient reads from, the columns of one projection):
   // y[:, column:column+w] += alpha * x for y [N, W] and x [N, w], 0 <= column and
@@ -231,6 +280,30 @@ class Ops {
   // [0,V) throws naming it.
   virtual void SoftmaxCrossEntropy(const Tensor& logits, const Tensor& targets, int64_t vocab,
                                    const Tensor& losses, const Tensor& dlosses) = 0;
+
+  // The vocabulary-parallel cross-entropy (Megatron's), one rank's part, in the three steps
+  // of CrossEntropyStep around the tp group's all-reduces (parallel/tensor/megatron_loss.cc).
+  // logits [N,Vl] (any float dtype) are the columns of ids [slice.begin, slice.begin + Vl);
+  // those at or past slice.vocab (the real vocabulary) are padding and take no part. stats
+  // fp32 [3,N]: row 0 the max, row 1 the sum of exp, row 2 the target's logit; targets int32
+  // [N]; losses fp32 [N].
+  //   kMax: stats[0][n] = the max of row n's real columns (-inf when the slice has none).
+  //         Checks every target first: one outside [0, slice.vocab) throws naming it and its
+  //         row, before anything is written (so every rank throws before a collective).
+  //   kSumExp: with stats[0] the max over the group, stats[1][n] = the sum of
+  //         exp(z - stats[0][n]) over the real columns, stats[2][n] = the target's logit when
+  //         the slice holds the target, else 0.
+  //   kLoss: with stats[1] and stats[2] summed over the group, losses[n] =
+  //         log(stats[1][n]) + stats[0][n] - stats[2][n]. logits and targets are not read.
+  virtual void VocabParallelCrossEntropy(CrossEntropyStep step, const Tensor& logits,
+                                         const Tensor& targets, const VocabSlice& slice,
+                                         const Tensor& stats, const Tensor& losses) = 0;
+  // Its backward from the reduced stats: logits overwritten IN PLACE with dlogits =
+  // (exp(z - max) / sum_exp - [id == target]) * dlosses[n] on the real columns, 0 on the
+  // padded ones. dlosses fp32 [N]. No collective is needed for it.
+  virtual void VocabParallelCrossEntropyBackward(const Tensor& logits, const Tensor& targets,
+                                                 const VocabSlice& slice, const Tensor& stats,
+                                                 const Tensor& dlosses) = 0;
 
   // Sum of squares of every element of `t` (any float dtype, widened; double accumulation).
   virtual double SumSquares(const Tensor& t) = 0;

@@ -337,11 +337,6 @@ int RunEstimate(const EstimateArgs& args) {
     if (!args.device.empty()) options.gpu = args.device == "gpu";
     const MemoryEstimate e = EstimateMemory(config, options);
     PrintEstimateHeader(config, e);
-    if (e.gpu && e.tp > 1) {
-      std::printf(
-          "note: the engine runs tensor parallelism on the CPU backend only so far; these are "
-          "the GPU figures it would need (--device cpu for the CPU backend's)\n");
-    }
     PrintEstimateRank(e);
     PrintEstimateTable(EstimateTable(config, options), e.gpu);
     if (!args.gpu_memory.empty()) PrintNodesNeeded(args, config, options);

@@ -11,7 +11,8 @@
 // kernels directly, as before the 16-bit path existed. Zero moves bytes and takes every
 // dtype; Copy moves bytes between equal dtypes and converts between float dtypes; CopyColumns
 // moves bytes of any 2- or 4-byte dtype; AddColumns widens its 16-bit rows a block at a time
-// on the stack (kernels/cpu/columns.cc), outside the adapter; Dequantize reads a U8 blob
+// on the stack (kernels/cpu/columns.cc), and AddBiasAndResidual and the vocabulary-parallel
+// cross-entropy widen a row at a time, outside the adapter; Dequantize reads a U8 blob
 // (kernels/quant.h) and writes fp32, bf16 or fp16 directly (kernels/cpu/dequantize.cc), outside
 // the adapter too. An undefined parameter gradient
 // is skipped (Note [Frozen parameters] in ops.h): the adapter passes it through untouched.
@@ -64,10 +65,12 @@ class CpuOps final : public Ops {
   void LinearBackward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& dx,
                       const Tensor& dweight, const Tensor& dbias) override;
 
+  using Ops::EmbeddingBackward;
+  using Ops::EmbeddingForward;
   void EmbeddingForward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
-                        const Tensor& out) override;
+                        const Tensor& out, const VocabSlice& slice) override;
   void EmbeddingBackward(const Tensor& dout, const Tensor& tokens, const Tensor& dwte,
-                         const Tensor& dwpe) override;
+                         const Tensor& dwpe, const VocabSlice& slice) override;
 
   void LayerNormForward(const Tensor& x, const Tensor& weight, const Tensor& bias,
                         const Tensor& y, const Tensor& mean, const Tensor& rstd) override;
@@ -103,6 +106,8 @@ class CpuOps final : public Ops {
 
   void Add(const Tensor& a, const Tensor& b, const Tensor& y) override;
   void AddInPlace(const Tensor& y, const Tensor& x) override;
+  void AddBiasAndResidual(const Tensor& sum, const Tensor& bias, const Tensor& residual,
+                          const Tensor& y) override;
   void AddColumns(const Tensor& y, int64_t column, const Tensor& x, float alpha) override;
   void CopyColumns(const Tensor& x, int64_t column, const Tensor& y) override;
   void Dequantize(const Tensor& blob, const QuantFormat& format, const QuantGeometry& geometry,
@@ -114,6 +119,12 @@ class CpuOps final : public Ops {
 
   void SoftmaxCrossEntropy(const Tensor& logits, const Tensor& targets, int64_t vocab,
                            const Tensor& losses, const Tensor& dlosses) override;
+  void VocabParallelCrossEntropy(CrossEntropyStep step, const Tensor& logits,
+                                 const Tensor& targets, const VocabSlice& slice,
+                                 const Tensor& stats, const Tensor& losses) override;
+  void VocabParallelCrossEntropyBackward(const Tensor& logits, const Tensor& targets,
+                                         const VocabSlice& slice, const Tensor& stats,
+                                         const Tensor& dlosses) override;
 
   double SumSquares(const Tensor& t) override;
   void Scale(const Tensor& t, float alpha) override;

@@ -4,8 +4,10 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "kernels/cpu/check.h"
+#include "kernels/cpu/convert.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/vec_math.h"
 #include "kernels/cpu/widen.h"
@@ -112,6 +114,101 @@ void CpuOps::SoftmaxCrossEntropy(const Tensor& logits, const Tensor& targets, in
 #pragma omp parallel for schedule(static) if (rows * vp >= cpu::kParallelGrain)
   for (int64_t r = 0; r < rows; ++r) {
     out[r] = RowCrossEntropy(lp + r * vp, vocab, vp, tgt[r], dl ? dl + r : nullptr);
+  }
+}
+
+namespace {
+
+// The sizes of a vocabulary-parallel cross-entropy call, its arguments checked.
+struct VocabParallelDims {
+  int64_t rows, columns, real;
+};
+
+VocabParallelDims CheckVocabParallelArgs(const Tensor& logits, const Tensor& targets,
+                                         const VocabSlice& slice, const Tensor& stats,
+                                         const char* op) {
+  cpu::CheckCpuFloat(logits, op, "logits");
+  ZTRAIN_CHECK(logits.dim() == 2, op, ": logits must be [N, Vl], got ",
+               ShapeToString(logits.shape()));
+  const int64_t rows = logits.size(0), columns = logits.size(1);
+  ZTRAIN_CHECK(slice.begin >= 0 && slice.vocab > 0, op, ": the slice's ids [", slice.begin,
+               ", ...) of a vocabulary of ", slice.vocab, " are not a slice of one");
+  cpu::CheckCount(targets, rows, op, "targets", DType::kI32);
+  cpu::CheckCpu(stats, {3, rows}, op, "stats");
+  return {rows, columns, slice.RealRows(columns)};
+}
+
+}  // namespace
+
+void CpuOps::VocabParallelCrossEntropy(CrossEntropyStep step, const Tensor& logits,
+                                       const Tensor& targets, const VocabSlice& slice,
+                                       const Tensor& stats, const Tensor& losses) {
+  constexpr const char* kOp = "VocabParallelCrossEntropy";
+  const VocabParallelDims d = CheckVocabParallelArgs(logits, targets, slice, stats, kOp);
+  float* max = stats.data<float>();
+  float* sum_exp = max + d.rows;
+  float* target_logit = sum_exp + d.rows;
+  const int32_t* tgt = targets.data<int32_t>();
+  if (step == CrossEntropyStep::kLoss) {
+    cpu::CheckCount(losses, d.rows, kOp, "losses");
+    float* loss = losses.data<float>();
+    for (int64_t r = 0; r < d.rows; ++r) {
+      loss[r] = static_cast<float>(std::log(static_cast<double>(sum_exp[r])) + max[r] -
+                                   target_logit[r]);
+    }
+    return;
+  }
+  if (step == CrossEntropyStep::kMax) {
+    for (int64_t r = 0; r < d.rows; ++r) {
+      ZTRAIN_CHECK(tgt[r] >= 0 && tgt[r] < slice.vocab, kOp, ": target ", tgt[r], " at row ", r,
+                   " is outside [0, ", slice.vocab, ")");
+    }
+  }
+  const auto* base = static_cast<const char*>(logits.data());
+  const size_t row_bytes = d.columns * DTypeSize(logits.dtype());
+#pragma omp parallel if (d.rows * d.columns >= cpu::kParallelGrain)
+  {
+    std::vector<float> z(static_cast<size_t>(d.real));
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < d.rows; ++r) {
+      cpu::WidenSerial(base + r * row_bytes, logits.dtype(), z.data(), d.real);
+      if (step == CrossEntropyStep::kMax) {
+        max[r] = RowMax(z.data(), d.real);  // -inf for a slice of padding only
+        continue;
+      }
+      sum_exp[r] = static_cast<float>(RowSumExp(z.data(), d.real, max[r], false));
+      const int64_t local = tgt[r] - slice.begin;
+      target_logit[r] = local >= 0 && local < d.real ? z[local] : 0.0f;
+    }
+  }
+}
+
+void CpuOps::VocabParallelCrossEntropyBackward(const Tensor& logits, const Tensor& targets,
+                                               const VocabSlice& slice, const Tensor& stats,
+                                               const Tensor& dlosses) {
+  constexpr const char* kOp = "VocabParallelCrossEntropyBackward";
+  const VocabParallelDims d = CheckVocabParallelArgs(logits, targets, slice, stats, kOp);
+  cpu::CheckCount(dlosses, d.rows, kOp, "dlosses");
+  const float* max = stats.data<float>();
+  const float* sum_exp = max + d.rows;
+  const float* dloss = dlosses.data<float>();
+  const int32_t* tgt = targets.data<int32_t>();
+  auto* base = static_cast<char*>(logits.data());
+  const size_t row_bytes = d.columns * DTypeSize(logits.dtype());
+#pragma omp parallel if (d.rows * d.columns >= cpu::kParallelGrain)
+  {
+    std::vector<float> z(static_cast<size_t>(d.columns));
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < d.rows; ++r) {
+      cpu::WidenSerial(base + r * row_bytes, logits.dtype(), z.data(), d.real);
+      const float scale = static_cast<float>(dloss[r] / static_cast<double>(sum_exp[r]));
+#pragma omp simd
+      for (int64_t j = 0; j < d.real; ++j) z[j] = cpu::FastExp(z[j] - max[r]) * scale;
+      std::fill(z.begin() + d.real, z.end(), 0.0f);
+      const int64_t local = tgt[r] - slice.begin;
+      if (local >= 0 && local < d.real) z[local] -= dloss[r];
+      cpu::NarrowSerial(z.data(), base + r * row_bytes, logits.dtype(), d.columns);
+    }
   }
 }
 

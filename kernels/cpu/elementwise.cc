@@ -96,6 +96,48 @@ void CpuOps::AddInPlace(const Tensor& y, const Tensor& x) {
   for (int64_t i = 0; i < n; ++i) yp[i] += xp[i];
 }
 
+// Row by row: the row's residual and bias widened into fp32, added to the fp32 sum and rounded
+// once into y, so any dtypes mix without the adapter.
+void CpuOps::AddBiasAndResidual(const Tensor& sum, const Tensor& bias, const Tensor& residual,
+                                const Tensor& y) {
+  constexpr const char* kOp = "AddBiasAndResidual";
+  cpu::CheckCpuFloat(y, kOp, "y");
+  ZTRAIN_CHECK(y.dim() >= 1, kOp, ": y must be [N, C], got a scalar");
+  const int64_t c = y.size(-1), rows = y.numel() / std::max<int64_t>(c, 1);
+  cpu::CheckCount(sum, y.numel(), kOp, "sum");
+  if (residual.defined()) {
+    cpu::CheckCpuFloat(residual, kOp, "residual");
+    cpu::CheckCount(residual, y.numel(), kOp, "residual", residual.dtype());
+  }
+  int64_t bias_rows = 0;
+  if (bias.defined()) {
+    cpu::CheckCpuFloat(bias, kOp, "bias");
+    bias_rows = cpu::RowsOf(bias, c, kOp, "bias", bias.dtype());
+    ZTRAIN_CHECK(bias_rows > 0 && rows % bias_rows == 0, kOp, ": bias ",
+                 ShapeToString(bias.shape()), " has ", bias_rows, " rows, which do not divide the ",
+                 rows, " rows of y ", ShapeToString(y.shape()));
+  }
+  const auto* b = static_cast<const char*>(bias.data());
+  const auto* r = static_cast<const char*>(residual.data());
+  auto* out = static_cast<char*>(y.data());
+  const float* s = sum.data<float>();
+  const size_t b_row = c * DTypeSize(bias.dtype()), r_row = c * DTypeSize(residual.dtype());
+  const size_t y_row = c * DTypeSize(y.dtype());
+#pragma omp parallel if (rows * c >= cpu::kParallelGrain)
+  {
+    std::vector<float> add(static_cast<size_t>(c), 0.0f), part(static_cast<size_t>(c), 0.0f);
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < rows; ++i) {
+      if (b != nullptr) cpu::WidenSerial(b + (i % bias_rows) * b_row, bias.dtype(), add.data(), c);
+      if (r != nullptr) cpu::WidenSerial(r + i * r_row, residual.dtype(), part.data(), c);
+#pragma omp simd
+      for (int64_t j = 0; j < c; ++j) part[j] = s[i * c + j] + (add[j] + part[j]);
+      cpu::NarrowSerial(part.data(), out + i * y_row, y.dtype(), c);
+      if (r == nullptr) std::fill(part.begin(), part.end(), 0.0f);
+    }
+  }
+}
+
 // Zero moves bytes, so it takes every dtype; so does Copy between equal dtypes.
 void CpuOps::Zero(const Tensor& t) {
   cpu::CheckCpu(t, "Zero", "t", t.dtype());

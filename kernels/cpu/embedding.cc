@@ -1,6 +1,8 @@
 // Token (+ position) embedding, forward and deterministic backward. The position table is
 // optional: a model without one (Llama: RoPE) passes an undefined wpe / dwpe. The backward
-// also takes an undefined dwte (a frozen table, Note [Frozen parameters] in ops.h).
+// also takes an undefined dwte (a frozen table, Note [Frozen parameters] in ops.h). The token
+// table may be one rank's slice of a vocabulary-parallel embedding (VocabSlice in ops.h): a
+// token of another slice reads (and its gradient adds into) nothing, a zero row.
 #include <omp.h>
 
 #include <algorithm>
@@ -17,7 +19,11 @@ namespace {
 constexpr int64_t kChannelBlock = 32;  // channels one backward task owns (two cache lines)
 
 struct EmbeddingDims {
-  int64_t batch, seq, channels, vocab;
+  int64_t batch, seq, channels;
+  int64_t vocab;        // tokens must lie in [0, vocab)
+  int64_t begin, rows;  // the table holds ids [begin, begin + rows)
+  // The table row of token `t`, or -1 when the table (a slice) does not hold it.
+  int64_t RowOf(int32_t t) const { return t >= begin && t < begin + rows ? t - begin : -1; }
 };
 
 // Checks every token before any output is written, naming the first bad one.
@@ -27,6 +33,13 @@ void CheckTokens(const int32_t* tokens, const EmbeddingDims& d, const char* op) 
                  " at position [b=", i / d.seq, ", t=", i % d.seq, "] is outside [0, ", d.vocab,
                  "); the embedding table wte has ", d.vocab, " rows");
   }
+}
+
+// The slice must lie within the vocabulary.
+void CheckSlice(const VocabSlice& slice, int64_t rows, const char* op, const char* wte_name) {
+  ZTRAIN_CHECK(slice.begin >= 0 && slice.begin + rows <= slice.vocab, op, ": ", wte_name,
+               " holds ids [", slice.begin, ", ", slice.begin + rows,
+               "), outside the vocabulary [0, ", slice.vocab, ")");
 }
 
 // wpe (undefined: no position table) is [maxT >= T, C].
@@ -41,15 +54,18 @@ void CheckPositions(const Tensor& wpe, const EmbeddingDims& d, const char* op,
 
 // wpe may be undefined (no position table).
 EmbeddingDims CheckEmbeddingArgs(const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
-                                 const Tensor& act, const char* op, const char* wte_name,
-                                 const char* wpe_name, const char* act_name) {
+                                 const Tensor& act, const VocabSlice& slice, const char* op,
+                                 const char* wte_name, const char* wpe_name,
+                                 const char* act_name) {
   cpu::CheckCpu(tokens, op, "tokens", DType::kI32);
   ZTRAIN_CHECK(tokens.dim() == 2, op, ": tokens must be [B, T], got ",
                ShapeToString(tokens.shape()));
   cpu::CheckCpuFloat(wte, op, wte_name);
   ZTRAIN_CHECK(wte.dim() == 2, op, ": ", wte_name, " must be [Vp, C], got ",
                ShapeToString(wte.shape()));
-  const EmbeddingDims d{tokens.size(0), tokens.size(1), wte.size(1), wte.size(0)};
+  CheckSlice(slice, wte.size(0), op, wte_name);
+  const EmbeddingDims d{tokens.size(0), tokens.size(1), wte.size(1),
+                        slice.vocab,    slice.begin,    wte.size(0)};
   CheckPositions(wpe, d, op, wpe_name);
   cpu::CheckCpuFloat(act, {d.batch, d.seq, d.channels}, op, act_name);
   CheckTokens(tokens.data<int32_t>(), d, op);
@@ -67,7 +83,7 @@ EmbeddingDims CheckFrozenTableArgs(const Tensor& dout, const Tensor& tokens, con
   ZTRAIN_CHECK(dout.dim() == 3 && dout.size(0) == tokens.size(0) && dout.size(1) == tokens.size(1),
                op, ": dout has shape ", ShapeToString(dout.shape()), ", expected [", tokens.size(0),
                ", ", tokens.size(1), ", C] for tokens ", ShapeToString(tokens.shape()));
-  const EmbeddingDims d{tokens.size(0), tokens.size(1), dout.size(2), 0};
+  const EmbeddingDims d{tokens.size(0), tokens.size(1), dout.size(2), 0, 0, 0};
   CheckPositions(dwpe, d, op, "dwpe");
   return d;
 }
@@ -75,7 +91,7 @@ EmbeddingDims CheckFrozenTableArgs(const Tensor& dout, const Tensor& tokens, con
 // The forward with a 16-bit table or output: each row of wte and wpe it reads is widened on
 // the fly (never the whole [Vp, C] table), added in fp32 and rounded once into out, so the
 // result is the fp32 kernel's on the widened tables (Note [Widening adapter]). Without wpe
-// the wte row is rounded once into out.
+// the wte row is rounded once into out; a token outside the slice reads a zero row.
 void EmbeddingForwardRows(const EmbeddingDims& d, const int32_t* tok, const Tensor& wte,
                           const Tensor& wpe, const Tensor& out) {
   const int64_t rows = d.batch * d.seq, ch = d.channels;
@@ -91,7 +107,12 @@ void EmbeddingForwardRows(const EmbeddingDims& d, const int32_t* tok, const Tens
     float* p = t + ch;
 #pragma omp for schedule(static)
     for (int64_t i = 0; i < rows; ++i) {
-      cpu::WidenSerial(te + tok[i] * te_row, wte.dtype(), t, ch);
+      const int64_t row = d.RowOf(tok[i]);
+      if (row >= 0) {
+        cpu::WidenSerial(te + row * te_row, wte.dtype(), t, ch);
+      } else {
+        std::fill(t, t + ch, 0.0f);
+      }
       if (pe != nullptr) {
         cpu::WidenSerial(pe + (i % d.seq) * pe_row, wpe.dtype(), p, ch);
 #pragma omp simd
@@ -105,9 +126,9 @@ void EmbeddingForwardRows(const EmbeddingDims& d, const int32_t* tok, const Tens
 }  // namespace
 
 void CpuOps::EmbeddingForward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
-                              const Tensor& out) {
-  const EmbeddingDims d =
-      CheckEmbeddingArgs(tokens, wte, wpe, out, "EmbeddingForward", "wte", "wpe", "out");
+                              const Tensor& out, const VocabSlice& slice) {
+  const EmbeddingDims d = CheckEmbeddingArgs(tokens, wte, wpe, out, slice, "EmbeddingForward",
+                                             "wte", "wpe", "out");
   const int32_t* tok = tokens.data<int32_t>();
   if (cpu::AnyHalf(wte, wpe, out)) return EmbeddingForwardRows(d, tok, wte, wpe, out);
   const float* te = wte.data<float>();
@@ -116,8 +137,17 @@ void CpuOps::EmbeddingForward(const Tensor& tokens, const Tensor& wte, const Ten
   const int64_t rows = d.batch * d.seq, ch = d.channels;
 #pragma omp parallel for schedule(static) if (rows * ch >= cpu::kParallelGrain)
   for (int64_t i = 0; i < rows; ++i) {
-    const float* t_row = te + tok[i] * ch;
+    const int64_t row = d.RowOf(tok[i]);
     float* o_row = o + i * ch;
+    if (row < 0) {  // another slice's token: a zero row, plus the position's
+      if (pe == nullptr) {
+        std::fill(o_row, o_row + ch, 0.0f);
+      } else {
+        std::copy(pe + (i % d.seq) * ch, pe + (i % d.seq + 1) * ch, o_row);
+      }
+      continue;
+    }
+    const float* t_row = te + row * ch;
     if (pe == nullptr) {
       std::copy(t_row, t_row + ch, o_row);
       continue;
@@ -131,7 +161,7 @@ void CpuOps::EmbeddingForward(const Tensor& tokens, const Tensor& wte, const Ten
 // Parallel over channel blocks; each task walks every token in order, so repeated tokens add
 // up in the same order for any thread count and no two threads touch the same dwte element.
 void CpuOps::EmbeddingBackward(const Tensor& dout, const Tensor& tokens, const Tensor& dwte,
-                               const Tensor& dwpe) {
+                               const Tensor& dwpe, const VocabSlice& slice) {
   constexpr const char* kOp = "EmbeddingBackward";
   if (!dwte.defined() && !dwpe.defined()) {  // both tables frozen: nothing to accumulate
     CheckFrozenTableArgs(dout, tokens, dwpe, kOp);
@@ -139,13 +169,14 @@ void CpuOps::EmbeddingBackward(const Tensor& dout, const Tensor& tokens, const T
   }
   if (cpu::AnyHalf(dout, dwte, dwpe)) {  // Note [Widening adapter]: dwte is widened whole
     cpu::Widened w(scratch_);
-    EmbeddingBackward(w.In(dout), tokens, w.InOut(dwte), w.InOut(dwpe));
+    EmbeddingBackward(w.In(dout), tokens, w.InOut(dwte), w.InOut(dwpe), slice);
     w.Commit();
     return;
   }
   const EmbeddingDims d =
-      dwte.defined() ? CheckEmbeddingArgs(tokens, dwte, dwpe, dout, kOp, "dwte", "dwpe", "dout")
-                     : CheckFrozenTableArgs(dout, tokens, dwpe, kOp);
+      dwte.defined()
+          ? CheckEmbeddingArgs(tokens, dwte, dwpe, dout, slice, kOp, "dwte", "dwpe", "dout")
+          : CheckFrozenTableArgs(dout, tokens, dwpe, kOp);
   const int32_t* tok = tokens.data<int32_t>();
   const float* g = dout.data<float>();
   float* gte = dwte.data<float>();
@@ -161,7 +192,9 @@ void CpuOps::EmbeddingBackward(const Tensor& dout, const Tensor& tokens, const T
       const int64_t c0 = blk * kChannelBlock;
       const int64_t width = std::min(kChannelBlock, ch - c0);
       for (int64_t i = 0; i < rows; ++i) {
-        float* dst = gte + tok[i] * ch + c0;
+        const int64_t row = d.RowOf(tok[i]);
+        if (row < 0) continue;  // another slice's token
+        float* dst = gte + row * ch + c0;
         const float* src = g + i * ch + c0;
 #pragma omp simd
         for (int64_t c = 0; c < width; ++c) dst[c] += src[c];

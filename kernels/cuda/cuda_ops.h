@@ -13,7 +13,8 @@
 // kernels in kernels/cuda/*.cu: fused LayerNorm and RMSNorm, flash-style causal attention with
 // grouped key/value heads (online softmax, no T x T matrix in device memory; head_dim at most 128),
 // RoPE in place, SwiGLU, a fused softmax + cross-entropy that writes the logits' gradient in place,
-// and deterministic backwards (no floating-point atomics in the embedding, norm and attention
+// the tensor-parallel pieces (the embedding over a vocabulary slice into an fp32 partial,
+// AddBiasAndResidual, the vocabulary-parallel cross-entropy's steps), and deterministic backwards (no floating-point atomics in the embedding, norm and attention
 // gradients: the same result every run). AddColumns also takes fp16 (ops.h lets it), CopyColumns
 // any dtype of 2 or 4 bytes (it moves bytes), like Zero, and Copy converts between the float
 // dtypes (rounding to nearest even), on the device also for a host side; Dequantize reads a U8 blob
@@ -57,10 +58,12 @@ class CudaOps final : public Ops {
   void LinearBackward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& dx,
                       const Tensor& dweight, const Tensor& dbias) override;
 
+  using Ops::EmbeddingBackward;
+  using Ops::EmbeddingForward;
   void EmbeddingForward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
-                        const Tensor& out) override;
+                        const Tensor& out, const VocabSlice& slice) override;
   void EmbeddingBackward(const Tensor& dout, const Tensor& tokens, const Tensor& dwte,
-                         const Tensor& dwpe) override;
+                         const Tensor& dwpe, const VocabSlice& slice) override;
 
   void LayerNormForward(const Tensor& x, const Tensor& weight, const Tensor& bias,
                         const Tensor& y, const Tensor& mean, const Tensor& rstd) override;
@@ -94,6 +97,8 @@ class CudaOps final : public Ops {
 
   void Add(const Tensor& a, const Tensor& b, const Tensor& y) override;
   void AddInPlace(const Tensor& y, const Tensor& x) override;
+  void AddBiasAndResidual(const Tensor& sum, const Tensor& bias, const Tensor& residual,
+                          const Tensor& y) override;
   void AddColumns(const Tensor& y, int64_t column, const Tensor& x, float alpha) override;
   void CopyColumns(const Tensor& x, int64_t column, const Tensor& y) override;
   void Dequantize(const Tensor& blob, const QuantFormat& format, const QuantGeometry& geometry,
@@ -105,6 +110,12 @@ class CudaOps final : public Ops {
 
   void SoftmaxCrossEntropy(const Tensor& logits, const Tensor& targets, int64_t vocab,
                            const Tensor& losses, const Tensor& dlosses) override;
+  void VocabParallelCrossEntropy(CrossEntropyStep step, const Tensor& logits,
+                                 const Tensor& targets, const VocabSlice& slice,
+                                 const Tensor& stats, const Tensor& losses) override;
+  void VocabParallelCrossEntropyBackward(const Tensor& logits, const Tensor& targets,
+                                         const VocabSlice& slice, const Tensor& stats,
+                                         const Tensor& dlosses) override;
 
   double SumSquares(const Tensor& t) override;
   void Scale(const Tensor& t, float alpha) override;

@@ -130,6 +130,20 @@ __global__ void SumPartialsKernel(const double* partial, int count, double* tota
   if (threadIdx.x == 0) *total = acc;
 }
 
+// y[i] = sum[i] + (bias[row mod bias_rows] + residual[i]), rows of c; a null bias or
+// residual adds 0.
+template <typename T>
+__global__ void AddBiasAndResidualKernel(const float* sum, const T* bias, int64_t bias_rows,
+                                         const T* residual, int64_t c, T* y, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t row = i / c, col = i - row * c;
+    const float b = bias != nullptr ? ToFloat(bias[(row % bias_rows) * c + col]) : 0.0f;
+    const float r = residual != nullptr ? ToFloat(residual[i]) : 0.0f;
+    y[i] = FromFloat<T>(sum[i] + (b + r));
+  }
+}
+
 // Launches the grid-stride kernel `kernel` (a template instantiated on T) over n elements.
 template <typename Kernel, typename... Args>
 void Launch1D(Kernel kernel, int64_t n, cudaStream_t stream, Args... args) {
@@ -154,6 +168,41 @@ void CudaOps::Add(const Tensor& a, const Tensor& b, const Tensor& y) {
     using T = typename decltype(tag)::type;
     Launch1D(AddKernel<T>, a.numel(), stream_, a.data<const T>(), b.data<const T>(),
              y.data<T>());
+  });
+}
+
+// Native when bias, residual and y share a dtype (sum is fp32), else through the adapter.
+void CudaOps::AddBiasAndResidual(const Tensor& sum, const Tensor& bias, const Tensor& residual,
+                                 const Tensor& y) {
+  constexpr const char* kOp = "AddBiasAndResidual";
+  if (NeedsWidening({y, bias, residual})) {  // Note [Mixed dtypes on CUDA]
+    Widened w(*this);
+    AddBiasAndResidual(sum, w.In(bias), w.In(residual), w.Out(y));
+    w.Commit();
+    return;
+  }
+  CheckFloat(y, device(), kOp, "y");
+  ZTRAIN_CHECK(y.dim() >= 1, kOp, ": y must be [N, C], got a scalar");
+  const int64_t c = y.size(-1), rows = y.numel() / std::max<int64_t>(c, 1);
+  CheckOnDevice(sum, device(), DType::kF32, kOp, "sum");
+  CheckCount(sum, y.numel(), kOp, "sum");
+  if (residual.defined()) {
+    CheckOnDevice(residual, device(), y.dtype(), kOp, "residual");
+    CheckCount(residual, y.numel(), kOp, "residual");
+  }
+  int64_t bias_rows = 1;
+  if (bias.defined()) {
+    CheckOnDevice(bias, device(), y.dtype(), kOp, "bias");
+    bias_rows = RowsOf(bias, c, kOp, "bias");
+    ZTRAIN_CHECK(bias_rows > 0 && rows % bias_rows == 0, kOp, ": bias ",
+                 ShapeToString(bias.shape()), " has ", bias_rows, " rows, which do not divide the ",
+                 rows, " rows of y ", ShapeToString(y.shape()));
+  }
+  DispatchFloat(y.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    Launch1D(AddBiasAndResidualKernel<T>, y.numel(), stream_, sum.data<const float>(),
+             bias.defined() ? bias.data<const T>() : nullptr, bias_rows,
+             residual.defined() ? residual.data<const T>() : nullptr, c, y.data<T>());
   });
 }
 

@@ -13,6 +13,12 @@
 // loses the overlap of CPU and GPU at this point, which for an embedding at the start of the
 // forward pass and the end of the backward pass is cheap.
 //
+// The token table may be one rank's slice of a vocabulary-parallel embedding (VocabSlice in
+// ops.h): a token of another slice reads a zero row, and its gradient goes nowhere. The forward
+// writes its output in the table's dtype or in fp32 directly (the fp32 partial a tp group sums,
+// Note [Tensor parallelism in 16 bits] in parallel/tensor/tp_common.h), so a 16-bit slice is
+// never widened whole.
+//
 // The backward pass adds without floating-point atomics: the host sorts the positions by
 // token (a stable counting sort, positions in increasing order), and one block per distinct
 // token sums its positions' dout rows in that order, so the bits are the same every run.
@@ -30,7 +36,9 @@ namespace {
 constexpr unsigned kNoBadToken = 0xffffffffu;
 
 struct EmbeddingDims {
-  int64_t batch, seq, channels, vocab;
+  int64_t batch, seq, channels;
+  int64_t vocab;        // tokens must lie in [0, vocab)
+  int64_t begin, rows;  // the table holds ids [begin, begin + rows)
 };
 
 // wpe (undefined: no position table) is [maxT >= T, C] of `dtype`.
@@ -43,9 +51,10 @@ void CheckPositions(Device device, const Tensor& wpe, DType dtype, const Embeddi
                ", ", d.channels, "]");
 }
 
+// act (the output or dout) is of wte's dtype or fp32.
 EmbeddingDims CheckEmbeddingArgs(Device device, const Tensor& tokens, const Tensor& wte,
-                                 const Tensor& wpe, const Tensor& act, const char* op,
-                                 const char* act_name, const char* wte_name,
+                                 const Tensor& wpe, const Tensor& act, const VocabSlice& slice,
+                                 const char* op, const char* act_name, const char* wte_name,
                                  const char* wpe_name) {
   CheckOnDevice(tokens, device, DType::kI32, op, "tokens");
   ZTRAIN_CHECK(tokens.dim() == 2, op, ": tokens must be [B, T], got ",
@@ -53,9 +62,14 @@ EmbeddingDims CheckEmbeddingArgs(Device device, const Tensor& tokens, const Tens
   CheckFloat(wte, device, op, wte_name);
   ZTRAIN_CHECK(wte.dim() == 2, op, ": ", wte_name, " must be [Vp, C], got ",
                ShapeToString(wte.shape()));
-  const EmbeddingDims d{tokens.size(0), tokens.size(1), wte.size(1), wte.size(0)};
+  ZTRAIN_CHECK(slice.begin >= 0 && slice.begin + wte.size(0) <= slice.vocab, op, ": ", wte_name,
+               " holds ids [", slice.begin, ", ", slice.begin + wte.size(0),
+               "), outside the vocabulary [0, ", slice.vocab, ")");
+  const EmbeddingDims d{tokens.size(0), tokens.size(1), wte.size(1),
+                        slice.vocab,    slice.begin,    wte.size(0)};
   CheckPositions(device, wpe, wte.dtype(), d, op, wpe_name);
-  CheckOnDevice(act, device, wte.dtype(), {d.batch, d.seq, d.channels}, op, act_name);
+  const DType act_dtype = act.defined() && act.dtype() == DType::kF32 ? DType::kF32 : wte.dtype();
+  CheckOnDevice(act, device, act_dtype, {d.batch, d.seq, d.channels}, op, act_name);
   CheckInt32(d.batch * d.seq, op, "B*T");
   return d;
 }
@@ -71,7 +85,7 @@ EmbeddingDims CheckFrozenTableArgs(Device device, const Tensor& tokens, const Te
   ZTRAIN_CHECK(dout.dim() == 3 && dout.size(0) == tokens.size(0) && dout.size(1) == tokens.size(1),
                op, ": dout has shape ", ShapeToString(dout.shape()), ", expected [", tokens.size(0),
                ", ", tokens.size(1), ", C] for tokens ", ShapeToString(tokens.shape()));
-  const EmbeddingDims d{tokens.size(0), tokens.size(1), dout.size(2), 0};
+  const EmbeddingDims d{tokens.size(0), tokens.size(1), dout.size(2), 0, 0, 0};
   CheckPositions(device, dwpe, dout.dtype(), d, op, "dwpe");
   CheckInt32(d.batch * d.seq, op, "B*T");
   return d;
@@ -94,20 +108,19 @@ __global__ void FindBadTokenKernel(const int32_t* tokens, int64_t n, int64_t voc
   }
 }
 
-// One block per (b, t) row, threads across channels; wpe == nullptr: no position table.
-template <typename T>
-__global__ void EmbeddingForwardKernel(const int32_t* tokens, const T* wte, const T* wpe,
-                                       int64_t seq, int64_t ch, T* out) {
-  const int64_t row = blockIdx.x;
-  const T* te = wte + tokens[row] * ch;
-  T* o = out + row * ch;
-  if (wpe == nullptr) {
-    for (int64_t c = threadIdx.x; c < ch; c += blockDim.x) o[c] = te[c];
-    return;
-  }
-  const T* pe = wpe + (row % seq) * ch;
+// One block per (b, t) row, threads across channels; wpe == nullptr: no position table. The
+// table holds ids [begin, begin + rows); another token reads a zero row. O is T or fp32.
+template <typename T, typename O>
+__global__ void EmbeddingForwardKernel(const int32_t* tokens, const T* wte, int64_t begin,
+                                       int64_t rows, const T* wpe, int64_t seq, int64_t ch,
+                                       O* out) {
+  const int64_t row = blockIdx.x, local = tokens[row] - begin;
+  const T* te = local >= 0 && local < rows ? wte + local * ch : nullptr;
+  const T* pe = wpe != nullptr ? wpe + (row % seq) * ch : nullptr;
+  O* o = out + row * ch;
   for (int64_t c = threadIdx.x; c < ch; c += blockDim.x) {
-    o[c] = FromFloat<T>(ToFloat(te[c]) + ToFloat(pe[c]));
+    const float t = te != nullptr ? ToFloat(te[c]) : 0.0f;
+    o[c] = FromFloat<O>(pe != nullptr ? t + ToFloat(pe[c]) : t);
   }
 }
 
@@ -144,11 +157,14 @@ struct TokenLists {
   int64_t distinct = 0;
 };
 
-// Stable counting sort of the positions by token (tokens already checked).
-TokenLists GroupPositions(const std::vector<int32_t>& tokens, int64_t vocab) {
-  const int64_t n = static_cast<int64_t>(tokens.size());
+// Stable counting sort of the positions by table row, rows[i] being position i's (-1: a token
+// the table, a slice, does not hold; left out).
+TokenLists GroupPositions(const std::vector<int32_t>& rows, int64_t vocab) {
+  const int64_t n = static_cast<int64_t>(rows.size());
   std::vector<int32_t> count(static_cast<size_t>(vocab), 0);
-  for (int32_t t : tokens) ++count[t];
+  for (int32_t t : rows) {
+    if (t >= 0) ++count[t];
+  }
   TokenLists lists;
   for (int32_t c : count) lists.distinct += c > 0;
   const int64_t u = lists.distinct;
@@ -167,11 +183,14 @@ TokenLists GroupPositions(const std::vector<int32_t>& tokens, int64_t vocab) {
     offset += count[v];
   }
   offsets[u] = offset;
-  for (int64_t i = 0; i < n; ++i) positions[next[tokens[i]]++] = static_cast<int32_t>(i);
+  for (int64_t i = 0; i < n; ++i) {
+    if (rows[i] >= 0) positions[next[rows[i]]++] = static_cast<int32_t>(i);
+  }
   return lists;
 }
 
-// The tokens copied to the host (waiting for the stream) and checked against [0, Vp).
+// The tokens copied to the host (waiting for the stream) and checked against [0, Vp), as the
+// table's rows (-1 for a token of another slice).
 std::vector<int32_t> CheckedHostTokens(const Tensor& tokens, const EmbeddingDims& d,
                                        cudaStream_t stream, const char* op) {
   const int64_t rows = d.batch * d.seq;
@@ -182,23 +201,25 @@ std::vector<int32_t> CheckedHostTokens(const Tensor& tokens, const EmbeddingDims
   for (int64_t i = 0; i < rows; ++i) {
     if (host[i] < 0 || host[i] >= d.vocab) ThrowBadToken(host[i], i, d, op);
   }
+  for (int32_t& t : host) t = t >= d.begin && t < d.begin + d.rows ? t - d.begin : -1;
   return host;
 }
 
 }  // namespace
 
 // The token check reads one int back and synchronises the stream (see the top of the file).
+// out may be fp32 over 16-bit tables without the adapter (the top of the file).
 void CudaOps::EmbeddingForward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
-                               const Tensor& out) {
+                               const Tensor& out, const VocabSlice& slice) {
   constexpr const char* kOp = "EmbeddingForward";
-  if (NeedsWidening({wte, wpe, out})) {  // Note [Mixed dtypes on CUDA]
+  if (NeedsWidening({wte, wpe}, {out})) {  // Note [Mixed dtypes on CUDA]
     Widened w(*this);
-    EmbeddingForward(tokens, w.In(wte), w.In(wpe), w.Out(out));
+    EmbeddingForward(tokens, w.In(wte), w.In(wpe), w.Out(out), slice);
     w.Commit();
     return;
   }
   const EmbeddingDims d =
-      CheckEmbeddingArgs(device(), tokens, wte, wpe, out, kOp, "out", "wte", "wpe");
+      CheckEmbeddingArgs(device(), tokens, wte, wpe, out, slice, kOp, "out", "wte", "wpe");
   const int64_t rows = d.batch * d.seq;
   if (rows == 0) return;
   auto* first_bad = static_cast<unsigned*>(Workspace(sizeof(unsigned)));
@@ -220,10 +241,13 @@ void CudaOps::EmbeddingForward(const Tensor& tokens, const Tensor& wte, const Te
   if (d.channels == 0) return;
   DispatchFloat(wte.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    EmbeddingForwardKernel<T><<<static_cast<unsigned>(rows), kThreads, 0, stream_>>>(
-        tokens.data<const int32_t>(), wte.data<const T>(),
-        wpe.defined() ? wpe.data<const T>() : nullptr, d.seq, d.channels, out.data<T>());
-    ZTRAIN_CUDA_CHECK_LAUNCH();
+    DispatchGrad<T>(out.dtype(), [&](auto out_tag) {
+      using O = typename decltype(out_tag)::type;
+      EmbeddingForwardKernel<T, O><<<static_cast<unsigned>(rows), kThreads, 0, stream_>>>(
+          tokens.data<const int32_t>(), wte.data<const T>(), d.begin, d.rows,
+          wpe.defined() ? wpe.data<const T>() : nullptr, d.seq, d.channels, out.data<O>());
+      ZTRAIN_CUDA_CHECK_LAUNCH();
+    });
   });
 }
 
@@ -232,17 +256,18 @@ void CudaOps::EmbeddingForward(const Tensor& tokens, const Tensor& wte, const Te
 // undefined dwte or dwpe (a frozen table or none, Note [Frozen parameters]) gets no kernel;
 // without dwte the tokens stay where they are.
 void CudaOps::EmbeddingBackward(const Tensor& dout, const Tensor& tokens, const Tensor& dwte,
-                                const Tensor& dwpe) {
+                                const Tensor& dwpe, const VocabSlice& slice) {
   constexpr const char* kOp = "EmbeddingBackward";
   if (NeedsWidening({dout, dwte, dwpe})) {  // Note [Mixed dtypes on CUDA]: fp32 tables too
     Widened w(*this);
-    EmbeddingBackward(w.In(dout), tokens, w.InOut(dwte), w.InOut(dwpe));
+    EmbeddingBackward(w.In(dout), tokens, w.InOut(dwte), w.InOut(dwpe), slice);
     w.Commit();
     return;
   }
-  const EmbeddingDims d = dwte.defined() ? CheckEmbeddingArgs(device(), tokens, dwte, dwpe, dout,
-                                                              kOp, "dout", "dwte", "dwpe")
-                                         : CheckFrozenTableArgs(device(), tokens, dwpe, dout, kOp);
+  const EmbeddingDims d = dwte.defined()
+                              ? CheckEmbeddingArgs(device(), tokens, dwte, dwpe, dout, slice, kOp,
+                                                   "dout", "dwte", "dwpe")
+                              : CheckFrozenTableArgs(device(), tokens, dwpe, dout, kOp);
   const int64_t rows = d.batch * d.seq;
   if (rows == 0 || (!dwte.defined() && !dwpe.defined())) return;
   const std::vector<int32_t> host_tokens =
@@ -251,7 +276,7 @@ void CudaOps::EmbeddingBackward(const Tensor& dout, const Tensor& tokens, const 
   int64_t u = 0;
   int32_t* device_lists = nullptr;
   if (dwte.defined()) {
-    const TokenLists lists = GroupPositions(host_tokens, d.vocab);
+    const TokenLists lists = GroupPositions(host_tokens, d.rows);
     u = lists.distinct;
     device_lists = static_cast<int32_t*>(Workspace(lists.data.size() * sizeof(int32_t)));
     // A pageable source: the call returns once the bytes are staged, so `lists` may die after.
@@ -266,7 +291,7 @@ void CudaOps::EmbeddingBackward(const Tensor& dout, const Tensor& tokens, const 
           dout.data<const T>(), d.batch, d.seq, d.channels, dwpe.data<T>());
       ZTRAIN_CUDA_CHECK_LAUNCH();
     }
-    if (dwte.defined()) {
+    if (dwte.defined() && u > 0) {  // u = 0: no token of this slice
       TokenGradKernel<T><<<static_cast<unsigned>(u), kThreads, 0, stream_>>>(
           device_lists, device_lists + u, device_lists + 2 * u + 1, dout.data<const T>(),
           d.channels, dwte.data<T>());

@@ -10,7 +10,6 @@ namespace ztrain::tensor {
 void MegatronLinears::ColumnBackward(nn::LayerContext& ctx,
                                      std::span<const nn::LinearGrad> linears, const Tensor& x,
                                      const Tensor& dx) const {
-  detail::CheckHostOps(ctx, "a column-parallel linear");
   kernels::Ops& ops = ctx.ops();
   // Backward workspace lives until the context's Release, as the layers' other scratch.
   const Tensor sum = dx.dtype() == DType::kF32 ? dx : ctx.Scratch(DType::kF32, dx.shape());
@@ -34,13 +33,12 @@ void MegatronLinears::ColumnBackward(nn::LayerContext& ctx,
 void MegatronLinears::RowForward(nn::LayerContext& ctx, const Tensor& x, const Tensor& weight,
                                  const Tensor& bias, const Tensor& residual,
                                  const Tensor& y) const {
-  detail::CheckHostOps(ctx, "a row-parallel linear");
   // The partial sums in fp32 (Note [Tensor parallelism in 16 bits]): y itself when it is.
   Buffer hold;
   const Tensor sum = detail::Fp32Partial(ctx, y, hold);
   ctx.ops().LinearForward(x, weight, Tensor(), sum);
   tp_.AllReduce(sum)->Wait();
-  detail::AddBiasAndResidual(sum, bias, residual, y);
+  ctx.ops().AddBiasAndResidual(sum, bias, residual, y);
 }
 
 std::shared_ptr<const nn::LinearProvider> MakeLinears(comm::Communicator& tp) {

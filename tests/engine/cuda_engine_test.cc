@@ -67,6 +67,21 @@ std::map<std::string, std::vector<float>> Weights(Engine& e) {
   return out;
 }
 
+// Calls fn(name, got, want) for every whole parameter of the two engines, having checked that
+// they hold the same names and sizes.
+template <typename Fn>
+void ForEachWeightPair(Engine& gpu, Engine& cpu, Fn fn) {
+  const auto want = Weights(cpu);
+  const auto got = Weights(gpu);
+  ASSERT_EQ(got.size(), want.size());
+  for (const auto& [name, w] : want) {
+    ASSERT_EQ(got.count(name), 1u) << name;
+    const std::vector<float>& g = got.at(name);
+    ASSERT_EQ(g.size(), w.size()) << name;
+    fn(name, g, w);
+  }
+}
+
 std::vector<float> OnHost(Engine& e, const Tensor& t) {
   std::vector<float> out(static_cast<size_t>(t.numel()));
   e.ops().Copy(t, Tensor(out.data(), DType::kF32, t.shape()));
@@ -129,16 +144,12 @@ TEST_P(CudaTrainingTest, TenStepsMatchTheCpu) {
     ASSERT_NEAR(got.loss, want.loss, kTrainTolerance * want.loss) << "step " << step;
     ASSERT_NEAR(got.grad_norm, want.grad_norm, kTrainTolerance * want.grad_norm) << "step " << step;
   }
-  const auto want = Weights(cpu);
-  const auto got = Weights(gpu);
-  ASSERT_EQ(got.size(), want.size());
-  for (const auto& [name, w] : want) {
-    const std::vector<float>& g = got.at(name);
-    ASSERT_EQ(g.size(), w.size()) << name;
+  ForEachWeightPair(gpu, cpu, [](const std::string& name, const std::vector<float>& g,
+                                 const std::vector<float>& w) {
     for (size_t i = 0; i < w.size(); ++i) {
       ASSERT_NEAR(g[i], w[i], kTrainTolerance * (1.0 + std::fabs(w[i]))) << name << "[" << i << "]";
     }
-  }
+  });
   // The evaluation path (forward only, stage-3 gathers without backward) agrees as well.
   testing::OwnedBatch eval(4, 8, 11, 99);
   EXPECT_NEAR(gpu.EvalLoss(eval.mb), cpu.EvalLoss(eval.mb), kTrainTolerance);
@@ -187,14 +198,10 @@ TEST_P(CudaMixedPrecisionTest, TenStepsMatchTheCpu) {
     check.Step(want.step, got.loss, want.loss, got.grad_norm, want.grad_norm, lr_sum);
     lr_sum += want.lr;
   }
-  const auto want = Weights(cpu);
-  const auto got = Weights(gpu);
-  ASSERT_EQ(got.size(), want.size());
-  for (const auto& [name, w] : want) {
-    const std::vector<float>& g = got.at(name);
-    ASSERT_EQ(g.size(), w.size()) << name;
+  ForEachWeightPair(gpu, cpu, [&](const std::string& name, const std::vector<float>& g,
+                                  const std::vector<float>& w) {
     check.Values(name, g.data(), w.data(), static_cast<int64_t>(w.size()), lr_sum);
-  }
+  });
   testing::OwnedBatch eval(4, 8, 11, 99);
   check.Eval(gpu.EvalLoss(eval.mb), cpu.EvalLoss(eval.mb), lr_sum);
   testing::ExpectWithinRounding(check, c.name);
@@ -259,14 +266,10 @@ TEST_P(CudaQloraTest, TenStepsMatchTheCpu) {
   }
   // Every parameter's whole fp32 value: the frozen base dequantized (the same on both), the
   // adapters trained.
-  const auto want = Weights(cpu);
-  const auto got = Weights(gpu);
-  ASSERT_EQ(got.size(), want.size());
-  for (const auto& [name, w] : want) {
-    const std::vector<float>& g = got.at(name);
-    ASSERT_EQ(g.size(), w.size()) << name;
+  ForEachWeightPair(gpu, cpu, [&](const std::string& name, const std::vector<float>& g,
+                                  const std::vector<float>& w) {
     check.Values(name, g.data(), w.data(), static_cast<int64_t>(w.size()), lr_sum);
-  }
+  });
   testing::ExpectWithinRounding(check, c.name);
 }
 

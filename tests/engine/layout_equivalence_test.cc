@@ -8,7 +8,10 @@
 // --pp P and --tp T (default 1), --schedule 1f1b|gpipe, --partition parameters|uniform,
 // --stage Z, --gas G, --offload nvme (optimizer state on NVMe, and at stage 3 the
 // parameters too, under a fresh directory), --precision bf16|fp16 (both runs in it);
-// dp is the world size / (pp x tp).
+// dp is the world size / (pp x tp). --device cuda runs the parallel engine on GPU 0 (every
+// rank: one GPU suffices) against the single process on the CPU, its collectives staged
+// through the host over MPI (staging_communicator.h); it exits 77 (skipped) without a GPU.
+// --staging stages a CPU run's collectives the same way, which checks the staging itself.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -28,7 +31,9 @@
 #include "parallel/comm/mpi/mpi_communicator.h"
 #include "parallel/process_grid.h"
 #include "parallel/tensor/megatron_linears.h"
+#include "kernels/ops.h"
 #include "side_by_side.h"
+#include "staging_communicator.h"
 #include "test_model.h"
 
 namespace ztrain {
@@ -41,6 +46,8 @@ std::string g_nvme_dir;
 // (partition: DeepSpeed's partition_activations, the kept inputs split over the tp ranks).
 std::string g_checkpointing = "none";
 std::string g_precision = "fp32";
+std::string g_device = "cpu";  // the parallel engine's; the single process is on the CPU
+bool g_staging = false;
 std::string g_family = "gpt2";  // --family llama: the tiny Llama of test_model.h
 // --lora: LoRA on every linear of the blocks (PEFT's start: B = 0), every bias trained, the
 // rest of the base frozen (Note [Adapters and frozen parameters]) — in both runs.
@@ -81,6 +88,7 @@ Config MakeConfig(int world_size, int64_t micro, bool reference, int gas = g_gas
     }
   }
   if (!reference) {
+    if (g_device == "cuda") j["device"] = "cuda:0";
     j["pipeline"] = {{"stages", g_pp}, {"schedule", schedule}, {"partition", g_partition}};
     j["tensor_parallel"] = {{"size", g_tp}};
     if (g_checkpointing != "none") {
@@ -190,7 +198,7 @@ TEST(LayoutEquivalenceTest, MemoryEstimateIsHonest) {
     e.TrainStep(micro);
   }
   EstimateOptions options;
-  options.gpu = false;
+  options.gpu = g_device == "cuda";
   options.pp_stage = layout.coord.pp;
   testing::ExpectEstimateHonest(
       EstimateMemory(config, options), e.memory().Snapshot(),
@@ -249,12 +257,23 @@ int main(int argc, char** argv) {
     if (key == "--family") ztrain::g_family = argv[i + 1];
     if (key == "--quant") ztrain::g_quant = argv[i + 1];
     if (key == "--lora-dropout") ztrain::g_lora_dropout = std::atof(argv[i + 1]);
+    if (key == "--device") ztrain::g_device = argv[i + 1];
   }
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--lora") ztrain::g_lora = true;
+    if (std::string(argv[i]) == "--staging") ztrain::g_staging = true;
   }
   auto world = ztrain::comm::MakeMpiWorld(std::chrono::seconds(120));
   ztrain::g_world = world.get();
+  if (ztrain::g_device == "cuda" && ztrain::kernels::CudaDeviceCount() == 0) {
+    if (world->rank() == 0) std::printf("skipped: --device cuda and no CUDA device visible\n");
+    return 77;  // SKIP_RETURN_CODE in tests/engine/CMakeLists.txt
+  }
+  std::unique_ptr<ztrain::comm::Communicator> staged;
+  if (ztrain::g_staging || ztrain::g_device == "cuda") {
+    staged = std::make_unique<ztrain::testing::StagingCommunicator>(*world);
+    ztrain::g_world = staged.get();
+  }
   if (ztrain::g_offload == "nvme") {  // one directory for the job; each rank gets rank<R> in it
     int32_t pid = world->rank() == 0 ? static_cast<int32_t>(getpid()) : 0;
     world->Broadcast(ztrain::Tensor(&pid, ztrain::DType::kI32, {1}), 0)->Wait();

@@ -10,11 +10,15 @@
 
 #include <cstdint>
 #include <cstring>
+#include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "core/dtype.h"
 #include "core/tensor.h"
+#include "kernel_test_util.h"
+#include "kernels/ops.h"
 
 namespace ztrain::kernels::testing {
 
@@ -123,5 +127,32 @@ class DeviceTensor {
   void* ptr_ = nullptr;
   Tensor t_;
 };
+
+// The fixture of the cross-backend tests, parameterised by the dtype under test: a CPU and a
+// CUDA backend (every test skips without a GPU), and random inputs the dtype holds exactly.
+class CrossBackendTest : public ::testing::TestWithParam<DType> {
+ protected:
+  void SetUp() override {
+    if (CudaDeviceCount() == 0) {
+      GTEST_SKIP() << "no CUDA device visible: the CUDA backend is compared with the CPU one "
+                      "only on a machine with a GPU";
+    }
+    cpu_ = MakeCpuOps();
+    gpu_ = MakeCudaOps(0);
+  }
+
+  DType dtype() const { return GetParam(); }
+  double Tol() const { return CrossBackendTolerance(dtype()); }
+  // Random values in [lo, hi) that the tested dtype holds exactly.
+  std::vector<float> Rand(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) const {
+    return RoundTo(dtype(), Random(n, seed, lo, hi));
+  }
+
+  std::unique_ptr<Ops> cpu_, gpu_;
+};
+
+inline std::string DTypeParamName(const ::testing::TestParamInfo<DType>& info) {
+  return std::string(DTypeName(info.param));
+}
 
 }  // namespace ztrain::kernels::testing
