@@ -50,8 +50,9 @@ targets=(kernels_cuda_test optim_cuda_test cuda_engine_test nccl_availability_te
 phase build 420 cmake --build build-device -j"$(nproc)" --target "${targets[@]}" || exit 1
 [ -n "${BUILD_ONLY:-}" ] && { echo "BUILD_ONLY: stopping after the build ($(elapsed)s)"; exit 0; }
 
-# Every test labelled cuda that was built (tests of targets not built are not registered).
-phase cuda_tests 240 ctest --test-dir build-device -L cuda --output-on-failure \
+# Every test labelled cuda that was built (tests of targets not built are not registered),
+# 8 at a time (16 cores; the multi-rank ones share the GPU and count their ranks).
+phase cuda_tests 300 ctest --test-dir build-device -L cuda -j 8 --output-on-failure \
   --output-junit "$PWD/$out/cuda_tests.xml" --timeout 180
 # fp32, then bf16 in the same run: tokens/s, MFU against the H200's dense bf16 peak (989
 # TFLOP/s), and the step's share of cuBLAS's GEMM peak in the same dtype, measured before and after.

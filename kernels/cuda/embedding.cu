@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/cpu/convert.h"
 #include "kernels/cuda/arg_check.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
@@ -41,17 +42,24 @@ struct EmbeddingDims {
   int64_t begin, rows;  // the table holds ids [begin, begin + rows)
 };
 
-// wpe (undefined: no position table) is [maxT >= T, C] of `dtype`.
+// `t`'s dtype when it is `dtype` or when either is fp32 (a call the kernels take directly:
+// 16-bit activations with fp32 tables or gradients), else `dtype`, which the check then names.
+DType SameOrFp32(const Tensor& t, DType dtype) {
+  const bool fp32 = t.defined() && (t.dtype() == DType::kF32 || dtype == DType::kF32);
+  return fp32 && cpu::IsFloatType(t.dtype()) ? t.dtype() : dtype;
+}
+
+// wpe (undefined: no position table) is [maxT >= T, C] of `dtype` (or fp32, SameOrFp32).
 void CheckPositions(Device device, const Tensor& wpe, DType dtype, const EmbeddingDims& d,
                     const char* op, const char* wpe_name) {
   if (!wpe.defined()) return;
-  CheckOnDevice(wpe, device, dtype, op, wpe_name);
+  CheckOnDevice(wpe, device, SameOrFp32(wpe, dtype), op, wpe_name);
   ZTRAIN_CHECK(wpe.dim() == 2 && wpe.size(1) == d.channels && wpe.size(0) >= d.seq, op, ": ",
                wpe_name, " has shape ", ShapeToString(wpe.shape()), ", expected [maxT >= ", d.seq,
                ", ", d.channels, "]");
 }
 
-// act (the output or dout) is of wte's dtype or fp32.
+// act (the output or dout) is of wte's dtype, or either is fp32 (SameOrFp32).
 EmbeddingDims CheckEmbeddingArgs(Device device, const Tensor& tokens, const Tensor& wte,
                                  const Tensor& wpe, const Tensor& act, const VocabSlice& slice,
                                  const char* op, const char* act_name, const char* wte_name,
@@ -68,8 +76,8 @@ EmbeddingDims CheckEmbeddingArgs(Device device, const Tensor& tokens, const Tens
   const EmbeddingDims d{tokens.size(0), tokens.size(1), wte.size(1),
                         slice.vocab,    slice.begin,    wte.size(0)};
   CheckPositions(device, wpe, wte.dtype(), d, op, wpe_name);
-  const DType act_dtype = act.defined() && act.dtype() == DType::kF32 ? DType::kF32 : wte.dtype();
-  CheckOnDevice(act, device, act_dtype, {d.batch, d.seq, d.channels}, op, act_name);
+  CheckOnDevice(act, device, SameOrFp32(act, wte.dtype()), {d.batch, d.seq, d.channels}, op,
+                act_name);
   CheckInt32(d.batch * d.seq, op, "B*T");
   return d;
 }
@@ -124,30 +132,30 @@ __global__ void EmbeddingForwardKernel(const int32_t* tokens, const T* wte, int6
   }
 }
 
-// dwpe[t, c] += sum over b (in order) of dout[b, t, c].
-template <typename T>
+// dwpe[t, c] += sum over b (in order) of dout[b, t, c]; G is T or fp32.
+template <typename T, typename G>
 __global__ void PositionGradKernel(const T* dout, int64_t batch, int64_t seq, int64_t ch,
-                                   T* dwpe) {
+                                   G* dwpe) {
   const int64_t n = seq * ch;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
     float acc = 0.0f;
     for (int64_t b = 0; b < batch; ++b) acc += ToFloat(dout[b * n + i]);
-    dwpe[i] = FromFloat<T>(ToFloat(dwpe[i]) + acc);
+    dwpe[i] = FromFloat<G>(ToFloat(dwpe[i]) + acc);
   }
 }
 
 // Block j: token ids[j] occurs at positions[offsets[j] .. offsets[j+1]) (increasing);
-// dwte[ids[j], c] += the sum of those dout rows, added in that order.
-template <typename T>
+// dwte[ids[j], c] += the sum of those dout rows, added in that order; G is T or fp32.
+template <typename T, typename G>
 __global__ void TokenGradKernel(const int32_t* ids, const int32_t* offsets,
-                                const int32_t* positions, const T* dout, int64_t ch, T* dwte) {
+                                const int32_t* positions, const T* dout, int64_t ch, G* dwte) {
   const int32_t begin = offsets[blockIdx.x], end = offsets[blockIdx.x + 1];
-  T* dst = dwte + int64_t{ids[blockIdx.x]} * ch;
+  G* dst = dwte + int64_t{ids[blockIdx.x]} * ch;
   for (int64_t c = threadIdx.x; c < ch; c += blockDim.x) {
     float acc = 0.0f;
     for (int32_t p = begin; p < end; ++p) acc += ToFloat(dout[int64_t{positions[p]} * ch + c]);
-    dst[c] = FromFloat<T>(ToFloat(dst[c]) + acc);
+    dst[c] = FromFloat<G>(ToFloat(dst[c]) + acc);
   }
 }
 
@@ -254,11 +262,13 @@ void CudaOps::EmbeddingForward(const Tensor& tokens, const Tensor& wte, const Te
 // The tokens come to the host (one synchronisation, see the top of the file), are checked
 // and grouped there, and the groups go back into the workspace for the dwte kernel. An
 // undefined dwte or dwpe (a frozen table or none, Note [Frozen parameters]) gets no kernel;
-// without dwte the tokens stay where they are.
+// without dwte the tokens stay where they are. fp32 gradients over 16-bit dout (mixed
+// precision's default) run directly; so do gradients of dout's dtype.
 void CudaOps::EmbeddingBackward(const Tensor& dout, const Tensor& tokens, const Tensor& dwte,
                                 const Tensor& dwpe, const VocabSlice& slice) {
   constexpr const char* kOp = "EmbeddingBackward";
-  if (NeedsWidening({dout, dwte, dwpe})) {  // Note [Mixed dtypes on CUDA]: fp32 tables too
+  const bool tables_differ = dwte.defined() && dwpe.defined() && dwte.dtype() != dwpe.dtype();
+  if (NeedsWidening({dout}, {dwte, dwpe}) || tables_differ) {  // Note [Mixed dtypes on CUDA]
     Widened w(*this);
     EmbeddingBackward(w.In(dout), tokens, w.InOut(dwte), w.InOut(dwpe), slice);
     w.Commit();
@@ -286,17 +296,20 @@ void CudaOps::EmbeddingBackward(const Tensor& dout, const Tensor& tokens, const 
   }
   DispatchFloat(dout.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    if (dwpe.defined()) {
-      PositionGradKernel<T><<<GridFor(d.seq * d.channels), kThreads, 0, stream_>>>(
-          dout.data<const T>(), d.batch, d.seq, d.channels, dwpe.data<T>());
-      ZTRAIN_CUDA_CHECK_LAUNCH();
-    }
-    if (dwte.defined() && u > 0) {  // u = 0: no token of this slice
-      TokenGradKernel<T><<<static_cast<unsigned>(u), kThreads, 0, stream_>>>(
-          device_lists, device_lists + u, device_lists + 2 * u + 1, dout.data<const T>(),
-          d.channels, dwte.data<T>());
-      ZTRAIN_CUDA_CHECK_LAUNCH();
-    }
+    DispatchGrad<T>((dwte.defined() ? dwte : dwpe).dtype(), [&](auto grad_tag) {
+      using G = typename decltype(grad_tag)::type;
+      if (dwpe.defined()) {
+        PositionGradKernel<T, G><<<GridFor(d.seq * d.channels), kThreads, 0, stream_>>>(
+            dout.data<const T>(), d.batch, d.seq, d.channels, dwpe.data<G>());
+        ZTRAIN_CUDA_CHECK_LAUNCH();
+      }
+      if (dwte.defined() && u > 0) {  // u = 0: no token of this slice
+        TokenGradKernel<T, G><<<static_cast<unsigned>(u), kThreads, 0, stream_>>>(
+            device_lists, device_lists + u, device_lists + 2 * u + 1, dout.data<const T>(),
+            d.channels, dwte.data<G>());
+        ZTRAIN_CUDA_CHECK_LAUNCH();
+      }
+    });
   });
 }
 

@@ -6,11 +6,12 @@
 // independently. The kernels are templated on one element type, so a call runs them directly
 // ("native") when its floating-point tensors share one dtype, apart from the ones ops.h fixes
 // as fp32 (statistics, lse, inv_freq, losses), and apart from accumulated parameter gradients
-// (dweight, dbias), which may also be fp32 over 16-bit inputs: mixed precision's layout, 16-bit
-// activations and weights with fp32 gradients (data_types.grad_accum_dtype), so the training
-// step's GEMMs run on 16-bit tensor cores and write fp32 (cublasGemmEx's 16-bit A and B with an
-// fp32 C) and the norms' and biases' column sums store fp32 (DispatchGrad). Gemm's c may be fp32
-// over 16-bit a and b in the same way.
+// (dweight, dbias, dwte, dwpe), which may also be fp32 over 16-bit inputs: mixed precision's
+// layout, 16-bit activations and weights with fp32 gradients (data_types.grad_accum_dtype), so
+// the training step's GEMMs run on 16-bit tensor cores and write fp32 (cublasGemmEx's 16-bit A
+// and B with an fp32 C) and the norms', biases' and embedding tables' gradient sums store fp32
+// (DispatchGrad). Gemm's c may be fp32 over 16-bit a and b in the same way, and so may the
+// embedding's output (the fp32 partial of a vocabulary-parallel lookup).
 //
 // Every other combination goes through the widening adapter, as CpuOps does (Note [Widening
 // adapter] in kernels/cpu/widen.h): each 16-bit device argument is widened into fp32 device
