@@ -11,6 +11,7 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/vec_math.h"
 #include "kernels/cpu/widen.h"
+#include "kernels/vocab_slice_check.h"
 
 namespace ztrain::kernels {
 namespace {
@@ -131,8 +132,7 @@ VocabParallelDims CheckVocabParallelArgs(const Tensor& logits, const Tensor& tar
   ZTRAIN_CHECK(logits.dim() == 2, op, ": logits must be [N, Vl], got ",
                ShapeToString(logits.shape()));
   const int64_t rows = logits.size(0), columns = logits.size(1);
-  ZTRAIN_CHECK(slice.begin >= 0 && slice.vocab > 0, op, ": the slice's ids [", slice.begin,
-               ", ...) of a vocabulary of ", slice.vocab, " are not a slice of one");
+  CheckColumnSlice(slice, op);
   cpu::CheckCount(targets, rows, op, "targets", DType::kI32);
   cpu::CheckCpu(stats, {3, rows}, op, "stats");
   return {rows, columns, slice.RealRows(columns)};

@@ -96,8 +96,8 @@ void CpuOps::AddInPlace(const Tensor& y, const Tensor& x) {
   for (int64_t i = 0; i < n; ++i) yp[i] += xp[i];
 }
 
-// Row by row: the row's residual and bias widened into fp32, added to the fp32 sum and rounded
-// once into y, so any dtypes mix without the adapter.
+// Row by row: the bias table widened into fp32 once, each row's residual as it comes, added to
+// the fp32 sum and rounded once into y, so any dtypes mix without the adapter.
 void CpuOps::AddBiasAndResidual(const Tensor& sum, const Tensor& bias, const Tensor& residual,
                                 const Tensor& y) {
   constexpr const char* kOp = "AddBiasAndResidual";
@@ -117,18 +117,20 @@ void CpuOps::AddBiasAndResidual(const Tensor& sum, const Tensor& bias, const Ten
                  ShapeToString(bias.shape()), " has ", bias_rows, " rows, which do not divide the ",
                  rows, " rows of y ", ShapeToString(y.shape()));
   }
-  const auto* b = static_cast<const char*>(bias.data());
+  // No bias: one row of zeros.
+  std::vector<float> table(static_cast<size_t>(std::max<int64_t>(bias_rows, 1) * c), 0.0f);
+  if (bias_rows > 0) cpu::WidenSerial(bias.data(), bias.dtype(), table.data(), bias_rows * c);
+  const int64_t table_rows = std::max<int64_t>(bias_rows, 1);
   const auto* r = static_cast<const char*>(residual.data());
   auto* out = static_cast<char*>(y.data());
   const float* s = sum.data<float>();
-  const size_t b_row = c * DTypeSize(bias.dtype()), r_row = c * DTypeSize(residual.dtype());
-  const size_t y_row = c * DTypeSize(y.dtype());
+  const size_t r_row = c * DTypeSize(residual.dtype()), y_row = c * DTypeSize(y.dtype());
 #pragma omp parallel if (rows * c >= cpu::kParallelGrain)
   {
-    std::vector<float> add(static_cast<size_t>(c), 0.0f), part(static_cast<size_t>(c), 0.0f);
+    std::vector<float> part(static_cast<size_t>(c), 0.0f);
 #pragma omp for schedule(static)
     for (int64_t i = 0; i < rows; ++i) {
-      if (b != nullptr) cpu::WidenSerial(b + (i % bias_rows) * b_row, bias.dtype(), add.data(), c);
+      const float* add = table.data() + (i % table_rows) * c;
       if (r != nullptr) cpu::WidenSerial(r + i * r_row, residual.dtype(), part.data(), c);
 #pragma omp simd
       for (int64_t j = 0; j < c; ++j) part[j] = s[i * c + j] + (add[j] + part[j]);

@@ -12,6 +12,7 @@
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/widen.h"
+#include "kernels/vocab_slice_check.h"
 
 namespace ztrain::kernels {
 namespace {
@@ -35,13 +36,6 @@ void CheckTokens(const int32_t* tokens, const EmbeddingDims& d, const char* op) 
   }
 }
 
-// The slice must lie within the vocabulary.
-void CheckSlice(const VocabSlice& slice, int64_t rows, const char* op, const char* wte_name) {
-  ZTRAIN_CHECK(slice.begin >= 0 && slice.begin + rows <= slice.vocab, op, ": ", wte_name,
-               " holds ids [", slice.begin, ", ", slice.begin + rows,
-               "), outside the vocabulary [0, ", slice.vocab, ")");
-}
-
 // wpe (undefined: no position table) is [maxT >= T, C].
 void CheckPositions(const Tensor& wpe, const EmbeddingDims& d, const char* op,
                     const char* wpe_name) {
@@ -63,7 +57,7 @@ EmbeddingDims CheckEmbeddingArgs(const Tensor& tokens, const Tensor& wte, const 
   cpu::CheckCpuFloat(wte, op, wte_name);
   ZTRAIN_CHECK(wte.dim() == 2, op, ": ", wte_name, " must be [Vp, C], got ",
                ShapeToString(wte.shape()));
-  CheckSlice(slice, wte.size(0), op, wte_name);
+  CheckTableSlice(slice, wte.size(0), op, wte_name);
   const EmbeddingDims d{tokens.size(0), tokens.size(1), wte.size(1),
                         slice.vocab,    slice.begin,    wte.size(0)};
   CheckPositions(wpe, d, op, wpe_name);

@@ -20,6 +20,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/kernel_utils.cuh"
+#include "kernels/vocab_slice_check.h"
 
 namespace ztrain::kernels::cuda {
 namespace {
@@ -202,8 +203,7 @@ SliceDims CheckSliceArgs(Device device, const Tensor& logits, const Tensor& targ
   ZTRAIN_CHECK(logits.dim() == 2, op, ": logits must be [N, Vl], got ",
                ShapeToString(logits.shape()));
   const int64_t rows = logits.size(0), cols = logits.size(1);
-  ZTRAIN_CHECK(slice.begin >= 0 && slice.vocab > 0, op, ": the slice's ids [", slice.begin,
-               ", ...) of a vocabulary of ", slice.vocab, " are not a slice of one");
+  CheckColumnSlice(slice, op);
   CheckOnDevice(targets, device, DType::kI32, op, "targets");
   CheckCount(targets, rows, op, "targets");
   CheckOnDevice(stats, device, DType::kF32, {3, rows}, op, "stats");

@@ -30,6 +30,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/kernel_utils.cuh"
+#include "kernels/vocab_slice_check.h"
 
 namespace ztrain::kernels::cuda {
 namespace {
@@ -70,9 +71,7 @@ EmbeddingDims CheckEmbeddingArgs(Device device, const Tensor& tokens, const Tens
   CheckFloat(wte, device, op, wte_name);
   ZTRAIN_CHECK(wte.dim() == 2, op, ": ", wte_name, " must be [Vp, C], got ",
                ShapeToString(wte.shape()));
-  ZTRAIN_CHECK(slice.begin >= 0 && slice.begin + wte.size(0) <= slice.vocab, op, ": ", wte_name,
-               " holds ids [", slice.begin, ", ", slice.begin + wte.size(0),
-               "), outside the vocabulary [0, ", slice.vocab, ")");
+  CheckTableSlice(slice, wte.size(0), op, wte_name);
   const EmbeddingDims d{tokens.size(0), tokens.size(1), wte.size(1),
                         slice.vocab,    slice.begin,    wte.size(0)};
   CheckPositions(device, wpe, wte.dtype(), d, op, wpe_name);
