@@ -70,6 +70,7 @@ nlohmann::json ConfigJson(const StepBenchOptions& o, const std::string& precisio
   j["gradient_clipping"] = 1.0;
   j["device"] = o.device == "cuda" ? "cuda:0" : o.device;
   if (precision != "fp32") j[precision] = {{"enabled", true}};
+  if (!o.zero.empty()) j["zero_optimization"] = o.zero;
   return j;
 }
 
@@ -350,6 +351,7 @@ PrecisionRun RunPrecision(const StepBenchOptions& o, const std::string& precisio
     std::printf("\n%s %d layers, %.1fM parameters, B=%d T=%d, %s on %s, %d threads\n",
                 o.family.c_str(), cfg.model.n_layer, run.params / 1e6, o.batch, o.seq,
                 precision.c_str(), engine.device().ToString().c_str(), threads);
+    if (!o.zero.empty()) std::printf("  zero_optimization: %s\n", o.zero.dump().c_str());
     if (precision == "bf16" && engine.device().is_cpu()) {
       std::printf("  bf16 GEMMs: %s\n", kernels::cpu::OneDnnBf16Support().detail.c_str());
     }
@@ -419,13 +421,18 @@ bool ParseStepBenchArgs(int argc, char** argv, StepBenchOptions& o) {
       o.seq = std::stoi(value);
     } else if (arg == "--layers") {
       o.model["n_layer"] = std::stoi(value);
-    } else if (arg == "--model-json") {  // keys over the bench's model, e.g. a ~1B shape
+    } else if (arg == "--model-json" || arg == "--zero-json") {
       const nlohmann::json patch = nlohmann::json::parse(value, nullptr, false);
       if (!patch.is_object()) {
-        std::fprintf(stderr, "--model-json: not a JSON object: %s\n", value.c_str());
+        std::fprintf(stderr, "%s: not a JSON object: %s\n", arg.c_str(), value.c_str());
         return false;
       }
-      o.model.merge_patch(patch);
+      // The model's keys over the bench's (a ~1B shape, say); the zero section whole.
+      if (arg == "--model-json") {
+        o.model.merge_patch(patch);
+      } else {
+        o.zero = patch;
+      }
     } else if (arg == "--device") {
       o.device = value;
     } else if (arg == "--precision") {

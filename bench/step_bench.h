@@ -38,6 +38,7 @@ struct StepBenchTargets {
 struct StepBenchOptions {
   std::string family;        // for the report: "GPT-2", "Llama"
   nlohmann::json model;      // the config's "model" section (n_layer is --layers)
+  nlohmann::json zero = nlohmann::json::object();  // zero_optimization keys (--zero-json)
   std::string torch_script;  // file in bench/, taking --steps --batch --seq --layers
                              // --threads --precision
   StepBenchTargets targets;
@@ -53,10 +54,11 @@ struct StepBenchOptions {
 
 // Reads the shared command line into `o` (defaults are what `o` holds):
 //   [--steps N] [--batch B] [--seq T] [--layers L] [--model-json '{"n_embd": 2048, ...}']
-//   [--device cpu|cuda] [--precision fp32|bf16|fp16] [--bf16-peak TFLOP/s] [--python PATH]
-//   [--no-torch]
+//   [--zero-json '{"stage": 3, ...}'] [--device cpu|cuda] [--precision fp32|bf16|fp16]
+//   [--bf16-peak TFLOP/s] [--python PATH] [--no-torch]
 // --precision P other than fp32 times fp32 and P; --model-json's keys replace the model's
-// (another shape). False, having said why on stderr, for an argument it does not know.
+// (another shape); --zero-json is the run's zero_optimization section (ZeRO-3 with offload
+// against in-GPU, say). False, having said why on stderr, for an argument it does not know.
 bool ParseStepBenchArgs(int argc, char** argv, StepBenchOptions& o);
 
 // Builds, times and reports every precision of `o`, then the same-run ratios against the

@@ -254,7 +254,8 @@ std::vector<ConfigKey> ZeroKeys() {
       Key(z + "offload_param.buffer_size", T::kInt, 100000000, "Elements per swap buffer."),
       Key(z + "offload_param.max_in_cpu", T::kInt, 1000000000,
           "Parameter elements kept in CPU memory with NVMe offload."),
-      Key(z + "offload_param.pin_memory", T::kBool, false, "Use page-locked host memory."),
+      Key(z + "offload_param.pin_memory", T::kBool, false,
+          "Use page-locked host memory; on a GPU the shards' copies then run beside compute."),
       Key(z + "offload_optimizer", T::kSection, nullptr,
           "Where optimizer states live and the optimizer runs."),
       Key(z + "offload_optimizer.device", T::kString, "none", "`none`, `cpu` or `nvme`.")

@@ -218,6 +218,9 @@ void Engine::BuildStorage() {
                             MemoryCategory::kParameters, DType::kU8);
     if (mixed() && !st.sharded) {
       st.lp = StateBuffer(Place::kDevice, st.padded, MemoryCategory::kParameters, act_dtype_);
+    } else if (mixed() && on_device() && param_offload && op.device == "cpu") {
+      // Note [Offloaded shards beside compute]: the shard's compute-dtype copy, where it is.
+      st.lp = StateBuffer(param_place, st.shard, MemoryCategory::kParameters, act_dtype_);
     }
     if (stage_ <= 1) {
       st.grads = StateBuffer(Place::kDevice, st.padded, MemoryCategory::kGradients, grad_dtype_);
@@ -416,8 +419,50 @@ void Engine::InitParameters() {
                            float* out) { InitialValues(name, begin, count, out); });
 }
 
+namespace {
+
+// A gather of one rank (dp of 1) whose shard comes from the host beside the ops (Note
+// [Offloaded shards beside compute]): waiting for it orders the ops issued after the wait
+// after the copy, on the device. Done once waited for; a gather dropped unwaited (after an
+// error) still orders the freeing of its buffer after the copy.
+class CopyBesideWork final : public comm::Work {
+ public:
+  CopyBesideWork(kernels::Ops& ops, kernels::CopyTicket ticket) : ops_(ops), ticket_(ticket) {}
+  ~CopyBesideWork() override {
+    try {
+      Wait();
+    } catch (...) {  // a broken device; nothing left to order
+    }
+  }
+  void Wait() override {
+    if (waited_) return;
+    waited_ = true;
+    ops_.WaitCopy(ticket_);
+  }
+  bool Done() override { return waited_; }
+
+ private:
+  kernels::Ops& ops_;
+  kernels::CopyTicket ticket_;
+  bool waited_ = false;
+};
+
+}  // namespace
+
 // All-gathers layer l's shard into `whole` (its padded size). With parameters on NVMe the
 // shard is read into this rank's own chunk of `whole` and gathered in place.
+//
+// Note [Offloaded shards beside compute]: with offload_param on a GPU the shard is host
+// memory: the fp32 master, or under mixed precision its compute-dtype copy `lp`, refreshed
+// with the master, so the gather moves 2 bytes a parameter over PCIe (DeepSpeed keeps the
+// same 16-bit copy on the host). The copy to this rank's chunk of `whole` runs beside the
+// ops, so the copy for a layer the plan prefetches runs while the layer before it computes.
+// Across ranks the all-gather takes the host shard itself and copies it on the group's
+// stream before gathering (communicator.h), where NCCL orders it after the ops issued before
+// it; GatherForUse waits for the whole gather as for any other. On one rank there is nothing
+// to gather: the copy goes beside the ops (Ops::CopyBeside), the gather's Work is its ticket,
+// and waiting for it makes the layer's ops wait on the device, not the host. A frozen base
+// offloaded to the host (LoRA) is gathered the same way (LaunchFrozenGather).
 comm::WorkPtr Engine::LaunchGather(size_t l, const Buffer& whole, DType dtype) {
   LayerState& st = *states_[l];
   const Tensor out = whole.AsTensor(dtype, {st.padded});
@@ -425,31 +470,41 @@ comm::WorkPtr Engine::LaunchGather(size_t l, const Buffer& whole, DType dtype) {
     return dp_->AllGather(st.Flat(st.params, st.shard), out);
   }
   const Tensor mine = out.Flat(st.opt_begin, {st.shard});
-  if (dtype != DType::kF32 && !param_swap_) {
+  if (!param_swap_ && st.params.device() == whole.device()) {
     // The compute-dtype copy of the shard, converted into this rank's chunk.
     ops_->Copy(st.Flat(st.params, st.shard), mine);
-  } else if (dtype != DType::kF32) {  // from NVMe: fp32 on the host, then converted
-    Buffer staged(*host_, DType::kF32, {st.shard}, MemoryCategory::kWorkspace);
-    {
-      const ScopeTimer timer(swap_wait_seconds_);
-      param_swap_->CopyOut(l, staged.data<float>());
-    }
-    ops_->Copy(st.Flat(staged, st.shard), mine);
-    ops_->Synchronize();
-  } else if (whole.device().is_cpu()) {
+    return dp_->AllGather(mine, out);
+  }
+  if (param_swap_ && whole.device().is_cpu() && dtype == DType::kF32) {
     const ScopeTimer timer(swap_wait_seconds_);
     param_swap_->CopyOut(l, mine.data<float>());
-  } else if (!param_swap_) {  // offloaded to host memory on a device
-    CopyIn(st.params.data<float>(), mine);
-  } else {  // (a pageable source may be freed once the copy is issued)
-    Buffer staged(*host_, DType::kF32, {st.shard}, MemoryCategory::kWorkspace);
-    {
-      const ScopeTimer timer(swap_wait_seconds_);
-      param_swap_->CopyOut(l, staged.data<float>());
-    }
-    CopyIn(staged.data<float>(), mine);
+    return dp_->AllGather(mine, out);
   }
-  return dp_->AllGather(mine, out);
+  // The shard on the host in the gather's dtype: the master or its `lp` copy, or from NVMe
+  // (staged in pageable memory, which may go once the copy is issued).
+  Buffer staged;
+  Tensor shard;
+  if (!param_swap_) {
+    shard = dtype == DType::kF32 || st.lp.data() == nullptr
+                ? st.Flat(st.params, st.shard)
+                : st.lp.AsTensor(dtype, {st.shard});
+  } else {
+    staged = Buffer(*host_, DType::kF32, {st.shard}, MemoryCategory::kWorkspace);
+    const ScopeTimer timer(swap_wait_seconds_);
+    param_swap_->CopyOut(l, staged.data<float>());
+    shard = st.Flat(staged, st.shard);
+  }
+  if (shard.dtype() != dtype) {  // converted by the ops (NVMe under mixed precision)
+    ops_->Copy(shard, mine);
+    ops_->Synchronize();  // before `staged` goes
+    return dp_->AllGather(mine, out);
+  }
+  return GatherHostShard(shard, mine, out);
+}
+
+comm::WorkPtr Engine::GatherHostShard(const Tensor& shard, const Tensor& mine, const Tensor& out) {
+  if (dp_->size() > 1) return dp_->AllGather(shard, out);  // copied on the group's stream
+  return std::make_shared<CopyBesideWork>(*ops_, ops_->CopyBeside(shard, mine));
 }
 
 double Engine::TrainFlopsPerToken(int64_t seq_len) const {

@@ -339,6 +339,9 @@ class Engine {
   // All-gathers layer l's parameters into `whole`: fp32 (the master values) or, under mixed
   // precision, the compute dtype.
   comm::WorkPtr LaunchGather(size_t layer, const Buffer& whole, DType dtype = DType::kF32);
+  // The gather of a shard in host memory into `out` on the device, `mine` being this rank's
+  // chunk of it, its copy beside the compute (Note [Offloaded shards beside compute]).
+  comm::WorkPtr GatherHostShard(const Tensor& shard, const Tensor& mine, const Tensor& out);
   // Frozen parameters (engine_frozen.cc): the bytes a frozen parameter takes in its region
   // (its values in the compute dtype, or its quantized blob), a frozen slot's view into a
   // layer's frozen region (undefined when the region is absent; U8 for a quantized one), the

@@ -16,13 +16,14 @@
 //   (`grad_host`), steps on the host, and copies each layer's updated range back to the
 //   device as soon as the host has stepped it, so the copy of one layer runs while the host
 //   steps the next. Offloaded stage-3 parameter shards are copied into their own chunk of the
-//   gathered buffer and all-gathered in place, as with NVMe on the CPU;
+//   gathered buffer beside the ops, and all-gathered in place, as with NVMe on the CPU (Note
+//   [Offloaded shards beside compute], engine.cc);
 // - the groups are NCCL communicators; scalars (loss, norm) cross them through device memory;
 // - micro-batches arrive in host memory and are copied in; losses come back to the host;
 //   whole-parameter values, initialisation and checkpoints go through host copies (HeldOnHost,
 //   ReadHeld, WriteHeld).
-// Tensor parallelism stays on the CPU backend: its vocabulary-parallel layers compute on the
-// host (the engine says so when asked for it on CUDA).
+// Tensor parallelism runs on either: its split layers are ops of the op set, its all-reduces
+// on the tp group's communicator (parallel/tensor/).
 // On the CPU every "copy" is host memory to host memory and every buffer is host memory, so
 // the CPU backend runs exactly the arithmetic it ran before devices existed.
 #include <algorithm>

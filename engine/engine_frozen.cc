@@ -66,10 +66,9 @@ comm::WorkPtr Engine::LaunchFrozenGather(size_t l, const Buffer& whole) {
   const Tensor out = FrozenWords(whole, st.frozen_padded);
   const Tensor shard = FrozenWords(st.frozen, st.frozen_shard);
   if (st.frozen.device() == whole.device()) return dp_->AllGather(shard, out);
-  // Offloaded to host memory on a device: into this rank's chunk, gathered in place.
+  // Offloaded to host memory on a device: into this rank's chunk beside the compute.
   const Tensor mine = out.Flat(dp_->rank() * (st.frozen_shard / 2), {st.frozen_shard / 2});
-  ops_->Copy(shard, mine);
-  return dp_->AllGather(mine, out);
+  return GatherHostShard(shard, mine, out);
 }
 
 void Engine::SetHeldFrozen(size_t l, const HeldParameterFill& fill,

@@ -5,13 +5,15 @@
 // bf16.enabled or fp16.enabled sets the compute dtype D (ComputeDType). The layers compute
 // with D: their parameters are a D copy of the fp32 parameters (`lp`, the whole layer, at
 // stages 0-2; at stage 3 each gather converts the rank's fp32 shard into its chunk of a D
-// buffer and all-gathers that, so gathers move half the bytes) and their activations and
-// activation gradients are D (LayerContext::dtype); layernorm statistics, attention's
-// log-sum-exp, the logits' softmax and the losses stay fp32 (ops.h). The fp32 parameters are
-// the master weights: AdamW updates them with fp32 m and v, sharded as the ZeRO stage says,
-// and RefreshLowPrecision rounds them into `lp` after every update (and after
-// initialisation, loading and SetFullParameters). Checkpoints and whole-parameter values are
-// the fp32 masters, so a mixed-precision checkpoint loads into an fp32 run and back.
+// buffer and all-gathers that, so gathers move half the bytes; a shard offloaded to the host
+// of a GPU keeps its D copy there, Note [Offloaded shards beside compute] in engine.cc) and
+// their activations and activation gradients are D (LayerContext::dtype); layernorm
+// statistics, attention's log-sum-exp, the logits' softmax and the losses stay fp32 (ops.h).
+// The fp32 parameters are the master weights: AdamW updates them with fp32 m and v, sharded
+// as the ZeRO stage says, and RefreshLowPrecision rounds them into `lp` after every update
+// (and after initialisation, loading and SetFullParameters). Checkpoints and whole-parameter
+// values are the fp32 masters, so a mixed-precision checkpoint loads into an fp32 run and
+// back.
 //
 // Gradients accumulate in G = data_types.grad_accum_dtype (fp32 by default with bf16, fp16
 // with fp16, as DeepSpeed's fp16 ZeRO keeps them): the layers' backward adds into G buffers.
@@ -44,8 +46,9 @@ namespace ztrain {
 void Engine::RefreshLowPrecision() {
   if (!mixed()) return;
   for (auto& st : states_) {
-    if (st->lp.data() == nullptr) continue;  // stage 3: converted at each gather
-    ops_->Copy(st->Flat(st->params, st->padded), st->lp.AsTensor(act_dtype_, {st->padded}));
+    if (st->lp.data() == nullptr) continue;  // stage 3 on the device: converted at each gather
+    const int64_t n = st->sharded ? st->shard : st->padded;
+    ops_->Copy(st->Flat(st->params, n), st->lp.AsTensor(act_dtype_, {n}));
   }
 }
 

@@ -126,7 +126,9 @@ struct Engine::LayerState {
   int64_t opt_begin = 0, opt_len = 0;
   Buffer params;              // fp32: the whole layer; at stage 3 only this rank's shard
   // Mixed precision (Note [Mixed precision in the engine]): the whole layer in the compute
-  // dtype, what the layers compute with (stages 0-2; refreshed from `params` after updates).
+  // dtype, what the layers compute with (stages 0-2; refreshed from `params` after updates);
+  // at stage 3 with offload_param cpu on a device, the shard's copy in host memory, which
+  // the gathers move (Note [Offloaded shards beside compute] in engine.cc).
   Buffer lp;
   Buffer gathered;            // stage 3: the whole layer while gathered (compute dtype)
   comm::WorkPtr gather;       // stage 3: the all-gather filling `gathered`

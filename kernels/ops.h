@@ -96,6 +96,19 @@ enum class CrossEntropyStep {
   kLoss,    // the losses from the reduced statistics (no collective)
 };
 
+// Note [Copies beside the ops]: a backend that runs ops asynchronously (CUDA) may run
+// host<->device copies on a copy engine beside them, so that a copy issued for later (ZeRO-3
+// bringing an offloaded layer to the device) hides behind the ops computing now. Such a copy
+// starts only after the ops issued before it (its dst may be memory they freed), and the ops
+// issued after it see its result only once WaitCopy(ticket) has been issued. Until the copy
+// has finished (after the WaitCopy, or Synchronize), src must not change and both sides
+// must stay allocated; a pageable host src may go once CopyBeside returns, as the driver has
+// then staged it. Converting dtypes needs the ops' kernels, so CUDA's copies beside the ops
+// move bytes only: one dtype, one side on the host.
+struct CopyTicket {
+  uint64_t id = 0;  // 0: nothing to wait for
+};
+
 class Ops {
  public:
   virtual ~Ops() = default;
@@ -268,8 +281,21 @@ class Ops {
   // instead of this device's (the host<->device copies of a CUDA backend); read a copy into
   // the host only after Synchronize().
   virtual void Copy(const Tensor& src, const Tensor& dst) = 0;
-  // Waits until every op issued so far has finished (a no-op where ops run synchronously).
+  // Waits until every op issued so far has finished, copies beside them included (a no-op
+  // where ops run synchronously).
   virtual void Synchronize() = 0;
+  // A host<->device copy beside the ops (Note [Copies beside the ops]): dst = src, as Copy
+  // (CUDA: of one dtype, one side host memory). Returns at once; the copy starts once every op
+  // issued before it has finished, and the ops issued after it do not wait for it until
+  // WaitCopy(ticket). Here, synchronously: Copy, and a ticket with nothing to wait for.
+  virtual CopyTicket CopyBeside(const Tensor& src, const Tensor& dst) {
+    Copy(src, dst);
+    return {};
+  }
+  // The ops issued after this call run after the ticket's copy (on a device, a wait on the
+  // device: the host does not block). Each ticket is waited for at most once; a ticket
+  // never waited for is dropped by Synchronize.
+  virtual void WaitCopy(CopyTicket ticket) { static_cast<void>(ticket); }
 
   // Fused softmax + cross-entropy over a padded vocabulary. logits [N,Vp] (any float dtype),
   // targets int32 [N], losses and dlosses fp32 [N]; only columns [0,V) take part.

@@ -32,6 +32,9 @@ CudaOps::CudaOps(int device) : device_(device) {
 
 CudaOps::~CudaOps() {
   // Destructors must not throw: errors here are ignored (the device may be gone).
+  if (copy_stream_) cudaStreamSynchronize(copy_stream_);
+  for (const auto& [ticket, done] : copies_) cudaEventDestroy(done);
+  if (copy_stream_) cudaStreamDestroy(copy_stream_);
   if (workspace_) cudaFreeAsync(workspace_, stream_);
   if (stream_) scratch_.Free(stream_);
   if (stream_) cudaStreamSynchronize(stream_);

@@ -14,20 +14,25 @@
 // grouped key/value heads (online softmax, no T x T matrix in device memory; head_dim at most 128),
 // RoPE in place, SwiGLU, a fused softmax + cross-entropy that writes the logits' gradient in place,
 // the tensor-parallel pieces (the embedding over a vocabulary slice into an fp32 partial,
-// AddBiasAndResidual, the vocabulary-parallel cross-entropy's steps), and deterministic backwards (no floating-point atomics in the embedding, norm and attention
-// gradients: the same result every run). AddColumns also takes fp16 (ops.h lets it), CopyColumns
+// AddBiasAndResidual, the vocabulary-parallel cross-entropy's steps), and deterministic
+// backwards (no floating-point atomics in the embedding, norm and attention gradients: the
+// same result every run). AddColumns also takes fp16 (ops.h lets it), CopyColumns
 // any dtype of 2 or 4 bytes (it moves bytes), like Zero, and Copy converts between the float
 // dtypes (rounding to nearest even), on the device also for a host side; Dequantize reads a U8 blob
 // (kernels/quant.h, 4-byte aligned) and writes fp32, bf16 or fp16, the CPU backend's values bit for bit
 // (kernels/cuda/dequantize.cu). An undefined parameter gradient
 // is skipped (Note [Frozen parameters] in ops.h): nothing is launched for it, and the other outputs
 // are the same bits. Shapes and dtypes are checked on the host before anything is enqueued, so a
-// throwing op has enqueued nothing. One thread at a time per object, as every Ops.
+// throwing op has enqueued nothing. CopyBeside puts host<->device copies on a second,
+// non-blocking stream beside the ops (Note [Copies beside the ops] in ops.h,
+// kernels/cuda/copy_beside.cc). One thread at a time per object, as every Ops.
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
+#include <map>
 
 #include "kernels/cuda/widen.h"
 #include "kernels/ops.h"
@@ -106,7 +111,10 @@ class CudaOps final : public Ops {
   void Dropout(const Tensor& x, const DropoutMask& mask, const Tensor& y) override;
   void Zero(const Tensor& t) override;
   void Copy(const Tensor& src, const Tensor& dst) override;
+  // Synchronize waits for the copy stream too (kernels/cuda/copy_beside.cc).
   void Synchronize() override;
+  CopyTicket CopyBeside(const Tensor& src, const Tensor& dst) override;
+  void WaitCopy(CopyTicket ticket) override;
 
   void SoftmaxCrossEntropy(const Tensor& logits, const Tensor& targets, int64_t vocab,
                            const Tensor& losses, const Tensor& dlosses) override;
@@ -133,6 +141,11 @@ class CudaOps final : public Ops {
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
   DeviceScratch scratch_;
+  // Note [Copies beside the ops] (ops.h): a non-blocking stream, made at the first CopyBeside,
+  // and each copy's completion event until it is waited for or synchronised.
+  cudaStream_t copy_stream_ = nullptr;
+  std::map<uint64_t, cudaEvent_t> copies_;
+  uint64_t last_copy_ = 0;
 };
 
 }  // namespace ztrain::kernels::cuda

@@ -293,8 +293,6 @@ void CudaOps::Copy(const Tensor& src, const Tensor& dst) {
   }
 }
 
-void CudaOps::Synchronize() { ZTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
-
 void CudaOps::Scale(const Tensor& t, float alpha) {
   CheckFloat(t, device(), "Scale", "t");
   DispatchFloat(t.dtype(), [&](auto tag) {

@@ -79,7 +79,11 @@ class Communicator {
   virtual WorkPtr ReduceScatter(const Tensor& in, const Tensor& out,
                                 ReduceOp op = ReduceOp::kSum) = 0;
   // `out` holds size() chunks of in.numel(); chunk r comes from rank r. `in` is either
-  // disjoint from `out` or exactly chunk rank() of it (in place).
+  // disjoint from `out` or exactly chunk rank() of it (in place). A communicator of device
+  // memory (NCCL) also takes `in` in host memory, a shard offloaded there: it copies it into
+  // chunk rank() on its own stream, after the ops issued before, and gathers in place, so the
+  // copy runs beside the compute issued after it (page-locked `in` for the copy to be
+  // asynchronous). `in` must not change until the op has finished.
   virtual WorkPtr AllGather(const Tensor& in, const Tensor& out) = 0;
   virtual WorkPtr Broadcast(const Tensor& t, int root) = 0;
   // Consecutive Send/Recv ops may be in flight together (as inside an NCCL group), so two

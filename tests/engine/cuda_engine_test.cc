@@ -37,9 +37,11 @@ void PrintTo(const Layout& l, std::ostream* os) {
       << l.offload_param;
 }
 
-// precision: "fp32", or "bf16" / "fp16" (DeepSpeed's sections, dynamic loss scaling for fp16).
+// precision: "fp32", or "bf16" / "fp16" (DeepSpeed's sections, dynamic loss scaling for fp16);
+// `extra`: more top-level sections (lora).
 Config MakeConfig(const std::string& device, const Layout& layout, const std::string& nvme_dir,
-                  const std::string& precision = "fp32") {
+                  const std::string& precision = "fp32",
+                  const nlohmann::json& extra = nlohmann::json::object()) {
   nlohmann::json j = testing::TinyConfigJson(2, 32, 4, 11, 8);
   j["device"] = device;
   if (precision != "fp32") j[precision] = {{"enabled", true}};
@@ -56,6 +58,7 @@ Config MakeConfig(const std::string& device, const Layout& layout, const std::st
     if (where == "nvme") j["zero_optimization"][section]["nvme_path"] = nvme_dir;
   }
   j["training"]["job_name"] = "cuda_engine_test";
+  for (const auto& [key, value] : extra.items()) j[key] = value;
   return ParseConfig(j);
 }
 
@@ -216,6 +219,59 @@ INSTANTIATE_TEST_SUITE_P(
                       MixedCase{"fp16_stage0", "fp16", Layout{0}},
                       MixedCase{"fp16_stage2", "fp16", Layout{2}}),
     [](const ::testing::TestParamInfo<MixedCase>& info) { return std::string(info.param.name); });
+
+// Note [Offloaded shards beside compute] (engine.cc): with offload_param cpu the stage-3
+// gathers bring each shard from the host beside the ops (under bf16 its bf16 copy, refreshed
+// after every update; with LoRA the frozen base's shard too) and the layer's ops wait for it
+// on the device. Against the same run with the shards on the GPU (both stepping AdamW on the
+// host, offload_optimizer cpu) that moves the same values, so every loss, norm and weight is
+// the same bits: a layer that computed before its copy landed, or a stale bf16 copy, would
+// show.
+struct OffloadCase {
+  const char* name;
+  const char* precision;
+  bool lora;
+};
+void PrintTo(const OffloadCase& c, std::ostream* os) { *os << c.name; }
+
+class CudaOffloadedShardsTest : public CudaEngineTest,
+                                public ::testing::WithParamInterface<OffloadCase> {};
+
+TEST_P(CudaOffloadedShardsTest, TrainBitwiseAsShardsOnTheGpu) {
+  const OffloadCase& c = GetParam();
+  const nlohmann::json lora = {
+      {"lora", {{"r", 4}, {"lora_alpha", 8}, {"target_modules", "all-linear"}}}};
+  auto make = [&](const Layout& layout) {
+    const Config config = MakeConfig("cuda:0", layout, nvme_dir_, c.precision,
+                                     c.lora ? lora : nlohmann::json::object());
+    return Engine(config,
+                  nn::BuildModel(config.model, nn::MakeWholeLinears(), nn::AdapterPlan(config)));
+  };
+  Engine in_gpu = make(Layout{3, "cpu"});
+  Engine offloaded = make(Layout{3, "cpu", "cpu"});
+  for (int step = 0; step < 6; ++step) {
+    testing::OwnedBatch a(4, 8, 11, 500 + step), b(4, 8, 11, 600 + step);
+    const std::vector<nn::MicroBatch> micro{a.mb, b.mb};
+    const StepStats want = in_gpu.TrainStep(micro);
+    const StepStats got = offloaded.TrainStep(micro);
+    ASSERT_EQ(got.loss, want.loss) << c.name << " step " << step;
+    ASSERT_EQ(got.grad_norm, want.grad_norm) << c.name << " step " << step;
+  }
+  ForEachWeightPair(offloaded, in_gpu, [](const std::string& name, const std::vector<float>& g,
+                                          const std::vector<float>& w) {
+    ASSERT_EQ(g, w) << name;
+  });
+  testing::OwnedBatch eval(4, 8, 11, 98);
+  EXPECT_EQ(offloaded.EvalLoss(eval.mb), in_gpu.EvalLoss(eval.mb));
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, CudaOffloadedShardsTest,
+                         ::testing::Values(OffloadCase{"fp32", "fp32", false},
+                                           OffloadCase{"bf16", "bf16", false},
+                                           OffloadCase{"bf16_lora", "bf16", true}),
+                         [](const ::testing::TestParamInfo<OffloadCase>& info) {
+                           return std::string(info.param.name);
+                         });
 
 // QLoRA on the GPU: a Llama whose frozen base is NF4 (double quantization) or INT8 blobs,
 // dequantized before each GEMM (Ops::Dequantize, then the LoRA linears), trained on CUDA

@@ -302,6 +302,25 @@ TEST(EstimateShardingTest, OffloadOnAGpuMovesOptimizerStateToPinnedHostMemory) {
   EXPECT_EQ(e.pinned_host_peak, 16 * shard);
 }
 
+// Note [Offloaded shards beside compute] (engine.cc): on a GPU under bf16 each offloaded
+// stage-3 shard keeps its bf16 copy in pinned host memory beside the fp32 master, for the
+// gathers to move.
+TEST(EstimateShardingTest, OffloadedShardsOnAGpuKeepTheirBf16CopyOnTheHost) {
+  const nlohmann::json zero = {{"stage", 3},
+                               {"offload_param", {{"device", "cpu"}, {"pin_memory", true}}},
+                               {"offload_optimizer", {{"device", "cpu"}, {"pin_memory", true}}}};
+  EstimateOptions options;
+  options.gpu = true;
+  const Config fp32_config = SmallConfig(zero, 2);
+  const MemoryEstimate fp32 = EstimateMemory(fp32_config, options);
+  const MemoryEstimate bf16 =
+      EstimateMemory(SmallConfig(zero, 2, {{"bf16", {{"enabled", true}}}}), options);
+  const int64_t shard = Sum(PaddedLayers(fp32_config.model, 2)) / 2;
+  EXPECT_EQ(fp32.HostPeak(MemoryCategory::kParameters), 4 * shard);
+  EXPECT_EQ(bf16.HostPeak(MemoryCategory::kParameters), 6 * shard);
+  EXPECT_EQ(bf16.pinned_host_peak - fp32.pinned_host_peak, 2 * shard);
+}
+
 // cpu_checkpointing on a GPU (checked by hand: no GPU runs the engine here): each checkpointed
 // block's input waits in pinned host memory from its forward to its backward, and the device
 // no longer holds it. Blocks 0 and 1 of the 2-block model keep the inputs of layers 1 and 2

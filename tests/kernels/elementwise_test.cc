@@ -52,6 +52,21 @@ TEST(ElementwiseTest, CopyRejectsShapeOrDtypeMismatch) {
                       {"Copy", "dst", "int32"});
 }
 
+// Note [Copies beside the ops]: where ops run synchronously a copy beside them is Copy, done
+// when CopyBeside returns, with a ticket there is nothing to wait for.
+TEST(ElementwiseTest, CopyBesideCopiesAtOnceWhereOpsAreSynchronous) {
+  auto ops = MakeCpuOps();
+  std::vector<float> src(kBig), dst(kBig, -1.0f);
+  for (int64_t i = 0; i < kBig; ++i) src[static_cast<size_t>(i)] = 0.25f * static_cast<float>(i);
+  const CopyTicket ticket = ops->CopyBeside(View(src, {kBig}), View(dst, {kBig}));
+  EXPECT_EQ(ticket.id, 0u);
+  EXPECT_EQ(dst, src);
+  ops->WaitCopy(ticket);
+  ops->Synchronize();
+  ExpectErrorMentions([&] { ops->CopyBeside(View(src, {kBig}), View(dst, {kBig, 1})); },
+                      {"Copy", "dst"});
+}
+
 TEST(ElementwiseTest, ScaleMultipliesEveryElement) {
   auto ops = MakeCpuOps();
   auto x = Random(kBig, 5);

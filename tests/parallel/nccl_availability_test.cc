@@ -104,6 +104,40 @@ TEST(NcclSingleRankTest, CollectivesOfOneRankKeepTheData) {
   EXPECT_EQ(cudaFree(d), cudaSuccess);
 }
 
+// An all-gather from host memory (a ZeRO-3 shard offloaded there, communicator.h): copied
+// into the rank's chunk on the communicator's stream after the work issued before it (here a
+// fill of the output on the default stream, which a copy run out of order would leave), from
+// pinned and from pageable memory; 64 MiB, so the copy takes a while.
+TEST(NcclSingleRankTest, AnAllGatherTakesItsInputFromHostMemory) {
+  if (VisibleCudaDevices() == 0) GTEST_SKIP() << "no GPU is visible (no CUDA driver or device)";
+  auto self = MakeSelfCommunicator();
+  auto nccl = MakeNcclCommunicator(*self, 0, seconds(30));
+  constexpr int64_t n = int64_t{16} << 20;
+  float* pinned = nullptr;
+  float* d = nullptr;
+  ASSERT_EQ(cudaHostAlloc(reinterpret_cast<void**>(&pinned), n * sizeof(float), 0), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&d, n * sizeof(float)), cudaSuccess);
+  std::vector<float> pageable(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    pinned[i] = static_cast<float>(i % 1009);
+    pageable[static_cast<size_t>(i)] = static_cast<float>(i % 1013);
+  }
+  const Tensor out(d, DType::kF32, {n}, Device::Cuda(0));
+  for (float* host : {pinned, pageable.data()}) {
+    ASSERT_EQ(cudaMemsetAsync(d, 0xff, n * sizeof(float), nullptr), cudaSuccess);
+    nccl->AllGather(Tensor(host, DType::kF32, {n}), out)->Wait();
+    std::vector<float> got(static_cast<size_t>(n));
+    ASSERT_EQ(cudaMemcpy(got.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(got[static_cast<size_t>(i)], host[i])
+          << (host == pinned ? "pinned" : "pageable") << " element " << i;
+    }
+  }
+  nccl.reset();
+  EXPECT_EQ(cudaFree(d), cudaSuccess);
+  EXPECT_EQ(cudaFreeHost(pinned), cudaSuccess);
+}
+
 TEST(NcclSingleRankTest, HostMemoryIsRefusedByTheIssuingCall) {
   if (VisibleCudaDevices() == 0) GTEST_SKIP() << "no GPU is visible (no CUDA driver or device)";
   auto self = MakeSelfCommunicator();

@@ -98,10 +98,15 @@ TEST_F(NcclCommunicatorTest, AllGatherConcatenatesInRankOrder) {
   w.AllGather(d_whole.Part(DType::kF32, static_cast<int64_t>(r) * chunk, chunk),
               d_whole.tensor(DType::kF32))
       ->Wait();
-  const std::vector<float> out = d_out.ToHost(), whole = d_whole.ToHost();
+  // From host memory (a ZeRO-3 shard offloaded there): copied in on the stream, then gathered.
+  DeviceVector<float> d_from_host(std::vector<float>(in_place.size(), -1.0f));
+  w.AllGather(Tensor(in.data(), DType::kF32, {chunk}), d_from_host.tensor(DType::kF32))->Wait();
+  const std::vector<float> out = d_out.ToHost(), whole = d_whole.ToHost(),
+                           from_host = d_from_host.ToHost();
   for (int i = 0; i < chunk * n; ++i) {
     ASSERT_EQ(out[i], (i / chunk) * 1000 + i % chunk) << "element " << i;
     ASSERT_EQ(whole[i], out[i]) << "in place, element " << i;
+    ASSERT_EQ(from_host[i], out[i]) << "from the host, element " << i;
   }
   // Any dtype moves: bf16 parameters are gathered as raw 16-bit patterns.
   DeviceVector<uint16_t> h_in(std::vector<uint16_t>(5, static_cast<uint16_t>(0x3f80 + r))),

@@ -97,11 +97,25 @@ class NcclCommunicator final : public Communicator {
   }
 
   WorkPtr AllGather(const Tensor& in, const Tensor& out) override {
-    CheckDevice("AllGather", in);
     CheckDevice("AllGather", out);
+    const bool from_host = in.device().is_cpu();
+    if (!from_host) CheckDevice("AllGather", in);
     // In place, `in` is chunk rank() of `out`: NCCL's in-place convention. Any dtype moves as
     // bytes.
     detail::CheckAllGather(in, out, rank_, size());
+    if (from_host) {
+      // An offloaded shard (communicator.h): copied into this rank's chunk on the stream,
+      // after the ops issued before (so `out` may be memory they freed), then gathered in
+      // place. A pageable `in` is staged by the driver before the copy call returns.
+      return Issue(OpKind::kAllGather, out, " from host memory",
+                   [send = in.data(), recv = out.data(), n = in.nbytes(),
+                    chunk = static_cast<char*>(out.data()) + in.nbytes() * rank_](
+                       ncclComm_t c, cudaStream_t s) {
+                     ZTRAIN_CUDA_CHECK(
+                         cudaMemcpyAsync(chunk, send, n, cudaMemcpyHostToDevice, s));
+                     return ncclAllGather(chunk, recv, n, ncclUint8, c, s);
+                   });
+    }
     return Issue(
         OpKind::kAllGather, out, "",
         [send = in.data(), recv = out.data(), n = in.nbytes()](ncclComm_t c, cudaStream_t s) {
