@@ -118,9 +118,9 @@ void CpuOps::AddBiasAndResidual(const Tensor& sum, const Tensor& bias, const Ten
                  rows, " rows of y ", ShapeToString(y.shape()));
   }
   // No bias: one row of zeros.
-  std::vector<float> table(static_cast<size_t>(std::max<int64_t>(bias_rows, 1) * c), 0.0f);
-  if (bias_rows > 0) cpu::WidenSerial(bias.data(), bias.dtype(), table.data(), bias_rows * c);
   const int64_t table_rows = std::max<int64_t>(bias_rows, 1);
+  std::vector<float> table(static_cast<size_t>(table_rows * c), 0.0f);
+  if (bias_rows > 0) cpu::WidenSerial(bias.data(), bias.dtype(), table.data(), bias_rows * c);
   const auto* r = static_cast<const char*>(residual.data());
   auto* out = static_cast<char*>(y.data());
   const float* s = sum.data<float>();

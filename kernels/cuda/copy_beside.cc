@@ -2,8 +2,8 @@
 // Synchronize, which waits for them too.
 //
 // The copies run on their own non-blocking stream, so the copy engine moves them while the
-// ops' stream computes. Each copy first waits for an event recorded on the ops' stream when
-// it is issued: its dst is often fresh memory from the stream-ordered pool, which ops issued
+// ops' stream computes. Each copy first waits for an event (`issued_`, reused) recorded on
+// the ops' stream when it is issued: its dst is often fresh memory from the stream-ordered pool, which ops issued
 // earlier may still be using. Its completion event is kept under its ticket until WaitCopy
 // makes the ops' stream wait for it (cudaStreamWaitEvent: on the device, the host goes on)
 // or Synchronize sees every copy finish. The stream is non-blocking so that the legacy
@@ -36,21 +36,19 @@ CopyTicket CudaOps::CopyBeside(const Tensor& src, const Tensor& dst) {
   if (copy_stream_ == nullptr) {
     ZTRAIN_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
   }
-  cudaEvent_t issued = nullptr, done = nullptr;
-  ZTRAIN_CUDA_CHECK(cudaEventCreateWithFlags(&issued, cudaEventDisableTiming));
-  const cudaError_t created = cudaEventCreateWithFlags(&done, cudaEventDisableTiming);
-  if (created != cudaSuccess) cudaEventDestroy(issued);
-  ZTRAIN_CUDA_CHECK(created);
-  // An event destroyed once its waits are enqueued is released when it completes.
-  cudaError_t rc = cudaEventRecord(issued, stream_);
-  if (rc == cudaSuccess) rc = cudaStreamWaitEvent(copy_stream_, issued, 0);
-  cudaEventDestroy(issued);
-  if (rc == cudaSuccess) {
-    rc = cudaMemcpyAsync(dst.data(), src.data(), src.nbytes(), cudaMemcpyDefault, copy_stream_);
+  if (issued_ == nullptr) {
+    ZTRAIN_CUDA_CHECK(cudaEventCreateWithFlags(&issued_, cudaEventDisableTiming));
   }
-  if (rc == cudaSuccess) rc = cudaEventRecord(done, copy_stream_);
-  if (rc != cudaSuccess) cudaEventDestroy(done);
-  ZTRAIN_CUDA_CHECK(rc);
+  // `issued_` may be recorded again as soon as the wait on it is enqueued.
+  ZTRAIN_CUDA_CHECK(cudaEventRecord(issued_, stream_));
+  ZTRAIN_CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, issued_, 0));
+  ZTRAIN_CUDA_CHECK(
+      cudaMemcpyAsync(dst.data(), src.data(), src.nbytes(), cudaMemcpyDefault, copy_stream_));
+  cudaEvent_t done = nullptr;
+  ZTRAIN_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+  const cudaError_t recorded = cudaEventRecord(done, copy_stream_);
+  if (recorded != cudaSuccess) cudaEventDestroy(done);
+  ZTRAIN_CUDA_CHECK(recorded);
   copies_.emplace(++last_copy_, done);
   return {last_copy_};
 }

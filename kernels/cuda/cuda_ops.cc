@@ -34,6 +34,7 @@ CudaOps::~CudaOps() {
   // Destructors must not throw: errors here are ignored (the device may be gone).
   if (copy_stream_) cudaStreamSynchronize(copy_stream_);
   for (const auto& [ticket, done] : copies_) cudaEventDestroy(done);
+  if (issued_) cudaEventDestroy(issued_);
   if (copy_stream_) cudaStreamDestroy(copy_stream_);
   if (workspace_) cudaFreeAsync(workspace_, stream_);
   if (stream_) scratch_.Free(stream_);

@@ -141,9 +141,11 @@ class CudaOps final : public Ops {
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
   DeviceScratch scratch_;
-  // Note [Copies beside the ops] (ops.h): a non-blocking stream, made at the first CopyBeside,
-  // and each copy's completion event until it is waited for or synchronised.
+  // Note [Copies beside the ops] (ops.h): a non-blocking stream and the event that orders a
+  // copy after the ops issued before it, made at the first CopyBeside, and each copy's
+  // completion event until it is waited for or synchronised.
   cudaStream_t copy_stream_ = nullptr;
+  cudaEvent_t issued_ = nullptr;
   std::map<uint64_t, cudaEvent_t> copies_;
   uint64_t last_copy_ = 0;
 };
