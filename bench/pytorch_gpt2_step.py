@@ -6,6 +6,7 @@ python3-torch package provides torch.
 
     /usr/bin/python3 bench/pytorch_gpt2_step.py [--steps N] [--batch B] [--seq T] [--layers L]
                                                 [--threads N] [--precision fp32|bf16]
+                                                [--device cpu|cuda] [--attention explicit|sdpa]
 """
 import math
 
@@ -17,9 +18,10 @@ import pytorch_step_util
 
 
 class Block(nn.Module):
-    def __init__(self, c, nh):
+    def __init__(self, c, nh, sdpa):
         super().__init__()
         self.nh = nh
+        self.sdpa = sdpa
         self.ln_1 = nn.LayerNorm(c)
         self.c_attn = nn.Linear(c, 3 * c)
         self.attn_proj = nn.Linear(c, c)
@@ -31,25 +33,28 @@ class Block(nn.Module):
         b, t, c = x.shape
         q, k, v = self.c_attn(self.ln_1(x)).split(c, dim=2)
         q, k, v = (z.view(b, t, self.nh, c // self.nh).transpose(1, 2) for z in (q, k, v))
-        att = (q @ k.transpose(-2, -1)) / math.sqrt(c // self.nh)
-        mask = torch.ones(t, t, dtype=torch.bool).tril()
-        att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
-        y = (att @ v).transpose(1, 2).contiguous().view(b, t, c)
+        if self.sdpa:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            att = (q @ k.transpose(-2, -1)) / math.sqrt(c // self.nh)
+            mask = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
+            y = att.masked_fill(~mask, float("-inf")).softmax(dim=-1) @ v
+        y = y.transpose(1, 2).contiguous().view(b, t, c)
         x = x + self.attn_proj(y)
         return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
 
 
 class GPT(nn.Module):
-    def __init__(self, layers, c, nh, vp, max_t):
+    def __init__(self, layers, c, nh, vp, max_t, sdpa=False):
         super().__init__()
         self.wte = nn.Embedding(vp, c)
         self.wpe = nn.Embedding(max_t, c)
-        self.h = nn.ModuleList(Block(c, nh) for _ in range(layers))
+        self.h = nn.ModuleList(Block(c, nh, sdpa) for _ in range(layers))
         self.ln_f = nn.LayerNorm(c)
 
     def forward(self, idx, targets):
         t = idx.shape[1]
-        x = self.wte(idx) + self.wpe(torch.arange(t))
+        x = self.wte(idx) + self.wpe(torch.arange(t, device=idx.device))
         for block in self.h:
             x = block(x)
         logits = self.ln_f(x) @ self.wte.weight.t()  # tied LM head
@@ -58,7 +63,8 @@ class GPT(nn.Module):
 
 def main():
     a = pytorch_step_util.parse_args(__doc__)
-    pytorch_step_util.time_train_step(GPT(a.layers, 768, 12, 50304, 1024), 50257, a)
+    pytorch_step_util.time_train_step(GPT(a.layers, 768, 12, 50304, 1024, a.attention == "sdpa"),
+                                      50257, a)
 
 
 if __name__ == "__main__":

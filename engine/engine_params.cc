@@ -93,18 +93,26 @@ void Engine::ForEachFullParameter(const std::function<void(const std::string&, c
         fn(s.spec.name, local);
         continue;
       }
-      // A tensor-parallel slice: gather every rank's slice, then put each in its place.
+      // A tensor-parallel slice: gather every rank's slice (where the communicator writes:
+      // device memory on a GPU, from the host copy), then put each in its place on the host.
       const int t = tp_->size();
       const int64_t n = local.numel();
       Buffer slices(activations_, DType::kF32, {t * n}, MemoryCategory::kWorkspace);
       WaitFor(*tp_->AllGather(local, slices.AsTensor(DType::kF32, {t * n})));
+      float* gathered = slices.data<float>();
+      Buffer host_slices;
+      if (on_device()) {
+        host_slices = Buffer(*host_, DType::kF32, {t * n}, MemoryCategory::kWorkspace);
+        CopyOut(slices.AsTensor(DType::kF32, {t * n}), host_slices.data<float>());
+        ops_->Synchronize();
+        gathered = host_slices.data<float>();
+      }
       const Shape full_shape = FullShape(s.spec);
-      Buffer full(activations_, DType::kF32, full_shape, MemoryCategory::kWorkspace);
+      Buffer full(staging(), DType::kF32, full_shape, MemoryCategory::kWorkspace);
       nn::TensorSlice slice = s.spec.tp;
       for (int r = 0; r < t; ++r) {
         slice.part = r;
-        CopySlice(slice, s.spec.shape, slices.data<float>() + r * n, full.data<float>(),
-                  /*to_full=*/true);
+        CopySlice(slice, s.spec.shape, gathered + r * n, full.data<float>(), /*to_full=*/true);
       }
       fn(s.spec.name, full.AsTensor(DType::kF32, full_shape));
     }
@@ -130,7 +138,7 @@ void Engine::SetFullParameters(
         continue;
       }
       const Shape full_shape = FullShape(s.spec);
-      Buffer full(activations_, DType::kF32, full_shape, MemoryCategory::kWorkspace);
+      Buffer full(staging(), DType::kF32, full_shape, MemoryCategory::kWorkspace);  // host
       fill(s.spec.name, full.AsTensor(DType::kF32, full_shape));
       CopySlice(s.spec.tp, s.spec.shape, base + s.offset, full.data<float>(), /*to_full=*/false);
     }
@@ -143,7 +151,7 @@ void Engine::SetFullParameters(
       if (it == values.end()) {
         it = values
                  .emplace(name,
-                          Buffer(activations_, DType::kF32, full_shape, MemoryCategory::kWorkspace))
+                          Buffer(staging(), DType::kF32, full_shape, MemoryCategory::kWorkspace))
                  .first;
         fill(name, it->second.AsTensor(DType::kF32, full_shape));
       }

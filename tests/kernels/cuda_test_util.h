@@ -73,8 +73,11 @@ class DeviceTensor {
   // Uninitialised in the sense of the op contract: every byte 0xff (NaN as fp32 and bf16),
   // so an output the op forgets to write shows up.
   DeviceTensor(Shape shape, DType dtype, int device = 0) {
-    Init(std::vector<uint8_t>(NumElements(shape) * DTypeSize(dtype), 0xff), std::move(shape),
-         dtype, device);
+    // The size is taken before `shape` is moved into Init: the order in which a call's
+    // arguments are initialised is unspecified, and g++ moved the shape out first (a 4-byte
+    // allocation behind a full-size tensor, which the first run on a GPU found).
+    const size_t nbytes = static_cast<size_t>(NumElements(shape)) * DTypeSize(dtype);
+    Init(std::vector<uint8_t>(nbytes, 0xff), std::move(shape), dtype, device);
   }
   ~DeviceTensor() {
     if (ptr_) cudaFree(ptr_);  // errors ignored: a destructor must not throw
@@ -114,6 +117,8 @@ class DeviceTensor {
 
  private:
   void Init(const std::vector<uint8_t>& bytes, Shape shape, DType dtype, int device) {
+    ASSERT_EQ(bytes.size(), static_cast<size_t>(NumElements(shape)) * DTypeSize(dtype))
+        << "a device tensor's bytes must fill its shape " << ShapeToString(shape);
     CudaOk(cudaSetDevice(device), "cudaSetDevice");
     if (!bytes.empty()) {
       CudaOk(cudaMalloc(&ptr_, bytes.size()), "cudaMalloc");
