@@ -12,7 +12,7 @@ CudaDeviceInfo GetCudaDeviceInfo(int device) {
   return {};
 }
 
-std::unique_ptr<Ops> MakeCudaOps(int device) {
+std::unique_ptr<Ops> MakeCudaOps(int device, const CudaOpsOptions& /*options*/) {
   ZTRAIN_CHECK(false, "CUDA device ", device,
                " asked for, but this ztrain was built without "
                "CUDA: install the CUDA toolkit (nvcc, cuBLAS) and reconfigure with "

@@ -340,9 +340,18 @@ class Ops {
 // The CPU implementation (OpenBLAS + OpenMP), always available.
 std::unique_ptr<Ops> MakeCpuOps();
 
+// Choices of the CUDA backend, made once when its ops are built.
+struct CudaOpsOptions {
+  // bf16 and fp16 attention on tensor cores (kernels/cuda/attention_tc.cu, Note [Tensor-core
+  // attention]) instead of the fp32-arithmetic kernels. Written after the first GPU run
+  // showed attention at three quarters of a bf16 step (docs/gpu.md), compiled, not yet run
+  // on a GPU: off until the cross-backend test has passed on one.
+  bool tensor_core_attention = false;
+};
+
 // The CUDA implementation on device `device` (kernels/cuda/cuda_ops.h). Throws ztrain::Error
 // when the build has no CUDA or the device does not exist.
-std::unique_ptr<Ops> MakeCudaOps(int device);
+std::unique_ptr<Ops> MakeCudaOps(int device, const CudaOpsOptions& options = {});
 // CUDA devices visible to this process; 0 without CUDA (the build or the machine).
 int CudaDeviceCount();
 // What a config's "auto"s need to know of a CUDA device (engine/run_config.h).

@@ -1,6 +1,8 @@
 // Causal self-attention with grouped key/value heads on the GPU, FlashAttention-2 style
 // (ops.h contract: NH query heads, NKV key/value heads of HS features; query head h reads KV
-// head h / (NH / NKV)).
+// head h / (NH / NKV)). These kernels compute in fp32 on the CUDA cores, whatever the
+// dtype; with CudaOpsOptions::tensor_core_attention bf16 and fp16 go to the tensor-core
+// kernels of attention_tc.cu instead (Note [Tensor-core attention]).
 //
 // Note [CUDA attention tiles]: queries and keys are cut into tiles of 32 rows (one warp's
 // width). A block of 4 warps owns one 32-row tile of one (batch, head); each warp owns 8 of
@@ -25,8 +27,11 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cuda/arg_check.h"
+#include "kernels/cuda/attention_shape.cuh"
+#include "kernels/cuda/attention_tc.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/kernel_utils.cuh"
@@ -55,22 +60,6 @@ __device__ __forceinline__ float4 Load4(const float* p) {
   return *reinterpret_cast<const float4*>(p);
 }
 
-// NH query heads, NKV key/value heads, HS features each. A qkv row holds q (NH heads), k and
-// v (NKV heads each); an out / dout row holds NH heads.
-struct AttentionShape {
-  int64_t batch, seq;
-  int heads, kv_heads, head_size;
-  __host__ __device__ int64_t tiles() const { return (seq + kTile - 1) / kTile; }
-  __host__ __device__ int group() const { return heads / kv_heads; }  // query heads per KV head
-  __host__ __device__ int64_t out_width() const { return int64_t{heads} * head_size; }
-  __host__ __device__ int64_t kv_width() const { return int64_t{kv_heads} * head_size; }
-  __host__ __device__ int64_t qkv_width() const { return out_width() + 2 * kv_width(); }
-  // Columns of query head h, and of key / value head g, within a qkv row.
-  __host__ __device__ int64_t QCol(int64_t h) const { return h * head_size; }
-  __host__ __device__ int64_t KCol(int64_t g) const { return out_width() + g * head_size; }
-  __host__ __device__ int64_t VCol(int64_t g) const { return KCol(g) + kv_width(); }
-};
-
 // dst[r * dst_stride + d] = rows [row0, row0 + kTile) of src (row r at src + r * src_stride)
 // widened to fp32 for rows < seq and columns < hs; 0 elsewhere in kTile x kMaxHS.
 template <int kMaxHS, typename T>
@@ -83,17 +72,9 @@ __device__ void LoadTile(float* dst, int dst_stride, const T* src, int64_t src_s
   }
 }
 
-// Block -> (batch, head, tile) over `heads` heads (query heads or KV heads); bh = b * heads
-// + h. With last_first, tiles are handed out last first, as they do the most work.
-struct TileIndex {
-  int64_t b, h, bh, tile;
-  __device__ TileIndex(const AttentionShape& s, int heads, bool last_first) {
-    const int64_t tiles = s.tiles();
-    bh = blockIdx.x / tiles;
-    tile = last_first ? tiles - 1 - blockIdx.x % tiles : blockIdx.x % tiles;
-    b = bh / heads;
-    h = bh % heads;
-  }
+struct TileIndex : AttentionTile {
+  __device__ TileIndex(const AttentionShape& s, int heads, bool last_first)
+      : AttentionTile(s, heads, kTile, last_first) {}
 };
 
 template <int kMaxHS>
@@ -452,7 +433,7 @@ template <int kMaxHS, typename T>
 void LaunchForward(const Tensor& qkv, const Tensor& out, const Tensor& lse,
                    const AttentionShape& s, cudaStream_t stream) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_size));
-  Launch(AttentionForwardKernel<kMaxHS, T>, s.batch * s.heads * s.tiles(),
+  Launch(AttentionForwardKernel<kMaxHS, T>, s.batch * s.heads * s.TilesOf(kTile),
          ForwardSmemFloats<kMaxHS>(), stream, qkv.data<const T>(), out.data<T>(),
          lse.data<float>(), s, scale);
 }
@@ -461,10 +442,10 @@ template <int kMaxHS, typename T>
 void LaunchBackward(const Tensor& dout, const Tensor& qkv, const float* lse, const float* delta,
                     const Tensor& dqkv, const AttentionShape& s, cudaStream_t stream) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_size));
-  Launch(AttentionBackwardKvKernel<kMaxHS, T>, s.batch * s.kv_heads * s.tiles(),
+  Launch(AttentionBackwardKvKernel<kMaxHS, T>, s.batch * s.kv_heads * s.TilesOf(kTile),
          BackwardKvSmemFloats<kMaxHS>(), stream, qkv.data<const T>(), dout.data<const T>(), lse,
          delta, dqkv.data<T>(), s, scale);
-  Launch(AttentionBackwardQKernel<kMaxHS, T>, s.batch * s.heads * s.tiles(),
+  Launch(AttentionBackwardQKernel<kMaxHS, T>, s.batch * s.heads * s.TilesOf(kTile),
          BackwardQSmemFloats<kMaxHS>(), stream,
          qkv.data<const T>(), dout.data<const T>(), lse, delta, dqkv.data<T>(), s, scale);
 }
@@ -485,6 +466,17 @@ void DispatchAttention(DType dtype, int head_size, Fn&& fn) {
   });
 }
 
+// Calls fn(TypeTag<T>{}) for bf16 or fp16 when the tensor-core kernels are chosen
+// (CudaOpsOptions::tensor_core_attention, Note [Tensor-core attention]); false otherwise.
+template <typename Fn>
+bool DispatchTensorCores(bool chosen, DType dtype, Fn&& fn) {
+  if (!chosen || dtype == DType::kF32) return false;
+  DispatchFloat(dtype, [&](auto tag) {
+    if constexpr (!std::is_same_v<typename decltype(tag)::type, float>) fn(tag);
+  });
+  return true;
+}
+
 // Checks heads and qkv [B,T,(NH+2*NKV)*HS] (fp32, bf16 or fp16; CheckQkv), HS <= 128, out
 // [B,T,NH*HS] of qkv's dtype and lse [B,NH,T] fp32.
 AttentionShape CheckAttention(const Tensor& qkv, const AttentionHeads& heads, const Tensor& out,
@@ -496,7 +488,7 @@ AttentionShape CheckAttention(const Tensor& qkv, const AttentionHeads& heads, co
                          heads.head_dim};
   CheckOnDevice(out, device, qkv.dtype(), {s.batch, s.seq, s.out_width()}, op, "out");
   CheckOnDevice(lse, device, DType::kF32, {s.batch, s.heads, s.seq}, op, "lse");
-  CheckInt32(s.batch * s.heads * s.tiles(), op, "B * NH * ceil(T / 32) (thread blocks)");
+  CheckInt32(s.batch * s.heads * s.TilesOf(kTile), op, "B * NH * ceil(T / 32) (thread blocks)");
   CheckInt32(s.batch * s.heads * s.seq * 32, op, "B * NH * T * 32 (threads of the D pass)");
   return s;
 }
@@ -514,6 +506,11 @@ void CudaOps::AttentionForward(const Tensor& qkv, const AttentionHeads& heads,
   }
   const AttentionShape s = CheckAttention(qkv, heads, out, lse, device(), kOp);
   if (s.batch * s.seq == 0) return;
+  const bool tc = DispatchTensorCores(options_.tensor_core_attention, qkv.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    TcAttentionForward(qkv.data<const T>(), out.data<T>(), lse.data<float>(), s, stream_);
+  });
+  if (tc) return;
   DispatchAttention(qkv.dtype(), s.head_size, [&]<int kMaxHS, typename T>() {
     LaunchForward<kMaxHS, T>(qkv, out, lse, s, stream_);
   });
@@ -543,6 +540,12 @@ void CudaOps::AttentionBackward(const Tensor& dout, const Tensor& qkv, const Ten
         dout.data<const T>(), out.data<const T>(), delta, s);
     ZTRAIN_CUDA_CHECK_LAUNCH();
   });
+  const bool tc = DispatchTensorCores(options_.tensor_core_attention, qkv.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    TcAttentionBackward(qkv.data<const T>(), dout.data<const T>(), lse.data<const float>(),
+                        delta, dqkv.data<T>(), s, stream_);
+  });
+  if (tc) return;
   DispatchAttention(qkv.dtype(), s.head_size, [&]<int kMaxHS, typename T>() {
     LaunchBackward<kMaxHS, T>(dout, qkv, lse.data<const float>(), delta, dqkv, s, stream_);
   });

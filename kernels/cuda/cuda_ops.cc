@@ -18,7 +18,7 @@ void ThrowCublasError(cublasStatus_t status, const char* call, const char* file,
                      cublasGetStatusString(status), ") in ", call, " at ", file, ":", line));
 }
 
-CudaOps::CudaOps(int device) : device_(device) {
+CudaOps::CudaOps(int device, const CudaOpsOptions& options) : device_(device), options_(options) {
   int count = 0;
   ZTRAIN_CUDA_CHECK(cudaGetDeviceCount(&count));
   ZTRAIN_CHECK(device >= 0 && device < count, "CUDA device ", device, " does not exist: ", count,
@@ -74,6 +74,8 @@ CudaDeviceInfo GetCudaDeviceInfo(int device) {
   return {prop.major, prop.minor, static_cast<int64_t>(prop.totalGlobalMem), prop.name};
 }
 
-std::unique_ptr<Ops> MakeCudaOps(int device) { return std::make_unique<cuda::CudaOps>(device); }
+std::unique_ptr<Ops> MakeCudaOps(int device, const CudaOpsOptions& options) {
+  return std::make_unique<cuda::CudaOps>(device, options);
+}
 
 }  // namespace ztrain::kernels

@@ -42,7 +42,7 @@ namespace ztrain::kernels::cuda {
 class CudaOps final : public Ops {
  public:
   // Selects `device` (cudaSetDevice) and creates the stream and the cuBLAS handles.
-  explicit CudaOps(int device);
+  explicit CudaOps(int device, const CudaOpsOptions& options = {});
   ~CudaOps() override;
   CudaOps(const CudaOps&) = delete;
   CudaOps& operator=(const CudaOps&) = delete;
@@ -135,6 +135,7 @@ class CudaOps final : public Ops {
 
  private:
   int device_;
+  CudaOpsOptions options_;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   cublasLtHandle_t cublaslt_ = nullptr;

@@ -70,6 +70,8 @@ class CudaOpsTest : public testing::CrossBackendTest {
               double tol = 0.0) const {
     ExpectClose(got.ToHost(), ToDouble(want), tol > 0.0 ? tol : Tol(), what);
   }
+  // Every case of kAttnCases on `gpu` against the CPU.
+  void CheckAttentionCases(Ops& gpu);
 };
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaOpsTest,
@@ -229,7 +231,9 @@ const AttnCase kAttnCases[] = {
     {2, 45, {4, 2, 64}},  {1, 70, {6, 2, 32}},  {1, 100, {8, 2, 128}},
     {2, 37, {4, 1, 48}},  {1, 65, {3, 1, 80}},  {2, 40, {4, 4, 16}}, {1, 50, {6, 3, 24}}};
 
-TEST_P(CudaOpsTest, AttentionForwardAndBackwardMatchCpu) {
+// Every attention case on `gpu` against the CPU: forward (out, lse) and backward (dqkv, every
+// element written) from the CPU's out and lse.
+void CudaOpsTest::CheckAttentionCases(Ops& gpu) {
   for (const AttnCase& tc : kAttnCases) {
     SCOPED_TRACE(tc.Name());
     const Shape qkv_shape = tc.qkv(), out_shape = tc.out(), lse_shape = tc.lse();
@@ -243,9 +247,9 @@ TEST_P(CudaOpsTest, AttentionForwardAndBackwardMatchCpu) {
     cpu_->AttentionForward(View(qkv, qkv_shape), tc.heads, View(out, out_shape),
                            View(lse, lse_shape));
     if (mha) {
-      gpu_->AttentionForward(gqkv, tc.heads.num_heads, gout, glse);
+      gpu.AttentionForward(gqkv, tc.heads.num_heads, gout, glse);
     } else {
-      gpu_->AttentionForward(gqkv, tc.heads, gout, glse);
+      gpu.AttentionForward(gqkv, tc.heads, gout, glse);
     }
     Expect(gout, out, "out");
     Expect(glse, lse, "lse", 1e-4);  // fp32 on both sides from the same inputs
@@ -256,12 +260,35 @@ TEST_P(CudaOpsTest, AttentionForwardAndBackwardMatchCpu) {
     cpu_->AttentionBackward(View(dout, out_shape), View(qkv, qkv_shape), View(out, out_shape),
                             View(lse, lse_shape), tc.heads, View(dqkv, qkv_shape));
     if (mha) {
-      gpu_->AttentionBackward(gdout, gqkv, cout, clse, tc.heads.num_heads, gdqkv);
+      gpu.AttentionBackward(gdout, gqkv, cout, clse, tc.heads.num_heads, gdqkv);
     } else {
-      gpu_->AttentionBackward(gdout, gqkv, cout, clse, tc.heads, gdqkv);
+      gpu.AttentionBackward(gdout, gqkv, cout, clse, tc.heads, gdqkv);
     }
     Expect(gdqkv, dqkv, "dqkv");
   }
+}
+
+TEST_P(CudaOpsTest, AttentionForwardAndBackwardMatchCpu) { CheckAttentionCases(*gpu_); }
+
+// The tensor-core kernels (Note [Tensor-core attention]) on the same cases, and their backward
+// bit for bit the same when run twice. Their P and dS are rounded to the dtype before the
+// products (FlashAttention's rounding), one more rounding of each term that the dtype's
+// tolerance covers.
+TEST_P(CudaOpsTest, TensorCoreAttentionMatchesCpu) {
+  if (dtype() == DType::kF32) GTEST_SKIP() << "tensor cores take bf16 and fp16 only";
+  const std::unique_ptr<Ops> tensor_cores = MakeCudaOps(0, {.tensor_core_attention = true});
+  CheckAttentionCases(*tensor_cores);
+  const AttnCase& c = kAttnCases[6];  // 8 query heads over 2 KV heads, T = 100, HS = 128
+  auto qkv = Rand(NumElements(c.qkv()), 3), dout = Rand(NumElements(c.out()), 4);
+  DeviceTensor gqkv = Dev(qkv, c.qkv()), gdout = Dev(dout, c.out()), gout = Out(c.out());
+  DeviceTensor glse = OutF32(c.lse());
+  tensor_cores->AttentionForward(gqkv, c.heads, gout, glse);
+  auto backward = [&] {
+    DeviceTensor gdqkv = Out(c.qkv());
+    tensor_cores->AttentionBackward(gdout, gqkv, gout, glse, c.heads, gdqkv);
+    return gdqkv.Bytes();
+  };
+  EXPECT_EQ(backward(), backward()) << "the tensor-core backward is not deterministic";
 }
 
 struct RopeCase {
