@@ -10,6 +10,8 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/logging.h"
+#include "core/staged_output.h"
 #include "core/sha256.h"
 #include "data/byte_tokenizer.h"
 #include "data/token_shard.h"
@@ -347,13 +349,46 @@ void CheckOptions(const CorpusOptions& o, const std::vector<std::string>& files)
   ZTRAIN_CHECK_T(ConfigError,
                  o.input_format == "auto" || o.input_format == "text" || o.input_format == "jsonl",
                  "--input-format is auto, text or jsonl, got '", o.input_format, "'");
-  // Never overwrite an input: a shard written over it would replace it.
+  // Never overwrite an input: a shard written over it would replace it; nor write into the
+  // tokenizer's directory or an input directory (by identity: core/staged_output.h).
   const std::string stem = Stem(o.out);
   for (const std::string& f : files) {
     ZTRAIN_CHECK_T(ConfigError, !IsOutputOf(f, o.out), "--out '", o.out,
                    "' would write over the input '", f,
                    "', which this command reads; give --out another name, e.g. '",
                    stem + ".tokens.bin", "'");
+  }
+  std::vector<NamedInput> inputs = {{"--tokenizer", o.tokenizer}};
+  std::error_code ec;
+  for (const std::string& in : o.inputs) {
+    if (fs::is_directory(in, ec)) inputs.push_back({"the input directory", in});
+  }
+  CheckOutputIsNoInput(o.out, "--out", inputs);
+  // An earlier corpus at --out is replaced only when asked.
+  if (o.overwrite) return;
+  const std::string val = stem + ".val.bin";
+  for (const std::string& p : {o.out, SplitShardPath(o.out, 0), val, SplitShardPath(val, 0),
+                               stem + ".manifest.json"}) {
+    ZTRAIN_CHECK_T(ConfigError, !fs::exists(p, ec), "--out '", o.out, "': '", p,
+                   "' is there from an earlier run; nothing is overwritten unless asked: give "
+                   "--overwrite to replace that corpus (its shards and manifest), or choose "
+                   "another --out");
+  }
+}
+
+// Removes the staged shards (".partial") of an earlier run at `out` that did not finish.
+void RemovePartialShards(const std::string& out) {
+  const fs::path stem = fs::absolute(Stem(out));
+  const fs::path dir = stem.parent_path();
+  const std::string prefix = stem.filename().string();
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(prefix, 0) != 0 || !EndsWith(name, kPartial)) continue;
+    std::error_code rm;
+    fs::remove(e.path(), rm);
+    Log().info("removed {}, a shard staged by an earlier run that did not finish",
+               e.path().string());
   }
 }
 
@@ -456,6 +491,7 @@ CorpusReport TokenizeCorpus(const CorpusOptions& o) {
     ZTRAIN_CHECK_T(IoError, !ec, "cannot create the directory '", dir.string(), "' for --out: ",
                    ec.message());
   }
+  RemovePartialShards(o.out);
   ShardSink train(o.out, o.shard_tokens, r.format, false);
   ShardSink val(stem + ".val.bin", o.shard_tokens, r.format, true);
   std::vector<int64_t> documents(files.size(), 0);

@@ -64,6 +64,8 @@ struct CorpusOptions {
   int64_t shard_tokens = kDefaultShardTokens;
   int64_t val_tokens = 0;
   int threads = 0;  // 0: every core
+  // Replace an earlier corpus at `out` (its shards, manifest); without it one is refused.
+  bool overwrite = false;
   std::function<void(const CorpusProgress&)> on_progress;
 };
 

@@ -407,7 +407,8 @@ void WriteLatest(const std::string& root, int64_t step) {
   WriteFileAtomically(root, kLatestFile, StepName(step) + "\n");
 }
 
-void Prune(const std::string& root, int keep) {
+void Prune(const std::string& root, int keep,
+           const std::function<bool(const nlohmann::json& meta)>& ours) {
   const int64_t latest = ReadLatest(root);
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(root, ec)) {
@@ -416,7 +417,23 @@ void Prune(const std::string& root, int keep) {
       fs::remove_all(entry.path(), ec);  // a save that did not finish
     }
   }
-  const std::vector<int64_t> steps = ListSteps(root);
+  std::vector<int64_t> steps;
+  for (int64_t s : ListSteps(root)) {
+    bool other = false;
+    if (ours) {
+      try {
+        other = !ours(ReadMeta((fs::path(root) / StepName(s)).string()));
+      } catch (const std::exception&) {
+        other = false;  // unreadable metadata: a broken checkpoint of this run, prunable
+      }
+    }
+    if (other) {
+      Log().debug("checkpoint: keeping {}: it holds another model (its config differs in shape "
+                 "or LoRA adapters)", StepName(s));
+    } else {
+      steps.push_back(s);
+    }
+  }
   for (size_t i = static_cast<size_t>(std::max(keep, 1)); i < steps.size(); ++i) {
     if (steps[i] == latest) continue;
     fs::remove_all(fs::path(root) / StepName(steps[i]), ec);

@@ -21,6 +21,7 @@
 // complete checkpoint (or absent), and partial directories are ignored and cleaned up.
 // Errors are IoError naming the file and what is wrong with it.
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -130,8 +131,10 @@ std::vector<int64_t> ResumeCandidates(const std::string& root, std::string* late
 // Points `latest` at step<N> (temporary file, fsync, rename, fsync of the directory).
 void WriteLatest(const std::string& root, int64_t step);
 // Removes all but the `keep` newest step directories, and leftover partial ones; never the
-// one `latest` names.
-void Prune(const std::string& root, int keep);
+// one `latest` names, and never one whose meta.json `ours` (when given) says is another
+// model's (Note [Config changes on resume]): those are kept, and not counted.
+void Prune(const std::string& root, int keep,
+           const std::function<bool(const nlohmann::json& meta)>& ours = nullptr);
 
 // Makes `root` (a checkpoint.dir) and takes its lock (DirLock, core/dir_lock.h) for `job`:
 // ConfigError naming the run that holds it when another live process does.

@@ -8,6 +8,7 @@
 
 #include "core/config.h"
 #include "core/error.h"
+#include "core/staged_output.h"
 #include "core/logging.h"
 #include "engine/checkpoint.h"
 #include "kernels/ops.h"
@@ -81,10 +82,11 @@ bool Inside(const std::string& file, const std::string& dir) {
 }
 
 // Never overwrite an input: the export may not land in the checkpoint directory it reads (it
-// could replace a rank file, and pruning would delete it later) nor on the weights the
-// checkpoint's run started from.
-void CheckOutputIsNoInput(const std::string& out, const std::string& checkpoint_path,
-                          const Chosen& chosen, const Config& config) {
+// could replace a rank file, and pruning would delete it later) nor on, in or around what
+// the checkpoint's run started from (model.init_from, lora.init_from), which the export
+// reads too (the base of a merge, the tokenizer files it copies).
+void CheckExportInputs(const std::string& out, const std::string& checkpoint_path,
+                       const Chosen& chosen, const Config& config) {
   const std::string root = fs::exists(fs::path(checkpoint_path) / checkpoint::kMetaFile)
                                ? fs::path(chosen.dir).parent_path().string()
                                : checkpoint_path;
@@ -95,13 +97,12 @@ void CheckOutputIsNoInput(const std::string& out, const std::string& checkpoint_
                  "' that the export reads: it could replace the "
                  "checkpoint's files, and pruning old checkpoints would delete it; write it "
                  "elsewhere");
-  std::error_code ec;
-  ZTRAIN_CHECK_T(ConfigError,
-                 config.model.init_from.empty() || !fs::exists(out, ec) ||
-                     !fs::equivalent(out, config.model.init_from, ec),
-                 "--out '", out,
-                 "' is model.init_from of the run that saved the checkpoint, the "
-                 "weights it started from; write the export to another file");
+  CheckOutputIsNoInput(out, "--out",
+                       {{"the checkpoint directory", root},
+                        {"model.init_from of the run that saved the checkpoint",
+                         config.model.init_from},
+                        {"lora.init_from of the run that saved the checkpoint",
+                         config.lora.init_from}});
 }
 
 void WriteJson(const std::string& path, const nlohmann::json& j) {
@@ -208,7 +209,7 @@ int64_t WriteMerged(const Config& config, const checkpoint::ModelIndex& index,
 
 ExportResult ExportCheckpoint(const std::string& checkpoint, const std::string& format,
                               const std::string& out, DType dtype, int64_t max_shard_bytes,
-                              bool merge) {
+                              bool merge, bool overwrite) {
   ZTRAIN_CHECK_T(ConfigError,
                  format == "llmc" || format == "safetensors" || format == "hf" || format == "peft",
                  "--format must be hf, llmc, safetensors or peft, got '", format, "'");
@@ -222,7 +223,7 @@ ExportResult ExportCheckpoint(const std::string& checkpoint, const std::string& 
   result.checkpoint = chosen.dir;
   result.step = meta.at("step");
   const Config config = ParseConfig(meta.at("config"), meta.at("layout").at("world"));
-  CheckOutputIsNoInput(out, checkpoint, chosen, config);
+  CheckExportInputs(out, checkpoint, chosen, config);
   const bool lora = config.lora.enabled;
   ZTRAIN_CHECK_T(ConfigError, !(format == "peft" || merge) || lora,
                  "--format peft and --merge "
@@ -236,6 +237,11 @@ ExportResult ExportCheckpoint(const std::string& checkpoint, const std::string& 
                  "--format ", format, " writes GPT-2 models; this checkpoint's model.type is '",
                  config.model.type, "': use --format hf");
   const checkpoint::ModelIndex index(result.checkpoint, meta);
+  // Note [Staged outputs]: the export appears at --out whole, or not at all.
+  const bool directory = format == "hf" || format == "peft";
+  StagedOutput staged(out, directory ? StagedOutput::Kind::kDirectory : StagedOutput::Kind::kFile,
+                      overwrite, "--out");
+  const std::string& dir = staged.path();
   if (format == "peft") {
     std::map<std::string, std::vector<float>> values;
     for (const auto& [name, shape] : index.parameters()) {
@@ -244,16 +250,18 @@ ExportResult ExportCheckpoint(const std::string& checkpoint, const std::string& 
       index.Read(name, checkpoint::Kind::kParam, 0, NumElements(shape), v.data());
       result.parameters += NumElements(shape);
     }
-    nn::WritePeftAdapter(out, config.model, config.lora, dtype,
+    nn::WritePeftAdapter(dir, config.model, config.lora, dtype,
                          [&](const std::string& name) { return values.at(name).data(); });
+    staged.Commit();
     result.files = 2;
     return result;
   }
   if (merge) {
-    nn::HfModelWriter writer(out, config.model, dtype, max_shard_bytes);
+    nn::HfModelWriter writer(dir, config.model, dtype, max_shard_bytes);
     result.parameters = WriteMerged(config, index, writer);
-    nn::CopyHfCompanionFiles(config.model.init_from, out);
+    nn::CopyHfCompanionFiles(config.model.init_from, dir);
     result.files = writer.Finish();
+    staged.Commit();
     return result;
   }
   const auto read = [&](const std::string& name, const Shape& shape) {
@@ -264,10 +272,11 @@ ExportResult ExportCheckpoint(const std::string& checkpoint, const std::string& 
   };
   if (format == "hf") {
     // One parameter in memory at a time (and one shard of output bytes).
-    nn::HfModelWriter writer(out, config.model, dtype, max_shard_bytes);
+    nn::HfModelWriter writer(dir, config.model, dtype, max_shard_bytes);
     for (const auto& [name, shape] : index.parameters()) writer.Add(name, read(name, shape).data());
-    nn::CopyHfCompanionFiles(config.model.init_from, out);
+    nn::CopyHfCompanionFiles(config.model.init_from, dir);
     result.files = writer.Finish();
+    staged.Commit();
     return result;
   }
   std::map<std::string, std::pair<Shape, std::vector<float>>> values;
@@ -277,17 +286,23 @@ ExportResult ExportCheckpoint(const std::string& checkpoint, const std::string& 
     ZTRAIN_CHECK_T(IoError, it != values.end(), "the checkpoint has no parameter '", name, "'");
     return Tensor(it->second.second.data(), DType::kF32, it->second.first);
   };
-  const fs::path parent = fs::absolute(out).parent_path();
-  std::error_code ec;
-  fs::create_directories(parent, ec);
-  ZTRAIN_CHECK_T(IoError, !ec, "cannot create ", parent.string(), " for --out: ", ec.message());
   if (format == "llmc") {
-    nn::SaveLlmcModel(out, config.model, lookup, dtype);
+    nn::SaveLlmcModel(dir, config.model, lookup, dtype);
   } else {
-    nn::SaveHfGpt2Safetensors(out, config.model, lookup, dtype);
-    WriteJson((parent / "config.json").string(),
+    // config.json beside the file is an output too: staged, and refused when it is another
+    // model's unless --overwrite.
+    const std::string config_json = (fs::absolute(out).parent_path() / "config.json").string();
+    CheckOutputIsNoInput(config_json, "config.json beside --out",
+                         {{"model.init_from of the run that saved the checkpoint",
+                           config.model.init_from}});
+    StagedOutput staged_config(config_json, StagedOutput::Kind::kFile, overwrite,
+                               "config.json beside --out");
+    nn::SaveHfGpt2Safetensors(dir, config.model, lookup, dtype);
+    WriteJson(staged_config.path(),
               nn::FindModelFamily("gpt2").hf.write_config(config.model, dtype));
+    staged_config.Commit();
   }
+  staged.Commit();
   result.files = 1;
   return result;
 }

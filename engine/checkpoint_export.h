@@ -15,9 +15,11 @@
 // and modules in place, as PEFT's merge_and_unload computes it. `checkpoint` is a step directory
 // (<checkpoint.dir>/step<N>), which must be intact, or checkpoint.dir itself: its `latest`,
 // falling back to the newest intact checkpoint as a resume does (saying so). `out` may not be
-// inside the checkpoint directory nor the checkpoint's model.init_from (ConfigError): an
-// export never overwrites what it reads. Not collective: one process, any machine that can
-// read the files.
+// inside the checkpoint directory, nor be, lie in or contain the checkpoint's
+// model.init_from or lora.init_from (ConfigError): an export never overwrites what it reads.
+// The export is staged beside `out` and put in place only when whole (Note [Staged outputs],
+// core/staged_output.h); an `out` that holds anything is refused unless `overwrite`, and then
+// replaced in one step. Not collective: one process, any machine that can read the files.
 #include <cstdint>
 #include <string>
 
@@ -38,6 +40,7 @@ struct ExportResult {
 // a missing, corrupt or incomplete checkpoint or base.
 ExportResult ExportCheckpoint(const std::string& checkpoint, const std::string& format,
                               const std::string& out, DType dtype,
-                              int64_t max_shard_bytes = 5'000'000'000, bool merge = false);
+                              int64_t max_shard_bytes = 5'000'000'000, bool merge = false,
+                              bool overwrite = false);
 
 }  // namespace ztrain

@@ -155,7 +155,11 @@ void Checkpointer::Save(int64_t step, const data::LoaderState& data) {
                      partial, " to ", final_dir, ": ", std::strerror(errno));
       checkpoint::SyncDirectory(root_);
       checkpoint::WriteLatest(root_, step);
-      checkpoint::Prune(root_, static_cast<int>(config_.checkpoint.keep_last));
+      checkpoint::Prune(root_, static_cast<int>(config_.checkpoint.keep_last),
+                        [this](const nlohmann::json& saved_meta) {
+                          const ConfigDiff d = Diff(saved_meta.value("config", nlohmann::json()));
+                          return d.shape.empty() && d.adapters.empty();
+                        });
     } catch (const std::exception& e) {
       error = e.what();
     }
@@ -169,7 +173,7 @@ void Checkpointer::Save(int64_t step, const data::LoaderState& data) {
              FormatBytes(total), seconds, static_cast<double>(total) / seconds * 1e-9);
 }
 
-ResumePoint Checkpointer::Resume(const std::string& tag) {
+ResumePoint Checkpointer::Resume(const std::string& tag, bool required) {
   const int64_t wanted = ParseTag(tag);
   std::vector<int64_t> candidates;
   if (wanted >= 0) {
@@ -188,6 +192,10 @@ ResumePoint Checkpointer::Resume(const std::string& tag) {
                                     : "falling back to the newest intact checkpoint, " +
                                           checkpoint::StepName(candidates[0]));
     }
+    ZTRAIN_CHECK_T(ConfigError, !candidates.empty() || !required, "--resume: checkpoint.dir '",
+                   root_, "' holds no checkpoint (no step<N> with a ", checkpoint::kMetaFile,
+                   "), so there is nothing to resume; check that checkpoint.dir is the directory "
+                   "the earlier run saved into, or leave out --resume to start a new run");
     if (candidates.empty()) {  // a first launch of a job that always resumes: start afresh
       Log().warn("no checkpoint in {} yet: starting from step 0", root_);
       return ResumePoint{};
@@ -238,6 +246,40 @@ ResumePoint Checkpointer::Resume(const std::string& tag) {
   throw IoError("unreachable");
 }
 
+void Checkpointer::CheckFreshStart() const {
+  std::vector<std::string> others, ours;
+  for (int64_t s : checkpoint::ListSteps(root_)) {
+    const std::string name = checkpoint::StepName(s);
+    try {
+      const ConfigDiff d =
+          Diff(checkpoint::ReadMeta(root_ + "/" + name).value("config", nlohmann::json()));
+      if (d.shape.empty() && d.adapters.empty()) {
+        ours.push_back(name);
+        continue;
+      }
+      const std::string first = d.shape.empty() ? d.adapters[0] : d.shape[0];
+      others.push_back(StrCat(name, " (", first, ")"));
+    } catch (const std::exception&) {
+      ours.push_back(name);  // unreadable: nothing of it can be lost to a load
+    }
+  }
+  if (!others.empty()) {
+    std::string list;
+    for (const std::string& o : others) list += "\n  " + o;
+    throw ConfigError(StrCat(
+        "checkpoint.dir '", root_, "' holds checkpoints of another model (saved -> this config):",
+        list,
+        "\nthis run would save over them; choose another checkpoint.dir, or resume them with "
+        "the config they were saved with"));
+  }
+  if (!ours.empty() && world_->rank() == 0) {
+    Log().warn("checkpoint.dir {} holds checkpoints of an earlier run of this model ({}); this "
+               "run starts from step 0 and replaces them as it saves; --resume (or "
+               "checkpoint.resume) continues them instead",
+               root_, SavedSteps());
+  }
+}
+
 std::string Checkpointer::SavedSteps() const {
   const std::vector<int64_t> steps = checkpoint::ListSteps(root_);
   if (steps.empty()) return "none is saved yet";
@@ -250,38 +292,81 @@ std::string Checkpointer::SavedSteps() const {
 }
 
 // Note [Config changes on resume]: the resolved config the checkpoint was saved with against
-// this run's. A change of the model's shape cannot load (refused, naming both values); any
-// other change (data, seq_len, seed, batch, lr, layout...) is legitimate but changes what the
-// run trains, so each is named in one warning. training.steps (extending a run), the
-// checkpoint section and model.init_from (the resumed state replaces it) are not changes.
-void Checkpointer::CheckConfigAgainst(const nlohmann::json& meta, const std::string& dir) const {
-  const nlohmann::json saved = meta.value("config", nlohmann::json::object());
-  static const char* const kShape[] = {
-      "model.type",       "model.n_layer",           "model.n_head",     "model.n_embd",
-      "model.vocab_size", "model.padded_vocab_size", "model.max_seq_len"};
-  std::vector<std::string> refused, changed;
+// this run's. A change of the model's shape cannot load (refused, naming both values); nor can
+// a change of which LoRA adapters exist and how large they are (lora.enabled, r,
+// target_modules, layers_to_transform, modules_to_save, bias): it would drop trained adapters
+// or reshape them, so it is refused with the way to keep them (export the adapter, start a
+// new run from it with lora.init_from). Any other change (data, seq_len, seed, batch, lr,
+// lora_dropout, layout...) is legitimate but changes what the run trains, so each is named in
+// one warning. training.steps (extending a run), the checkpoint section and the init_from
+// keys (the resumed state replaces them) are not changes. The same comparison keeps pruning
+// off the checkpoints of another model in the same checkpoint.dir (Checkpointer::Save).
+namespace {
+
+constexpr const char* kShapeKeys[] = {
+    "model.type",       "model.n_layer",           "model.n_head",     "model.n_embd",
+    "model.vocab_size", "model.padded_vocab_size", "model.max_seq_len"};
+constexpr const char* kAdapterKeys[] = {"lora.enabled",           "lora.r",
+                                        "lora.target_modules",    "lora.layers_to_transform",
+                                        "lora.modules_to_save",   "lora.bias"};
+
+template <size_t N>
+bool Among(const char* const (&keys)[N], const std::string& path) {
+  return std::find(std::begin(keys), std::end(keys), path) != std::end(keys);
+}
+
+}  // namespace
+
+Checkpointer::ConfigDiff Checkpointer::Diff(const nlohmann::json& saved) const {
+  static const nlohmann::json kAbsent;  // a section the config leaves out
+  ConfigDiff diff;
   for (const std::string& path : ConfigValuePaths()) {
-    if (path == "training.steps" || path == "model.init_from" ||
+    if (path == "training.steps" || path == "model.init_from" || path == "lora.init_from" ||
         path.rfind("checkpoint.", 0) == 0) {
       continue;
     }
+    const bool adapters = Among(kAdapterKeys, path);
     const nlohmann::json* before = ConfigValue(saved, path);
     const nlohmann::json* now = ConfigValue(config_.resolved, path);
+    if (adapters && (before || now)) {  // a LoRA section removed or added counts
+      if (!before) before = &kAbsent;
+      if (!now) now = &kAbsent;
+    }
     if (!before || !now || *before == *now) continue;
     const std::string what = StrCat(path, " ", before->dump(), " -> ", now->dump());
-    const bool shape = std::find(std::begin(kShape), std::end(kShape), path) != std::end(kShape);
-    (shape ? refused : changed).push_back(what);
+    (Among(kShapeKeys, path) ? diff.shape : adapters ? diff.adapters : diff.changed).push_back(what);
   }
-  if (!refused.empty()) {
-    std::string list;
-    for (const std::string& r : refused) list += "\n  " + r;
+  return diff;
+}
+
+void Checkpointer::CheckConfigAgainst(const nlohmann::json& meta, const std::string& dir) const {
+  const ConfigDiff diff = Diff(meta.value("config", nlohmann::json::object()));
+  const auto lines_of = [](const std::vector<std::string>& lines) {
+    std::string text;
+    for (const std::string& l : lines) text += "\n  " + l;
+    return text;
+  };
+  if (!diff.shape.empty()) {
     throw ConfigError(StrCat("cannot resume from ", dir,
                              ": the model's shape differs from the "
                              "one it was saved with (saved -> this config):",
-                             list,
+                             lines_of(diff.shape),
                              "\na checkpoint loads only into the model it was saved from; set "
                              "these keys back, or start a new checkpoint.dir"));
   }
+  if (!diff.adapters.empty()) {
+    throw ConfigError(StrCat(
+        "cannot resume from ", dir,
+        ": its LoRA adapters were trained with another adapter set (saved -> this config):",
+        lines_of(diff.adapters),
+        "\nresuming would drop or reshape trained adapter weights. Set these keys back to "
+        "resume; or keep what was trained and go on with other adapters: `ztrain export "
+        "--checkpoint ",
+        dir, " --format peft --out ADAPTER_DIR`, then start a new run (another "
+        "checkpoint.dir) from it with lora.init_from: \"lora\": {\"init_from\": "
+        "\"ADAPTER_DIR\", ...}"));
+  }
+  const std::vector<std::string>& changed = diff.changed;
   if (changed.empty() || world_->rank() != 0) return;
   std::string list;
   for (const std::string& c : changed) list += (list.empty() ? "" : "; ") + c;

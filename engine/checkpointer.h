@@ -23,6 +23,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/config.h"
 #include "core/dir_lock.h"
@@ -45,7 +46,14 @@ class Checkpointer {
   ~Checkpointer();
 
   void Save(int64_t step, const data::LoaderState& data);
-  ResumePoint Resume(const std::string& tag);
+  // `required`: a checkpoint.dir without any checkpoint is a ConfigError (an explicit
+  // --resume), not a start from step 0.
+  ResumePoint Resume(const std::string& tag, bool required = false);
+  // For a run that starts from step 0 (did not resume): ConfigError when checkpoint.dir holds
+  // checkpoints of another model (shape or LoRA adapters differ: this run's saves and pruning
+  // would replace them), naming them; a warning when it holds this model's (they are replaced
+  // as this run saves its own steps; --resume continues them instead).
+  void CheckFreshStart() const;
   const std::string& root() const { return root_; }
 
  private:
@@ -55,8 +63,13 @@ class Checkpointer {
   std::vector<std::string> GatherMessages(const std::string& message);
   // "saved: step10, step20; latest: step20", for messages.
   std::string SavedSteps() const;
-  // Note [Config changes on resume]: ConfigError for a changed model shape, a warning naming
-  // every other change.
+  // A saved resolved config against this run's (Note [Config changes on resume]): the
+  // changes of the model's shape, of its LoRA adapter set, and the others ("path saved -> now").
+  struct ConfigDiff {
+    std::vector<std::string> shape, adapters, changed;
+  };
+  ConfigDiff Diff(const nlohmann::json& saved) const;
+  // ConfigError for a changed model shape or adapter set, a warning naming every other change.
   void CheckConfigAgainst(const nlohmann::json& meta, const std::string& dir) const;
 
   const Config& config_;

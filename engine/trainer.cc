@@ -199,10 +199,18 @@ ParallelGroups Trainer::MakeGroups() {
   return ParallelGroups{base, nullptr, nullptr};
 }
 
-ResumePoint Trainer::Resume(const std::string& tag) {
+ResumePoint Trainer::Resume(const std::string& tag, bool required) {
   ZTRAIN_CHECK_T(ConfigError, checkpointer_ != nullptr,
                  "resuming needs checkpoint.dir: the directory the earlier run saved into");
-  const ResumePoint point = checkpointer_->Resume(tag);
+  const ResumePoint point = checkpointer_->Resume(tag, required);
+  resumed_ = true;
+  if (!point.directory.empty() && point.step >= config_.training.steps &&
+      (!world_ || world_->rank() == 0)) {
+    Log().warn("{} is at step {}, {} training.steps = {}: no step is left to train (the "
+               "model is the checkpoint's); raise training.steps to train further",
+               point.directory, point.step,
+               point.step == config_.training.steps ? "already" : "past", config_.training.steps);
+  }
   if (!point.directory.empty()) train_loader_->Restore(point.data);
   return point;
 }
@@ -344,6 +352,7 @@ void Trainer::LogProgress(const StepStats& s, double window_seconds, int64_t win
 }
 
 TrainSummary Trainer::Run(const std::atomic<bool>* stop) {
+  if (checkpointer_ && !resumed_) checkpointer_->CheckFreshStart();
   LogStart();
   if (config_.csv_monitor.enabled && (!world_ || world_->rank() == 0)) {
     // After a resume the earlier run's rows up to the resumed step are kept.
@@ -464,9 +473,14 @@ void Trainer::Finish(const TrainSummary& s) {
   }
   WriteReports();
   const MemorySnapshot mem = engine_->memory().Snapshot();
-  Log().info("done: {} steps in {:.1f} s ({:.0f} tok/s); loss {:.4f} -> {:.4f}{}", s.steps,
-             s.seconds, s.tokens_per_s, s.first_loss, s.final_loss,
-             s.final_eval_loss >= 0 ? fmt::format(", val loss {:.4f}", s.final_eval_loss) : "");
+  if (s.steps == 0) {
+    Log().info("done: no step taken (at step {} of training.steps {})", engine_->step(),
+               config_.training.steps);
+  } else {
+    Log().info("done: {} steps in {:.1f} s ({:.0f} tok/s); loss {:.4f} -> {:.4f}{}", s.steps,
+               s.seconds, s.tokens_per_s, s.first_loss, s.final_loss,
+               s.final_eval_loss >= 0 ? fmt::format(", val loss {:.4f}", s.final_eval_loss) : "");
+  }
   Log().info("peak memory: {} total ({})", FormatBytes(mem.total_peak),
              MemoryBreakdown(mem, /*with_current=*/false));
   if (!engine_->device().is_cpu()) {

@@ -48,12 +48,16 @@ class Trainer {
   explicit Trainer(Config config, comm::Communicator* world = nullptr);
   Trainer(Config config, comm::Communicator* world, const LaunchEnv& launch);
   // Continues from a checkpoint under checkpoint.dir: `tag` is "latest" (falling back to the
-  // newest intact checkpoint) or a step ("20", "step20"). Collective; call before Run.
-  ResumePoint Resume(const std::string& tag);
+  // newest intact checkpoint) or a step ("20", "step20"). With `required` (an explicit
+  // --resume) a checkpoint.dir holding none is an error; without it (checkpoint.resume, a
+  // requeued job's first launch) the run starts from step 0. A checkpoint at or past
+  // training.steps is named in a warning (no step is left). Collective; call before Run.
+  ResumePoint Resume(const std::string& tag, bool required = false);
   // Runs steps up to training.steps (from the step after a resumed one), fewer if *stop
   // becomes true on any rank: the ranks agree after each step and stop together. With
   // checkpoint.dir a checkpoint is saved every checkpoint.interval steps, at the end, and
-  // when stopped.
+  // when stopped. A run that did not resume refuses a checkpoint.dir holding another model's
+  // checkpoints (its saves would replace them; Checkpointer::CheckFreshStart).
   TrainSummary Run(const std::atomic<bool>* stop = nullptr);
   // Mean loss over training.eval_batches validation batches (from the start of the split),
   // averaged over the dp group.
@@ -87,6 +91,7 @@ class Trainer {
   GridCommunicators groups_;   // set when the grid has a pipeline or tensor parallelism
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<Checkpointer> checkpointer_;  // with checkpoint.dir
+  bool resumed_ = false;                         // Resume was called
   std::unique_ptr<data::DataLoader> train_loader_;
   std::unique_ptr<data::DataLoader> val_loader_;  // null without a validation split
   std::unique_ptr<CsvMonitor> csv_;

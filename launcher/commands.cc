@@ -67,7 +67,8 @@ int Train(Config config, comm::Communicator* world, const LaunchEnv& env,
   }
   const bool requeues = RequeuesOnUsr1(env, config);
   Trainer trainer(std::move(config), world, env);
-  if (!tag.empty()) trainer.Resume(tag);
+  // An explicit --resume means resume: a checkpoint.dir holding none is an error then.
+  if (!tag.empty()) trainer.Resume(tag, /*required=*/!resume.empty());
   const TrainSummary summary = trainer.Run(&stop);
   if (!summary.interrupted) return kExitOk;
   // The ranks agree (SIGUSR1 may have reached only some), and this collective also means
@@ -433,10 +434,11 @@ int RunTrain(const std::string& config_path, const std::string& resume) {
 }
 
 int RunExport(const std::string& checkpoint, const std::string& format, const std::string& out,
-              const std::string& dtype, const std::string& max_shard_size, bool merge) {
+              const std::string& dtype, const std::string& max_shard_size, bool merge,
+              bool overwrite) {
   const DType type = dtype == "bf16" ? DType::kBF16 : dtype == "fp16" ? DType::kF16 : DType::kF32;
-  const ExportResult r =
-      ExportCheckpoint(checkpoint, format, out, type, ParseBytes(max_shard_size), merge);
+  const ExportResult r = ExportCheckpoint(checkpoint, format, out, type,
+                                          ParseBytes(max_shard_size), merge, overwrite);
   Log().info("exported {} (step {}, {} parameters) to {} ({}{}, {}, {} file{})", r.checkpoint,
              r.step, r.parameters, out, format, merge ? " merged" : "", dtype, r.files,
              r.files == 1 ? "" : "s");

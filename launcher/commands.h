@@ -17,7 +17,8 @@ inline constexpr int kExitInterrupted = 130;
 // srun, torchrun) with several ranks, trains data-parallel over all of them.
 // `ztrain export`: the checkpoint as one model file (engine/checkpoint_export.h).
 int RunExport(const std::string& checkpoint, const std::string& format, const std::string& out,
-              const std::string& dtype, const std::string& max_shard_size, bool merge);
+              const std::string& dtype, const std::string& max_shard_size, bool merge,
+              bool overwrite);
 // `resume`: "" (start fresh unless checkpoint.resume), "latest" or a step to resume from.
 int RunTrain(const std::string& config_path, const std::string& resume = "");
 // Prints the resolved config (exit 0) or every error found (exit 2); on stderr, where its
@@ -52,7 +53,8 @@ int RunTune(const std::string& config_path, const std::string& memory_budget, in
 // stderr and a summary on stdout; exit 2 for bad input.
 int RunData(data::CorpusOptions options);
 // `ztrain data --decode SHARD`: the shard's text to `out` ("" or "-": stdout).
-int RunDecode(const std::string& shard, const std::string& tokenizer, const std::string& out);
+int RunDecode(const std::string& shard, const std::string& tokenizer, const std::string& out,
+              bool overwrite);
 // `ztrain generate`'s options (launcher/main.cc documents each).
 struct GenerateArgs {
   std::string model, checkpoint, tokenizer, prompt, prompt_ids;

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/logging.h"
+#include "core/staged_output.h"
 #include "data/byte_tokenizer.h"
 #include "launcher/commands.h"
 
@@ -122,23 +123,35 @@ int RunData(data::CorpusOptions options) {
   return kExitOk;
 }
 
-int RunDecode(const std::string& shard, const std::string& tokenizer, const std::string& out) {
-  const std::unique_ptr<data::Tokenizer> t = data::LoadTokenizer(tokenizer);
+int RunDecode(const std::string& shard, const std::string& tokenizer, const std::string& out,
+              bool overwrite) {
   const bool to_stdout = out.empty() || out == "-";
-  std::FILE* f = to_stdout ? stdout : std::fopen(out.c_str(), "wb");
-  ZTRAIN_CHECK_T(IoError, f != nullptr, "cannot open '", out, "' to write the text");
+  // Never onto what it reads (checked before anything is read).
+  if (!to_stdout) {
+    CheckOutputIsNoInput(out, "--out", {{"the shard --decode reads", shard},
+                                        {"--tokenizer", tokenizer}});
+  }
+  const std::unique_ptr<data::Tokenizer> t = data::LoadTokenizer(tokenizer);
+  if (to_stdout) {
+    data::DecodeShard(shard, *t, stdout);
+    ZTRAIN_CHECK_T(IoError, std::fflush(stdout) == 0, "cannot write the text to stdout");
+    return kExitOk;
+  }
+  // The text appears whole or not at all (Note [Staged outputs]).
+  StagedOutput staged(out, StagedOutput::Kind::kFile, overwrite, "--out");
+  std::FILE* f = std::fopen(staged.path().c_str(), "wb");
+  ZTRAIN_CHECK_T(IoError, f != nullptr, "cannot open '", staged.path(), "' to write the text");
   int64_t tokens = 0;
   try {
     tokens = data::DecodeShard(shard, *t, f);
   } catch (...) {
-    if (!to_stdout) std::fclose(f);
+    std::fclose(f);
     throw;
   }
-  ZTRAIN_CHECK_T(IoError, std::fflush(f) == 0, "cannot write '", out, "'");
-  if (!to_stdout) {
-    std::fclose(f);
-    Log().info("decoded {} tokens of {} to {}", tokens, shard, out);
-  }
+  const bool written = std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0;
+  ZTRAIN_CHECK_T(IoError, std::fclose(f) == 0 && written, "cannot write '", staged.path(), "'");
+  staged.Commit();
+  Log().info("decoded {} tokens of {} to {}", tokens, shard, out);
   return kExitOk;
 }
 

@@ -126,6 +126,9 @@ int Main(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "uint16", "uint32"}));
   data->add_option("--decode", decode_shard,
                    "write the text of this shard (with --tokenizer's vocabulary) instead");
+  data->add_flag("--overwrite", corpus.overwrite,
+                 "replace an earlier corpus at --out (its shards and manifest), or with "
+                 "--decode an existing text file; without it they are refused");
 
   CLI::App* gen = app.add_subcommand(
       "generate", "sample text from a model directory, an llm.c model file or a checkpoint");
@@ -138,9 +141,10 @@ int Main(int argc, char** argv) {
   gen->add_option("--tokenizer", generate.tokenizer,
                   "tokenizer.json, a SentencePiece .model or a directory (default: --model's "
                   "directory when it holds one, else byte tokens)");
-  gen->add_option("--prompt", generate.prompt, "the text to continue");
+  CLI::Option* prompt_text = gen->add_option("--prompt", generate.prompt, "the text to continue");
   gen->add_option("--prompt-ids", generate.prompt_ids,
-                  "the prompt as token ids, e.g. 50256,464 (instead of --prompt)");
+                  "the prompt as token ids, e.g. 50256,464 (instead of --prompt)")
+      ->excludes(prompt_text);
   gen->add_option("--max-new-tokens", generate.max_new_tokens, "tokens to generate (default 64)")
       ->check(CLI::NonNegativeNumber);
   gen->add_option("--temperature", generate.temperature,
@@ -159,7 +163,7 @@ int Main(int argc, char** argv) {
   CLI::App* exp = app.add_subcommand("export", "write a model from a checkpoint");
   std::string export_checkpoint, export_format, export_out, export_dtype = "fp32";
   std::string export_shard = "5GB";
-  bool export_merge = false;
+  bool export_merge = false, export_overwrite = false;
   exp->add_option("--checkpoint", export_checkpoint,
                   "a checkpoint (<checkpoint.dir>/step<N>) or checkpoint.dir (its latest)")
       ->required();
@@ -174,6 +178,9 @@ int Main(int argc, char** argv) {
                 "hf from a LoRA run: the base with each adapter's scaling B A added, trained "
                 "biases and modules in place (PEFT's merge_and_unload)");
   exp->add_option("--out", export_out, "the directory (hf) or model file to write")->required();
+  exp->add_flag("--overwrite", export_overwrite,
+                "replace an --out that already holds files (the new export takes its place "
+                "only once it is whole); without it such an --out is refused");
   exp->add_option("--dtype", export_dtype, "fp32 or bf16 (hf: also fp16)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   exp->add_option("--max-shard-size", export_shard,
@@ -194,14 +201,16 @@ int Main(int argc, char** argv) {
   if (*est) return RunEstimate(estimate);
   if (*tune) return RunTune(tune_config, tune_budget, tune_world, tune_max);
   if (*data) {
-    if (!decode_shard.empty()) return RunDecode(decode_shard, corpus.tokenizer, corpus.out);
+    if (!decode_shard.empty()) {
+      return RunDecode(decode_shard, corpus.tokenizer, corpus.out, corpus.overwrite);
+    }
     corpus.inputs.insert(corpus.inputs.begin(), text_inputs.begin(), text_inputs.end());
     return RunData(std::move(corpus));
   }
   if (*gen) return RunGenerate(generate);
   if (*exp) {
     return RunExport(export_checkpoint, export_format, export_out, export_dtype, export_shard,
-                     export_merge);
+                     export_merge, export_overwrite);
   }
   return RunTrain(config_path, resume);
 }

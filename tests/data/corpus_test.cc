@@ -45,6 +45,7 @@ CorpusOptions Options(const TempDir& dir, std::vector<std::string> inputs) {
   for (std::string& in : inputs) o.inputs.push_back(dir.File(in));
   o.out = dir.File("out/c.bin");
   o.threads = 2;
+  o.overwrite = true;  // several tests write again over their own earlier output
   return o;
 }
 
@@ -162,6 +163,30 @@ TEST(CorpusTest, ErrorPolicyNamesTheLineAndLeavesEarlierOutputAsItWas) {
   EXPECT_EQ(ReadBytes(dir.File("out/c.bin")), before);
   EXPECT_EQ(ReadBytes(dir.File("out/c.manifest.json")), manifest);
   EXPECT_FALSE(fs::exists(dir.File("out/c_000000.bin")));
+  EXPECT_TRUE(Partials(dir).empty());
+}
+
+// Without overwrite an earlier corpus at --out (any of its shards or its manifest) is
+// refused and left as it was; shards staged by a run that did not finish are removed.
+TEST(CorpusTest, AnEarlierCorpusIsReplacedOnlyWithOverwrite) {
+  TempDir dir;
+  Write(dir.File("good.txt"), "good text");
+  CorpusOptions o = Options(dir, {"good.txt"});
+  o.overwrite = false;
+  TokenizeCorpus(o);
+  const std::vector<uint8_t> before = ReadBytes(dir.File("out/c.bin"));
+  Write(dir.File("good.txt"), "other text");
+  ExpectErrorWith<ConfigError>([&] { TokenizeCorpus(o); },
+                               {dir.File("out/c.bin"), "is there from an earlier run",
+                                "--overwrite"});
+  EXPECT_EQ(ReadBytes(dir.File("out/c.bin")), before);
+  fs::remove(dir.File("out/c.bin"));
+  ExpectErrorWith<ConfigError>([&] { TokenizeCorpus(o); },
+                               {"c.manifest.json", "is there from an earlier run"});
+  Write(dir.File("out/c_000003.bin.partial"), "killed");
+  o.overwrite = true;
+  TokenizeCorpus(o);
+  EXPECT_EQ(Decode(Tokens(dir.File("out/c.bin"))), "other text");
   EXPECT_TRUE(Partials(dir).empty());
 }
 

@@ -156,6 +156,35 @@ TEST(CheckpointFaultTest, OldCheckpointsArePrunedAndPartialOnesIgnored) {
   EXPECT_EQ(checkpoint::ReadLatest(dir.path), 4);
 }
 
+// Another model's checkpoints in the same checkpoint.dir are never pruned (nor counted in
+// keep_last), and a run that does not resume is refused there before it saves over them.
+TEST(CheckpointFaultTest, AnotherModelsCheckpointsAreNeitherPrunedNorSavedOver) {
+  TempDir dir;
+  const Config first = MakeConfig(Layout{}, dir.path);
+  {
+    Engine e(first, nn::BuildGpt2(first.model));
+    Checkpointer ck(first, e, nullptr);
+    for (int s = 1; s <= 2; ++s) {
+      Train(e, s - 1, s);
+      ck.Save(s, {});
+    }
+  }
+  nlohmann::json j = first.resolved;
+  j["model"]["n_embd"] = 24;  // another shape
+  const Config other = ParseConfig(j);
+  Engine e(other, nn::BuildGpt2(other.model));
+  Checkpointer ck(other, e, nullptr);
+  ztrain::testing::ExpectErrorWith<ConfigError>(
+      [&] { ck.CheckFreshStart(); },
+      {"holds checkpoints of another model", "step2 (model.n_embd 16 -> 24)", "step1"});
+  for (int s = 3; s <= 5; ++s) {
+    Train(e, s - 3, s - 2);
+    ck.Save(s, {});
+  }
+  EXPECT_EQ(checkpoint::ListSteps(dir.path), (std::vector<int64_t>{5, 4, 2, 1}))
+      << "keep_last 2 of this model's, none of the other's removed";
+}
+
 // In a child: a file size limit below the rank file's size makes the write fail (EFBIG).
 // The save must throw, leave no step directory and keep `latest` at the earlier step.
 int SaveOverTheFileSizeLimit(const std::string& dir) {

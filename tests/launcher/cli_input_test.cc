@@ -168,6 +168,76 @@ TEST_F(CliInputTest, AHuggingFaceTrainerConfigTrains) {
       << check.out;
 }
 
+// An explicit --resume means resume: a mistyped checkpoint.dir (no checkpoint there) is
+// refused, not a silent start from step 0; a resume at training.steps says that no step is
+// left instead of "done: 0 steps ... loss 0.0000"; --prompt with --prompt-ids is refused.
+TEST_F(CliInputTest, AResumeWithoutACheckpointOrStepsLeftSaysSo) {
+  json j = Small(dir_);
+  j["checkpoint"] = {{"dir", dir_ + "/ckpt"}};
+  ASSERT_EQ(RunZtrain("--config " + WriteConfig(j), "2>&1", kNoGpus).code, 0);
+  json typo = j;
+  typo["checkpoint"]["dir"] = dir_ + "/ckpy";
+  const Result none = RunZtrain("--config " + WriteConfig(typo, "typo.json") + " --resume",
+                                "2>&1", kNoGpus);
+  EXPECT_EQ(none.code, 2) << none.out;
+  EXPECT_NE(none.out.find("holds no checkpoint"), std::string::npos) << none.out;
+  EXPECT_EQ(none.out.find("| loss"), std::string::npos) << "it trained\n" << none.out;
+  const Result done = RunZtrain("--config " + WriteConfig(j) + " --resume", "2>&1", kNoGpus);
+  EXPECT_EQ(done.code, 0) << done.out;
+  EXPECT_NE(done.out.find("no step is left to train"), std::string::npos) << done.out;
+  EXPECT_NE(done.out.find("done: no step taken (at step 3 of training.steps 3)"),
+            std::string::npos)
+      << done.out;
+  EXPECT_EQ(done.out.find("loss 0.0000"), std::string::npos) << done.out;
+  const Result both = RunZtrain("generate --model " + dir_ + " --prompt a --prompt-ids 1,2");
+  EXPECT_EQ(both.code, 2) << both.out;
+  EXPECT_NE(both.out.find("excludes"), std::string::npos) << both.out;
+}
+
+// `ztrain data` writes over nothing it reads nor an earlier corpus unless asked: --decode
+// onto its own shard, shards or their text into the tokenizer's directory or onto its file,
+// a second corpus onto the first; each is refused (exit 2) and the files are left as they
+// were. With --overwrite the earlier corpus is replaced.
+TEST_F(CliInputTest, DataWritesOverNeitherItsInputsNorAnEarlierCorpus) {
+  const std::string text = dir_ + "/book.txt";
+  std::ofstream(text) << "Call me Ishmael. Some years ago...\n";
+  const std::string shard = dir_ + "/book.bin";
+  ASSERT_EQ(RunZtrain("data " + text + " --out " + shard).code, 0);
+  const auto bytes = [](const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::string shard_bytes = bytes(shard);
+  ASSERT_FALSE(shard_bytes.empty());
+  const auto refused = [&](const std::string& args, const std::string& want) {
+    const Result r = RunZtrain(args);
+    EXPECT_EQ(r.code, 2) << args << "\n" << r.out;
+    EXPECT_NE(r.out.find(want), std::string::npos) << args << "\n" << r.out;
+  };
+  refused("data --decode " + shard + " --out " + shard, "is the shard --decode reads");
+  EXPECT_EQ(bytes(shard), shard_bytes) << "--decode emptied its own shard";
+  const std::string tok = dir_ + "/tok";
+  fs::create_directories(tok);
+  std::ofstream(tok + "/tokenizer.json") << "{\"model\": {}}";
+  const std::string tok_bytes = bytes(tok + "/tokenizer.json");
+  refused("data " + text + " --tokenizer " + tok + " --out " + tok + "/tokenizer.json",
+          "lies inside --tokenizer");
+  refused("data " + text + " --tokenizer " + tok + "/tokenizer.json --out " + tok +
+              "/tokenizer.json",
+          "is --tokenizer");
+  refused("data --decode " + shard + " --tokenizer " + tok + " --out " + tok + "/tokenizer.json",
+          "lies inside --tokenizer");
+  EXPECT_EQ(bytes(tok + "/tokenizer.json"), tok_bytes) << "the tokenizer was overwritten";
+  refused("data " + text + " --out " + shard, "is there from an earlier run");
+  const std::string decoded = dir_ + "/book.txt.out";
+  ASSERT_EQ(RunZtrain("data --decode " + shard + " --out " + decoded).code, 0);
+  refused("data --decode " + shard + " --out " + decoded, "already holds a file");
+  std::ofstream(text, std::ios::app) << "More text.\n";
+  const Result again = RunZtrain("data " + text + " --out " + shard + " --overwrite");
+  EXPECT_EQ(again.code, 0) << again.out;
+  EXPECT_GT(bytes(shard).size(), shard_bytes.size()) << "--overwrite did not replace the corpus";
+}
+
 // Never overwrite an input: `ztrain data --out` onto its --text, and `ztrain export --out`
 // into the checkpoint it reads, are refused, and the input is left byte for byte.
 TEST_F(CliInputTest, DataAndExportNeverOverwriteTheirInput) {

@@ -297,7 +297,7 @@ TEST_F(CliTest, DataDecodesShardsBackToTheirText) {
       << r.out;
   std::string decoded;
   for (const std::string& shard : data::ExpandGlob(dir_ + "/c/d_*.bin")) {
-    const Result d = RunZtrain("data --decode " + shard + " --out " + dir_ + "/dec.txt");
+    const Result d = RunZtrain("data --decode " + shard + " --out " + dir_ + "/dec.txt --overwrite");
     ASSERT_EQ(d.code, 0) << d.out;
     std::ifstream in(dir_ + "/dec.txt", std::ios::binary);
     decoded += std::string(std::istreambuf_iterator<char>(in), {});
