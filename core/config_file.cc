@@ -10,28 +10,12 @@
 
 #include "core/config.h"
 #include "core/error.h"
+#include "core/json_text.h"
 
 namespace ztrain {
 namespace {
 
 using nlohmann::json;
-
-// 1-based line and column of byte index `index` in `text`.
-std::pair<size_t, size_t> LineColumn(const std::string& text, size_t index) {
-  index = std::min(index, text.size());
-  const size_t line = 1 + std::count(text.begin(), text.begin() + index, '\n');
-  const size_t line_start = index == 0 ? std::string::npos : text.rfind('\n', index - 1);
-  const size_t column = line_start == std::string::npos ? index + 1 : index - line_start;
-  return {line, column};
-}
-
-// nlohmann's message without its "[json.exception...] parse error at ...: " prefix.
-std::string SyntaxMessage(const json::parse_error& e) {
-  const std::string what = e.what();
-  const size_t start = what.find("parse error");
-  const size_t colon = start == std::string::npos ? start : what.find(": ", start);
-  return colon == std::string::npos ? what : what.substr(colon + 2);
-}
 
 // Parser callback that records keys repeated within one object, by JSON path.
 class DuplicateKeyFinder {
@@ -96,14 +80,7 @@ nlohmann::json ReadConfigJson(const std::string& path) {
   buffer << in.rdbuf();
   const std::string text = buffer.str();
   DuplicateKeyFinder finder;
-  json j;
-  try {
-    j = json::parse(text, std::ref(finder));
-  } catch (const json::parse_error& e) {
-    const auto [line, column] = LineColumn(text, e.byte == 0 ? 0 : e.byte - 1);
-    throw ConfigError(detail::StrCat("config file ", path, ":", line, ":", column,
-                                     ": JSON syntax error: ", SyntaxMessage(e)));
-  }
+  const json j = ParseJsonOrThrow<ConfigError>(text, "config file " + path, std::ref(finder));
   if (!finder.duplicates().empty()) {
     std::string msg = detail::StrCat("config file ", path, ": duplicate keys (", path,
                                      " would silently keep only the last):");

@@ -53,6 +53,13 @@ void CheckTargets(const json& t, ConfigErrors& errors) {
     return;
   }
   if (!targets.is_string() || targets == "all-linear") return;
+  if (targets.get<std::string>().find_first_not_of(" \t") == std::string::npos) {
+    errors.Add("lora.target_modules",
+               "\"\" is an empty regular expression, which would adapt every module's name or "
+               "none; name the linears to adapt ([\"q_proj\", \"v_proj\"], ...), \"all-linear\", "
+               "or null for the family's default");
+    return;
+  }
   try {
     std::regex(targets.get<std::string>());
   } catch (const std::regex_error& e) {

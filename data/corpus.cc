@@ -323,6 +323,25 @@ std::vector<std::vector<int32_t>> EncodeBatch(const std::vector<Piece>& batch,
   return out;
 }
 
+// Why the start of `file` is binary rather than text ("" when it is not): a NUL byte in the
+// first 64 KiB, which no text or JSONL file holds (UTF-16 text has them too: convert it).
+std::string WhyBinary(const std::string& file) {
+  std::ifstream in(file, std::ios::binary);
+  std::string head(64 << 10, '\0');
+  in.read(head.data(), static_cast<std::streamsize>(head.size()));
+  head.resize(static_cast<size_t>(in.gcount()));
+  const size_t nul = head.find('\0');
+  if (nul == std::string::npos) return "";
+  if (head.rfind("\x7f"
+                 "ELF",
+                 0) == 0)
+    return "an ELF executable or library";
+  if (head.rfind("PK\x03\x04", 0) == 0) return "a zip archive";
+  return StrCat("a NUL byte at offset ", nul,
+                " (a binary file, or UTF-16 text: convert it to "
+                "UTF-8)");
+}
+
 // Whether `file` is, or could be, one of the files written for `out` (Note [Corpus shards]).
 bool IsOutputOf(const std::string& file, const std::string& out) {
   std::error_code ec;
@@ -357,6 +376,14 @@ void CheckOptions(const CorpusOptions& o, const std::vector<std::string>& files)
                    "' would write over the input '", f,
                    "', which this command reads; give --out another name, e.g. '",
                    stem + ".tokens.bin", "'");
+  }
+  if (!o.allow_binary) {
+    for (const std::string& f : files) {
+      const std::string why = WhyBinary(f);
+      ZTRAIN_CHECK_T(ConfigError, why.empty(), "input '", f, "' is not text: ", why,
+                     ". ztrain data reads text and JSONL files; give --allow-binary to "
+                     "tokenize its bytes anyway");
+    }
   }
   std::vector<NamedInput> inputs = {{"--tokenizer", o.tokenizer}};
   std::error_code ec;
@@ -563,6 +590,17 @@ int64_t DecodeShard(const std::string& shard_path, const Tokenizer& tokenizer, s
   // (SentencePiece drops the first piece's leading space), so pieces would not join up.
   const std::vector<uint32_t> wide = shard.tokens().ToVector();
   const std::vector<int32_t> ids(wide.begin(), wide.end());
+  // An id the tokenizer lacks: the shard was made with another one (or with one, and none
+  // was given), said before anything is written.
+  const auto beyond = std::find_if(
+      ids.begin(), ids.end(), [&](int32_t id) { return id < 0 || id >= tokenizer.vocab_size(); });
+  ZTRAIN_CHECK_T(ConfigError, beyond == ids.end(), shard_path, " holds token id ",
+                 beyond == ids.end() ? 0 : *beyond, " at position ", beyond - ids.begin(),
+                 ", beyond this tokenizer's ", tokenizer.vocab_size(), " ids (",
+                 tokenizer.kind() == "byte" ? "byte tokens: no --tokenizer was given"
+                                            : "the --tokenizer given",
+                 "): decode it with the tokenizer that made it (its manifest names it), e.g. "
+                 "--tokenizer MODEL_DIR");
   const std::string text = tokenizer.Decode(ids);
   ZTRAIN_CHECK_T(IoError, std::fwrite(text.data(), 1, text.size(), out) == text.size(),
                  "cannot write the decoded text");

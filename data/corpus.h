@@ -66,6 +66,8 @@ struct CorpusOptions {
   int threads = 0;  // 0: every core
   // Replace an earlier corpus at `out` (its shards, manifest); without it one is refused.
   bool overwrite = false;
+  // Tokenize inputs that look binary (a NUL byte in their first 64 KiB); refused otherwise.
+  bool allow_binary = false;
   std::function<void(const CorpusProgress&)> on_progress;
 };
 

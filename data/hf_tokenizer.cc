@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/json_text.h"
 #include "data/byte_tokenizer.h"
 #include "data/hf_metaspace.h"
 
@@ -141,11 +142,12 @@ json ReadTokenizerJson(const std::string& path) {
                  fs::is_directory(path, ec)
                      ? " (the directory holds no tokenizer.json or tokenizer.model)"
                      : "");
-  try {
-    return json::parse(in);
-  } catch (const json::exception& e) {
-    throw IoError(StrCat("tokenizer: ", file.string(), " is not JSON: ", e.what()));
-  }
+  in.close();
+  const json j = ParseJsonOrThrow<IoError>(ReadTextFile(file.string(), "tokenizer"),
+                                           "tokenizer " + file.string());
+  ZTRAIN_CHECK_T(IoError, j.is_object(), "tokenizer ", file.string(),
+                 " is JSON but not a tokenizer.json object (it holds a ", j.type_name(), ")");
+  return j;
 }
 
 std::string TypeOf(const json& j) {
@@ -194,10 +196,27 @@ struct HfTokenizer::Impl {
                      m.contains(key) ? m[key].dump() : "", "; ztrain reads BPE without it");
     }
     ignore_merges = m.value("ignore_merges", false);
+    ZTRAIN_CHECK_T(ConfigError,
+                   m.contains("vocab") && m["vocab"].is_object() && !m["vocab"].empty(),
+                   "tokenizer: model.vocab is ",
+                   m.contains("vocab") ? m["vocab"].dump().substr(0, 40) : "missing",
+                   "; a BPE tokenizer.json maps each token to its id there: is this the model's "
+                   "tokenizer.json, whole?");
+    ZTRAIN_CHECK_T(ConfigError, m.contains("merges") && m["merges"].is_array(),
+                   "tokenizer: model.merges is missing or not a list; a BPE tokenizer.json lists "
+                   "its merges there");
     for (const auto& [token, id] : m.at("vocab").items()) {
+      ZTRAIN_CHECK_T(ConfigError,
+                     id.is_number_integer() && id.get<int64_t>() >= 0 &&
+                         id.get<int64_t>() < (int64_t{1} << 31),
+                     "tokenizer: model.vocab gives token '", token, "' the id ", id.dump(),
+                     "; ids are whole numbers from 0");
       const int32_t i = id.get<int32_t>();
       vocab.emplace(token, i);
       if (static_cast<size_t>(i) >= id_to_token.size()) id_to_token.resize(i + 1);
+      ZTRAIN_CHECK_T(ConfigError, id_to_token[i].empty() || id_to_token[i] == token,
+                     "tokenizer: model.vocab gives the id ", i, " to two tokens, '", id_to_token[i],
+                     "' and '", token, "': each id names one token");
       id_to_token[i] = token;
     }
     is_added.assign(id_to_token.size(), false);

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json_text.h"
 #include "data/byte_tokenizer.h"
 #include "data/hf_tokenizer.h"
 #include "data/sentencepiece_tokenizer.h"
@@ -20,14 +21,13 @@ using ::ztrain::detail::StrCat;
 json ReadTokenizerConfig(const std::string& path) {
   std::error_code ec;
   const fs::path dir = fs::is_directory(path, ec) ? fs::path(path) : fs::path(path).parent_path();
-  std::ifstream in(dir / "tokenizer_config.json");
-  if (!in.good()) return json();
-  try {
-    return json::parse(in);
-  } catch (const json::exception& e) {
-    throw IoError(StrCat("tokenizer: ", (dir / "tokenizer_config.json").string(),
-                         " is not JSON: ", e.what()));
-  }
+  const fs::path file = dir / "tokenizer_config.json";
+  if (!std::ifstream(file).good()) return json();
+  const json j = ParseJsonOrThrow<IoError>(ReadTextFile(file.string(), "tokenizer config"),
+                                           "tokenizer config " + file.string());
+  ZTRAIN_CHECK_T(IoError, j.is_object(), "tokenizer config ", file.string(),
+                 " is JSON but not an object (it holds a ", j.type_name(), ")");
+  return j;
 }
 
 // A token named in tokenizer_config.json: "<s>", {"content": "<s>", ...} or null ("").

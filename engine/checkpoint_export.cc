@@ -120,6 +120,13 @@ void WriteJson(const std::string& path, const nlohmann::json& j) {
 class BaseModel {
  public:
   explicit BaseModel(const Config& config) : config_(config) {
+    std::error_code ec;
+    ZTRAIN_CHECK_T(
+        IoError, config.model.init_from.empty() || fs::exists(config.model.init_from, ec),
+        "the base the LoRA run trained on, its model.init_from '", config.model.init_from,
+        "', is not there (moved or deleted?): --merge adds the adapters to it; put "
+        "it back at that path (or link it there), or export the adapter alone with "
+        "--format peft");
     for (const auto& layer :
          nn::BuildModel(config.model, nn::MakeWholeLinears(), nn::AdapterPlan(config))) {
       for (const nn::ParamSpec& s : layer->Params()) specs_.emplace(s.name, s);

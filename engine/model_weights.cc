@@ -1,5 +1,6 @@
 #include "engine/model_weights.h"
 
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -14,6 +15,8 @@
 namespace ztrain {
 namespace {
 
+using ::ztrain::detail::StrCat;
+
 // The whole model as name -> fp32 values: llm.c files are read and written whole, while at
 // ZeRO stage 3 no rank holds whole parameters.
 using StagedModel = std::map<std::string, std::vector<float>>;
@@ -26,6 +29,27 @@ nn::ParamLookup LookupIn(StagedModel& staged, const Engine& e) {
     ZTRAIN_CHECK(it != staged.end(), "the model has no parameter '", name, "'");
     return Tensor(it->second.data(), DType::kF32, shapes.at(name));
   };
+}
+
+// IoError naming the file and the tensor when a value read is NaN or infinite: the file is
+// damaged, or was saved by a run that diverged, and training from it would blame the
+// learning rate.
+void CheckFinite(const float* v, int64_t n, int64_t first, const std::string& tensor,
+                 const std::string& file) {
+  for (int64_t i = 0; i < n; ++i) {
+    if (std::isfinite(v[i])) continue;
+    throw IoError(StrCat(file, ": tensor '", tensor, "' holds ",
+                         std::isnan(v[i]) ? "NaN" : "an infinity", " at element ", first + i,
+                         ": the file is damaged or was saved by a run that diverged; load "
+                         "another checkpoint of the model"));
+  }
+}
+
+// Every staged parameter of an llm.c file, checked (CheckFinite).
+void CheckStagedFinite(const StagedModel& staged, const std::string& path) {
+  for (const auto& [name, values] : staged) {
+    CheckFinite(values.data(), static_cast<int64_t>(values.size()), 0, name, path);
+  }
 }
 
 LoadedWeights LoadLlmc(const std::string& path, const ModelConfig& model, Engine& e) {
@@ -45,6 +69,7 @@ LoadedWeights LoadLlmc(const std::string& path, const ModelConfig& model, Engine
     }
   }
   nn::LoadLlmcModel(path, model, LookupIn(staged, e));
+  CheckStagedFinite(staged, path);
   e.SetFullParameters([&staged](const std::string& name, const Tensor& out) {
     std::memcpy(out.data(), staged.at(name).data(), out.nbytes());
   });
@@ -77,6 +102,7 @@ class LayoutReader {
   void Read(const std::string& param, int64_t begin, int64_t count, float* out) {
     const auto& [t, element] = by_param_.at(param);
     loaded_.bytes_read += nn::ReadHfParameter(ckpt_, *t, begin, count, out) * element;
+    CheckFinite(out, count, begin, t->hf_name, ckpt_.FileOf(t->hf_name));
   }
 
  private:
@@ -120,6 +146,7 @@ StagedModel StageLlmc(const std::string& path, const ModelConfig& model) {
     ZTRAIN_CHECK(it != staged.end(), "the model has no parameter '", name, "'");
     return Tensor(it->second.data(), DType::kF32, shapes.at(name));
   });
+  CheckStagedFinite(staged, path);
   return staged;
 }
 

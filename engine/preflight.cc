@@ -13,6 +13,7 @@
 #include "engine/checkpoint.h"
 #include "nn/family.h"
 #include "nn/hf_checkpoint.h"
+#include "nn/peft.h"
 
 namespace ztrain {
 namespace {
@@ -175,8 +176,18 @@ void Inputs(const Config& c, Problems& problems) {
 }
 
 // A Hugging Face model.init_from: its index and every safetensors header are valid and it
-// holds every tensor the model needs, in its shape (headers only: no tensor data is read).
+// holds every tensor the model needs, in its shape (headers only: no tensor data is read);
+// likewise a lora.init_from adapter against the adapters this config trains.
 void Weights(const Config& c, Problems& problems) {
+  if (!c.lora.init_from.empty()) {
+    try {
+      const nn::HfCheckpoint adapter(c.lora.init_from, nn::kPeftAdapterFiles);
+      nn::CheckHfTensors(adapter, nn::PeftLayout(c.model, c.lora),
+                         nn::FindModelFamily(c.model.type).hf);
+    } catch (const Error& e) {
+      problems.push_back(StrCat("lora.init_from: ", e.what()));
+    }
+  }
   if (!nn::IsHfModelDir(c.model.init_from)) return;
   try {
     const nn::HfCheckpoint ckpt(c.model.init_from);

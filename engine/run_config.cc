@@ -34,7 +34,22 @@ constexpr double kAutoMemoryShare = 0.9;
 struct Resolution {
   std::vector<std::string> problems;
   std::vector<AutoChoice> choices;
+  // A key taken from a user's file, as that file names it: "model.n_head" ->
+  // "DIR/config.json: num_attention_heads".
+  std::vector<std::pair<std::string, std::string>> sources;
 };
+
+// A problem "model.n_head: must be >= 1, got 0" about a key taken from a user's file, in
+// that file's words: "DIR/config.json: num_attention_heads must be >= 1, got 0 (ztrain's
+// model.n_head)".
+std::string InTheirWords(const std::string& problem, const Resolution& r) {
+  for (const auto& [key, source] : r.sources) {
+    if (problem.rfind(key + ": ", 0) == 0) {
+      return StrCat(source, " ", problem.substr(key.size() + 2), " (ztrain's ", key, ")");
+    }
+  }
+  return problem;
+}
 
 // Takes the keys `file` sets into the config's section `section_name` (`section`: "model",
 // or "lora" from a PEFT adapter) where the config leaves them out or "auto"; a value it gives
@@ -95,6 +110,7 @@ void LoraFromAdapterDir(json& j, Resolution& r) {
 // Step 1 for a Hugging Face directory: its config.json through its family's adapter.
 void ShapeFromHfDir(json& model, const std::string& path, Resolution& r) {
   json keys, notes = json::object();
+  const nn::ModelFamily* family = nullptr;
   try {
     const json hf = nn::ReadHfConfig(path);
     if (hf.contains("quantization_config")) {
@@ -107,8 +123,8 @@ void ShapeFromHfDir(json& model, const std::string& path, Resolution& r) {
           "as bitsandbytes does)"));
       return;
     }
-    keys = nn::FindHfFamily(hf, path + "/config.json").hf.read_config(hf, path + "/config.json",
-                                                                       &notes);
+    family = &nn::FindHfFamily(hf, path + "/config.json");
+    keys = family->hf.read_config(hf, path + "/config.json", &notes);
   } catch (const Error& e) {
     r.problems.push_back(StrCat("model.init_from: ", e.what()));
     return;
@@ -116,6 +132,12 @@ void ShapeFromHfDir(json& model, const std::string& path, Resolution& r) {
   json taken = json::object();
   TakeModelKeys(model, keys, "", path, "the model directory sets it", taken, r);
   if (taken.empty()) return;
+  // The values the run takes from the file as they are (not derived, as a sliding window is).
+  for (const auto& [ours, theirs] : family->hf.config_keys) {
+    if (taken.contains(ours) && !notes.contains(ours)) {
+      r.sources.push_back({"model." + ours, StrCat(path, "/config.json: ", theirs)});
+    }
+  }
   std::string why = StrCat("from the config.json of model.init_from '", path, "'");
   for (const auto& [key, note] : notes.items()) {
     why += StrCat("; ", key, " from ", note.get<std::string>());
@@ -313,12 +335,23 @@ Config ResolveRunConfig(json j, int world_size, const LaunchEnv& launch) {
   }
   if (problems.empty() && config.lora.enabled) {  // what the adapter plan refuses
     try {
-      nn::BuildModel(config.model, nn::MakeWholeLinears(),
-                     nn::AdapterPlan(config));
+      const nn::AdapterPlan plan(config);
+      nn::BuildModel(config.model, nn::MakeWholeLinears(), plan);
+      const std::vector<std::string> unmatched = plan.UnmatchedSkipModules();
+      if (config.quantization.enabled() && !unmatched.empty() && launch.rank == 0) {
+        std::string list;
+        for (const std::string& u : unmatched) list += (list.empty() ? "'" : ", '") + u + "'";
+        Log().warn(
+            "quantization.llm_int8_skip_modules: {} matched no linear of the blocks, so "
+            "it keeps nothing unquantized (the names are Hugging Face module names, "
+            "e.g. q_proj, mlp, layers.0.self_attn)",
+            list);
+      }
     } catch (const ConfigError& e) {
       problems.push_back(e.what());
     }
   }
+  for (std::string& p : problems) p = InTheirWords(p, r);  // not the resolution's own
   problems.insert(problems.begin(), r.problems.begin(), r.problems.end());
   if (!problems.empty()) throw InvalidConfig(problems);
   config.auto_choices.insert(config.auto_choices.begin(), r.choices.begin(), r.choices.end());

@@ -119,6 +119,7 @@ Trainer::Trainer(Config config, comm::Communicator* world, const LaunchEnv& laun
             ? fmt::format(", dropout {:g} on the adapters' input", config_.lora.lora_dropout)
             : "");
   }
+  if (config_.lora.enabled) WarnAboutAdapters();
   if (config_.quantization.enabled()) LogQuantizedBase();
   // The loaders check every shard as they open them (Note [Preflight]): a problem there names
   // the key, as check-config does.
@@ -154,6 +155,48 @@ std::string JoinNames(const std::vector<std::string>& names) {
 }
 
 }  // namespace
+
+// Legitimate but almost surely unintended LoRA setups, said once at start: a QLoRA base of
+// random weights (no model.init_from), and an adapter rank above what a layer can hold.
+void Trainer::WarnAboutAdapters() const {
+  if (world_ && world_->rank() != 0) return;
+  if (config_.quantization.enabled() && config_.model.init_from.empty()) {
+    Log().warn(
+        "quantization ({}) over a randomly initialised base: model.init_from is not set, "
+        "so the frozen base is random weights and the adapters learn on noise; QLoRA "
+        "fine-tunes a pretrained model: set model.init_from to it",
+        config_.quantization.type);
+  }
+  std::map<std::string, Shape> shapes;
+  for (const auto& layer : engine_->layers()) {
+    for (const nn::ParamSpec& s : layer->Params()) {
+      shapes[s.name] = s.tp.split() ? s.tp.full_shape : s.shape;  // whole, not a tp slice
+    }
+  }
+  int over = 0;
+  std::string first;
+  for (const auto& [name, a] : shapes) {
+    const std::string suffix = ".lora_A.weight";
+    if (name.size() <= suffix.size() ||
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) {
+      continue;
+    }
+    const auto b = shapes.find(name.substr(0, name.size() - suffix.size()) + ".lora_B.weight");
+    if (b == shapes.end() || a.size() != 2 || b->second.size() != 2) continue;
+    const int64_t side = std::min(a[1], b->second[0]);  // [r, in] and [out, r]
+    if (a[0] <= side) continue;
+    if (over++ == 0)
+      first = detail::StrCat(name.substr(0, name.size() - suffix.size()), " (", a[1], " in, ",
+                             b->second[0], " out)");
+  }
+  if (over > 0) {
+    Log().warn(
+        "lora.r {} is above the smaller side of {} adapted layer{}, e.g. {}: an adapter's "
+        "rank cannot exceed min(in, out), so the extra rank only costs memory; give a "
+        "smaller r",
+        config_.lora.r, over, over == 1 ? "" : "s", first);
+  }
+}
 
 void Trainer::LogQuantizedBase() const {
   int64_t tensors = 0, weights = 0, blob_bytes = 0;

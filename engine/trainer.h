@@ -76,6 +76,7 @@ class Trainer {
   // "r0 (dp 0, pp 1, tp 0)": a rank and its grid coordinates, for messages.
   std::string RankName(int rank) const;
   bool AnyRank(bool value);  // collective over the world
+  void WarnAboutAdapters() const;
 
   // The engine's groups: `world` itself on the CPU, NCCL ones on CUDA with several ranks.
   ParallelGroups MakeGroups();

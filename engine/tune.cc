@@ -127,7 +127,7 @@ TuneResult TuneMicroBatch(const Config& config, int64_t budget, int64_t max_micr
   return r;
 }
 
-int64_t ParseBytes(const std::string& text) {
+int64_t ParseBytes(const std::string& text, const std::string& what) {
   size_t end = 0;
   double value = 0.0;
   try {
@@ -147,13 +147,17 @@ int64_t ParseBytes(const std::string& text) {
       {"k", 0x1p10},    {"m", 0x1p20},     {"g", 0x1p30},   {"t", 0x1p40}};
   for (const auto& [name, scale] : units) {
     if (end > 0 && unit == name && value > 0 && std::isfinite(value)) {
-      ZTRAIN_CHECK_T(ConfigError, value * scale < 0x1p62, "memory budget \"", text,
-                     "\" is more than 2^62 bytes; write the memory of one rank, e.g. 80GiB");
+      ZTRAIN_CHECK_T(ConfigError, value * scale < 0x1p62, what, " \"", text,
+                     "\" is more than 2^62 bytes (4 EiB); write the memory of one rank or one "
+                     "file, e.g. 80GiB");
       return static_cast<int64_t>(value * scale);
     }
   }
-  throw ConfigError(detail::StrCat("memory budget \"", text, "\" is not a size; write e.g. 16GiB, "
-                           "512MiB or 2GB"));
+  throw ConfigError(detail::StrCat(
+      what, " \"", text,
+      "\" is not a size: a size is a number above 0 and a unit, B, KB, MB, "
+      "GB, TB (powers of 1000) or KiB, MiB, GiB, TiB (powers of 1024; K, M, G, T alone too), "
+      "or plain bytes: e.g. 16GiB, 512MiB, 5GB or 4096"));
 }
 
 }  // namespace ztrain

@@ -41,6 +41,6 @@ TuneResult TuneMicroBatch(const Config& config, int64_t budget_bytes, int64_t ma
 
 // "16GiB", "512 MiB", "2GB", "1e9", "4096": bytes (binary KiB/MiB/GiB/TiB and decimal
 // KB/MB/GB/TB, B optional); ConfigError naming the text otherwise.
-int64_t ParseBytes(const std::string& text);
+int64_t ParseBytes(const std::string& text, const std::string& what = "memory budget");
 
 }  // namespace ztrain

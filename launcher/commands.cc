@@ -307,7 +307,7 @@ std::vector<NodesNeeded> FindNodesNeeded(const EstimateArgs& args, const Config&
 
 void PrintNodesNeeded(const EstimateArgs& args, const Config& config,
                       const EstimateOptions& options) {
-  const int64_t memory = ParseBytes(args.gpu_memory);
+  const int64_t memory = ParseBytes(args.gpu_memory, "--gpu-memory");
   const std::vector<EstimateRow> rows = EstimateTable(config, options);
   const std::vector<NodesNeeded> needed = FindNodesNeeded(args, config, options, memory);
   std::printf(
@@ -357,7 +357,7 @@ int RunEstimate(const EstimateArgs& args) {
 int RunTune(const std::string& config_path, const std::string& memory_budget, int world_size,
             int64_t max_micro_batch) {
   try {
-    const int64_t budget = ParseBytes(memory_budget);
+    const int64_t budget = ParseBytes(memory_budget, "--memory-budget");
     LaunchEnv env = DetectLaunchEnv();
     if (env.launcher == "none") env.world_size = world_size;
     const Config config = LoadTrainConfig(config_path, env);
@@ -437,8 +437,9 @@ int RunExport(const std::string& checkpoint, const std::string& format, const st
               const std::string& dtype, const std::string& max_shard_size, bool merge,
               bool overwrite) {
   const DType type = dtype == "bf16" ? DType::kBF16 : dtype == "fp16" ? DType::kF16 : DType::kF32;
-  const ExportResult r = ExportCheckpoint(checkpoint, format, out, type,
-                                          ParseBytes(max_shard_size), merge, overwrite);
+  const ExportResult r =
+      ExportCheckpoint(checkpoint, format, out, type,
+                       ParseBytes(max_shard_size, "--max-shard-size"), merge, overwrite);
   Log().info("exported {} (step {}, {} parameters) to {} ({}{}, {}, {} file{})", r.checkpoint,
              r.step, r.parameters, out, format, merge ? " merged" : "", dtype, r.files,
              r.files == 1 ? "" : "s");

@@ -102,6 +102,12 @@ int RunGenerate(const GenerateArgs& a) {
   ZTRAIN_CHECK_T(ConfigError, a.model.empty() != a.checkpoint.empty(),
                  "give --model (a Hugging Face directory or an llm.c model file) or "
                  "--checkpoint (a checkpoint directory), one of them");
+  std::error_code ec;
+  const bool is_checkpoint = !a.model.empty() && fs::is_directory(a.model, ec) &&
+                             (fs::exists(fs::path(a.model) / "meta.json", ec) ||
+                              fs::exists(fs::path(a.model) / "latest", ec));
+  ZTRAIN_CHECK_T(ConfigError, !is_checkpoint, "--model '", a.model,
+                 "' is a ztrain checkpoint, not a model; give it as --checkpoint ", a.model);
   std::unique_ptr<ExportedCheckpoint> exported;
   if (!a.checkpoint.empty()) exported = std::make_unique<ExportedCheckpoint>(a.checkpoint);
   const std::string path = exported ? exported->dir() : a.model;
@@ -124,8 +130,21 @@ int RunGenerate(const GenerateArgs& a) {
                    " (model.vocab_size): is the tokenizer (", tokenizer->vocab_size(),
                    " ids) the model's? Give the model's own with --tokenizer");
   }
+  // The model attends over at most max_seq_len positions: the prompt must leave room, and
+  // generation stops at the context's end (said before anything is printed).
+  const int64_t context = model.max_seq_len, room = context - static_cast<int64_t>(prompt.size());
+  ZTRAIN_CHECK_T(ConfigError, room > 0, "the prompt has ", prompt.size(),
+                 " tokens, which fills the model's context of ", context,
+                 " positions (max_seq_len): give a shorter prompt");
   nn::SamplingOptions o;
   o.max_new_tokens = a.max_new_tokens;
+  if (o.max_new_tokens > room) {
+    Log().warn(
+        "generating at most {} tokens: the model's context is {} positions "
+        "(max_seq_len) and the prompt takes {} (asked for --max-new-tokens {})",
+        room, context, prompt.size(), a.max_new_tokens);
+    o.max_new_tokens = room;
+  }
   o.temperature = a.temperature;
   o.top_k = a.top_k;
   o.top_p = a.top_p;

@@ -1,7 +1,6 @@
 // The ztrain executable: parses the command line, runs a subcommand, and is the only place
 // that catches errors and ends the process (DESIGN.md "Errors").
 #include <CLI/CLI.hpp>
-
 #include <cstdio>
 #include <string>
 #include <utility>
@@ -9,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/logging.h"
+#include "launcher/cli_checks.h"
 #include "launcher/commands.h"
 
 namespace {
@@ -37,36 +37,34 @@ int Main(int argc, char** argv) {
   int world_size = 1;
   check->add_option("file", check_path, "config file")->required();
   check->add_option("--world-size", world_size, "data-parallel ranks to validate the batch for")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
 
   CLI::App* est = app.add_subcommand(
       "estimate", "per-rank memory by category before a run, beside every ZeRO stage and offload");
   EstimateArgs estimate;
   est->add_option("--config", estimate.config_path, "DeepSpeed-style JSON config");
   est->add_option("--world-size", estimate.world_size, "ranks in all (dp x pp x tp)")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   est->add_option("--gpus-per-node", estimate.gpus_per_node,
                   "ranks sharing a node's host memory (default 8)")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   est->add_option("--params", estimate.params,
                   "a GPT-2-shaped model of this size instead of the config's: 7B, 1.5B, 350M");
-  est->add_option("--layers", estimate.layers, "its transformer blocks")
-      ->check(CLI::PositiveNumber);
-  est->add_option("--hidden", estimate.hidden, "its width (n_embd)")->check(CLI::PositiveNumber);
+  est->add_option("--layers", estimate.layers, "its transformer blocks")->check(kPositive);
+  est->add_option("--hidden", estimate.hidden, "its width (n_embd)")->check(kPositive);
   est->add_option("--heads", estimate.heads, "its attention heads (default hidden / 64)")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   est->add_option("--vocab", estimate.vocab,
                   "its vocabulary (default: what --params leaves after the blocks)")
-      ->check(CLI::PositiveNumber);
-  est->add_option("--seq", estimate.seq, "its context and sequence length")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
+  est->add_option("--seq", estimate.seq, "its context and sequence length")->check(kPositive);
   est->add_option("--micro-batch", estimate.micro_batch, "train_micro_batch_size_per_gpu")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   est->add_option("--gpu-memory", estimate.gpu_memory,
                   "memory of one GPU (80GiB, 40GB): also print the nodes of --gpus-per-node "
                   "GPUs each stage and offload choice needs");
   est->add_option("--max-nodes", estimate.max_nodes, "the most nodes to consider (default 4096)")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   est->add_option("--device", estimate.device,
                   "gpu or cpu: where the ranks train (default: the config's device; auto is gpu)")
       ->check(CLI::IsMember({"gpu", "cpu"}));
@@ -79,10 +77,9 @@ int Main(int argc, char** argv) {
   tune->add_option("--config", tune_config, "DeepSpeed-style JSON config")->required();
   tune->add_option("--memory-budget", tune_budget, "bytes per rank: 16GiB, 512MiB, 2GB")
       ->required();
-  tune->add_option("--world-size", tune_world, "ranks in all (dp x pp x tp)")
-      ->check(CLI::PositiveNumber);
+  tune->add_option("--world-size", tune_world, "ranks in all (dp x pp x tp)")->check(kPositive);
   tune->add_option("--max-micro-batch", tune_max, "the largest size to consider (default 4096)")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
 
   CLI::App* data = app.add_subcommand(
       "data", "tokenize text and JSONL files into llm.c token shards, or decode a shard");
@@ -105,11 +102,11 @@ int Main(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "text", "jsonl"}));
   data->add_option("--shard-tokens", corpus.shard_tokens,
                    "tokens per shard (default 100000000, as llm.c)")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   data->add_option("--val-tokens", corpus.val_tokens,
                    "put the first whole documents, at least this many tokens, in a validation "
                    "split <stem>.val.bin (default 0: none)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   data->add_option("--bos", corpus.bos,
                    "the token before each document: auto (as the tokenizer's config says), "
                    "none, or a token such as '<s>'");
@@ -119,13 +116,16 @@ int Main(int argc, char** argv) {
                    "replace (with U+FFFD, counted and reported; the default) or error")
       ->check(CLI::IsMember({"replace", "error"}));
   data->add_option("--threads", corpus.threads, "encoding threads (default: every core)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   data->add_option("--token-format", corpus.token_format,
                    "auto (uint16 when the tokenizer's ids fit, else uint32), uint16 (llm.c's "
                    "gpt-2 shards) or uint32 (llm.c's llama-3 shards)")
       ->check(CLI::IsMember({"auto", "uint16", "uint32"}));
   data->add_option("--decode", decode_shard,
                    "write the text of this shard (with --tokenizer's vocabulary) instead");
+  data->add_flag("--allow-binary", corpus.allow_binary,
+                 "tokenize inputs that look binary (a NUL byte in their first 64 KiB), which "
+                 "are refused otherwise");
   data->add_flag("--overwrite", corpus.overwrite,
                  "replace an earlier corpus at --out (its shards and manifest), or with "
                  "--decode an existing text file; without it they are refused");
@@ -146,15 +146,15 @@ int Main(int argc, char** argv) {
                   "the prompt as token ids, e.g. 50256,464 (instead of --prompt)")
       ->excludes(prompt_text);
   gen->add_option("--max-new-tokens", generate.max_new_tokens, "tokens to generate (default 64)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   gen->add_option("--temperature", generate.temperature,
                   "0 (the default): greedy; above 0: sample at this temperature")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   gen->add_option("--top-k", generate.top_k, "sample from the k most likely (default 0: all)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   gen->add_option("--top-p", generate.top_p,
                   "sample from the smallest set of probability >= p (default 1: all)")
-      ->check(CLI::Range(0.0, 1.0));
+      ->check(kProbability);
   gen->add_option("--seed", generate.seed, "the sampling seed (default 0)");
   gen->add_flag("--ignore-eos", generate.ignore_eos,
                 "go on past the end-of-text token (default: stop there)");

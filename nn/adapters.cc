@@ -45,6 +45,7 @@ AdapterPlan::AdapterPlan(const LoraConfig& lora, const ModelConfig& model,
   for (const HfTensor& t : family.hf.layout(model)) hf_names_[t.param] = t.hf_name;
   target_matched_.assign(targets_.size() + (regex_.empty() ? 0 : 1), false);
   save_matched_.assign(lora.modules_to_save.size(), false);
+  skip_matched_.assign(quantization.skip_modules.size(), false);
   if (!model.tie_word_embeddings) return;
   for (const std::string& m : lora.modules_to_save) {
     for (const std::string& tied :
@@ -106,9 +107,11 @@ kernels::QuantFormat AdapterPlan::Quantization(const std::string& linear) const 
   if (!enabled_ || !quantization_.enabled()) return {};
   // llm_int8_skip_modules: the module itself, a name it ends with, or a module it lies in.
   const std::string module = HfModule(linear);
-  for (const std::string& skip : quantization_.skip_modules) {
+  for (size_t i = 0; i < quantization_.skip_modules.size(); ++i) {
+    const std::string& skip = quantization_.skip_modules[i];
     if (module == skip || EndsWith(module, "." + skip) ||
         module.find("." + skip + ".") != std::string::npos || module.rfind(skip + ".", 0) == 0) {
+      skip_matched_[i] = true;
       return {};
     }
   }
@@ -117,6 +120,14 @@ kernels::QuantFormat AdapterPlan::Quantization(const std::string& linear) const 
                                : type == "fp4" ? kernels::QuantType::kFp4
                                                : kernels::QuantType::kInt8;
   return {t, t != kernels::QuantType::kInt8 && quantization_.double_quant};
+}
+
+std::vector<std::string> AdapterPlan::UnmatchedSkipModules() const {
+  std::vector<std::string> unmatched;
+  for (size_t i = 0; i < skip_matched_.size(); ++i) {
+    if (!skip_matched_[i]) unmatched.push_back(quantization_.skip_modules[i]);
+  }
+  return unmatched;
 }
 
 void AdapterPlan::CheckAllMatched() const {

@@ -95,6 +95,9 @@ class AdapterPlan {
   // After every layer adapted: ConfigError for a target or module to save that matched
   // nothing.
   void CheckAllMatched() const;
+  // After every layer adapted: the quantization.llm_int8_skip_modules entries that left no
+  // linear unquantized (bitsandbytes ignores them silently; ztrain warns, naming them).
+  std::vector<std::string> UnmatchedSkipModules() const;
 
   // LoRA's initial values (PEFT's reset_lora_parameters): A and B of `adapter` for a linear
   // of `in` input features, as ParamSpec init and bound/std.
@@ -113,7 +116,7 @@ class AdapterPlan {
   std::string regex_;                 // target_modules as a string; "all-linear"
   std::regex compiled_;               // regex_ unless "all-linear"
   std::unordered_map<std::string, std::string> hf_names_;  // ztrain parameter -> HF name
-  mutable std::vector<bool> target_matched_, save_matched_;
+  mutable std::vector<bool> target_matched_, save_matched_, skip_matched_;
 };
 
 }  // namespace ztrain::nn

@@ -42,6 +42,10 @@ struct HfFamily {
   // Tensors a HF file may hold that are not parameters (buffers such as GPT-2's attn.bias
   // causal mask): name suffixes skipped without a word.
   std::vector<std::string> buffers;
+  // config.json's name of each ztrain model key read_config takes from one HF key
+  // ({"n_head", "num_attention_heads"}), so a problem with its value names the user's file
+  // and key, not ztrain's (engine/run_config.cc).
+  std::vector<std::pair<std::string, std::string>> config_keys;
 };
 
 // config.json's torch_dtype for tensors stored as `dtype`: "float32", "bfloat16", "float16".

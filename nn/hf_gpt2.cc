@@ -93,8 +93,17 @@ std::vector<HfTensor> HfGpt2Layout(const ModelConfig& m) {
 HfFamily Gpt2HfFamily() {
   // attn.bias / attn.masked_bias: the causal-mask buffers older GPT-2 files carry;
   // lm_head.weight: a tied copy of wte some writers add.
-  return {{"GPT2LMHeadModel"}, {"gpt2"}, &ReadConfig, &WriteConfig, &HfGpt2Layout,
-          {".attn.bias", ".attn.masked_bias", "lm_head.weight"}};
+  return {{"GPT2LMHeadModel"},
+          {"gpt2"},
+          &ReadConfig,
+          &WriteConfig,
+          &HfGpt2Layout,
+          {".attn.bias", ".attn.masked_bias", "lm_head.weight"},
+          {{"n_layer", "n_layer"},
+           {"n_head", "n_head"},
+           {"n_embd", "n_embd"},
+           {"vocab_size", "vocab_size"},
+           {"max_seq_len", "n_positions"}}};
 }
 
 }  // namespace ztrain::nn

@@ -152,7 +152,17 @@ HfFamily LlamaHfFamily() {
           &ReadConfig,
           &WriteConfig,
           &Layout,
-          {".rotary_emb.inv_freq"}};
+          {".rotary_emb.inv_freq"},
+          {{"n_layer", "num_hidden_layers"},
+           {"n_head", "num_attention_heads"},
+           {"n_embd", "hidden_size"},
+           {"n_kv_head", "num_key_value_heads"},
+           {"head_dim", "head_dim"},
+           {"intermediate_size", "intermediate_size"},
+           {"vocab_size", "vocab_size"},
+           {"max_seq_len", "max_position_embeddings"},
+           {"norm_eps", "rms_norm_eps"},
+           {"rope_theta", "rope_theta"}}};
 }
 
 }  // namespace ztrain::nn

@@ -11,15 +11,15 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/json_text.h"
 
 namespace ztrain::nn::detail {
 
 nlohmann::json ParseJsonFile(const std::string& path, const char* what) {
-  std::ifstream in(path);
-  ZTRAIN_CHECK_T(IoError, in.good(), "cannot open ", what, " '", path, "'");
-  nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  ZTRAIN_CHECK_T(IoError, !j.is_discarded() && j.is_object(), what, " '", path,
-                 "' is not a JSON object");
+  const nlohmann::json j = ParseJsonOrThrow<IoError>(ReadTextFile(path, what),
+                                                     ztrain::detail::StrCat(what, " '", path, "'"));
+  ZTRAIN_CHECK_T(IoError, j.is_object(), what, " '", path,
+                 "' is JSON but not an object (it holds a ", j.type_name(), ")");
   return j;
 }
 

@@ -190,6 +190,26 @@ TEST(CorpusTest, AnEarlierCorpusIsReplacedOnlyWithOverwrite) {
   EXPECT_TRUE(Partials(dir).empty());
 }
 
+// A binary input (a NUL byte near its start) is refused by name unless allow_binary, before
+// anything is written.
+TEST(CorpusTest, BinaryInputIsRefusedUnlessAllowed) {
+  TempDir dir;
+  Write(dir.File("text.txt"), "fine");
+  Write(dir.File("weights.bin"), std::string("\x7f"
+                                             "ELF\x02\x01\x01\0\0\0",
+                                             10));
+  Write(dir.File("utf16.txt"), std::string("h\0i\0", 4));
+  CorpusOptions o = Options(dir, {"text.txt", "weights.bin"});
+  ExpectErrorWith<ConfigError>([&] { TokenizeCorpus(o); },
+                               {"input '" + dir.File("weights.bin") + "' is not text",
+                                "an ELF executable", "--allow-binary"});
+  o.inputs = {dir.File("utf16.txt")};
+  ExpectErrorWith<ConfigError>([&] { TokenizeCorpus(o); }, {"a NUL byte at offset 1", "UTF-16"});
+  EXPECT_FALSE(fs::exists(dir.File("out/c.bin")));
+  o.allow_binary = true;
+  EXPECT_EQ(TokenizeCorpus(o).tokens, 4);
+}
+
 TEST(CorpusTest, JsonlDocumentsComeFromTheChosenField) {
   TempDir dir;
   Write(dir.File("d.jsonl"),

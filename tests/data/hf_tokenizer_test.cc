@@ -165,6 +165,16 @@ TEST_F(Gpt2TokenizerTest, UnsupportedFilesAndInputAreRefusedByName) {
                                     {"behavior", "Isolated"}};
             }).find("does not compile"),
             std::string::npos);
+  // A tokenizer.json broken by hand or cut short: no vocabulary, two tokens on one id.
+  EXPECT_NE(message([](json& j) { j["model"].erase("vocab"); }).find("model.vocab is missing"),
+            std::string::npos);
+  EXPECT_NE(
+      message([](json& j) { j["model"]["vocab"] = json::object(); }).find("model.vocab is {}"),
+      std::string::npos);
+  EXPECT_NE(message([](json& j) {
+              j["model"]["vocab"]["zzzzqq"] = 100;
+            }).find("gives the id 100 to two tokens"),
+            std::string::npos);
   const HfTokenizer tok(dir_->File("strings.json"));
   EXPECT_THROW(tok.Encode("bad \xff byte"), Error);
   const std::vector<int32_t> out_of_range = {50257};

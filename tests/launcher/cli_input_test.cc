@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -84,6 +85,9 @@ TEST_F(CliInputTest, CheckConfigRefusesWhatTrainRefuses) {
        {{"aio", {{"block_size", 1000}}}},
        {"aio.block_size: must be a multiple of 4096"}},
       {"aio depth", {{"aio", {{"queue_depth", 4294967297}}}}, {"aio.queue_depth: must be at most"}},
+      {"empty target_modules",
+       {{"lora", {{"r", 4}, {"target_modules", ""}}}},
+       {"lora.target_modules: \"\" is an empty regular expression"}},
       {"checkpoint.dir a file",
        {{"checkpoint", {{"dir", dir_ + "/a_file"}}}},
        {"checkpoint.dir: '" + dir_ + "/a_file' is a regular file"}},
@@ -166,6 +170,144 @@ TEST_F(CliInputTest, AHuggingFaceTrainerConfigTrains) {
       check.out.find("auto: gradient_clipping = 1.0 (the HF Trainer's default max_grad_norm)"),
       std::string::npos)
       << check.out;
+}
+
+// Problems in a user's own files are named in that file's words: a Hugging Face config.json
+// value by its file and HF key (num_attention_heads, not model.n_head), a truncated or
+// invalid JSON file by line and column, a binary file as binary.
+TEST_F(CliInputTest, ProblemsInUsersFilesAreNamedInTheirWords) {
+  const std::string model = dir_ + "/model";
+  fs::create_directories(model);
+  json hf = {{"architectures", {"LlamaForCausalLM"}},
+             {"model_type", "llama"},
+             {"hidden_size", 64},
+             {"num_attention_heads", 0},
+             {"num_hidden_layers", 2},
+             {"intermediate_size", 128},
+             {"vocab_size", 256},
+             {"max_position_embeddings", 64}};
+  std::ofstream(model + "/config.json") << hf.dump();
+  json j = Small(dir_);
+  j.erase("model");
+  j["model"] = {{"init_from", model}};
+  const std::string config = WriteConfig(j);
+  const Result heads = RunZtrain("check-config " + config);
+  EXPECT_EQ(heads.code, 2) << heads.out;
+  EXPECT_NE(heads.out.find(model + "/config.json: num_attention_heads must be >= 1, got 0"),
+            std::string::npos)
+      << heads.out;
+  std::ofstream(model + "/config.json") << hf.dump().substr(0, 40);
+  const Result cut = RunZtrain("check-config " + config);
+  EXPECT_EQ(cut.code, 2) << cut.out;
+  EXPECT_NE(cut.out.find(model + "/config.json':1:"), std::string::npos) << cut.out;
+  EXPECT_NE(cut.out.find("truncated?"), std::string::npos) << cut.out;
+  const Result binary = RunZtrain("check-config " + std::string(ZTRAIN_BINARY));
+  EXPECT_EQ(binary.code, 2) << binary.out;
+  EXPECT_NE(binary.out.find("is a binary file, not JSON"), std::string::npos) << binary.out;
+  std::ofstream(dir_ + "/t.txt") << "text";
+  std::ofstream(model + "/tokenizer.json") << "{\"model\": {\"type\": \"BPE\", \"vocab\": {";
+  const Result tok =
+      RunZtrain("data " + dir_ + "/t.txt --tokenizer " + model + " --out " + dir_ + "/t.bin");
+  EXPECT_NE(tok.code, 0) << tok.out;
+  EXPECT_NE(tok.out.find("tokenizer " + model + "/tokenizer.json:1:"), std::string::npos)
+      << tok.out;
+  EXPECT_NE(tok.out.find("truncated?"), std::string::npos) << tok.out;
+}
+
+// A number or size out of range at the command line is answered with the range in words,
+// not CLI11's "Value 0 not in range 0.000000 to 1797693134862315708..." nor a bare "is not a
+// size".
+TEST_F(CliInputTest, NumbersAndSizesOutOfRangeAreSaidInWords) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"estimate --config x.json --world-size 0", "--world-size: must be above 0, got 0"},
+      {"generate --model x --top-p 2", "--top-p: must be between 0 and 1, got 2"},
+      {"generate --model x --temperature -1", "--temperature: must be 0 or more, got -1"},
+      {"generate --model x --top-k many", "'many' is not a number"},
+      {"export --checkpoint x --format hf --out y --max-shard-size 5XB",
+       "--max-shard-size \"5XB\" is not a size: a size is a number above 0 and a unit"},
+      {"export --checkpoint x --format hf --out y --max-shard-size 1PiB",
+       "e.g. 16GiB, 512MiB, 5GB or 4096"}};
+  for (const auto& [args, want] : cases) {
+    const Result r = RunZtrain(args);
+    EXPECT_EQ(r.code, 2) << args << "\n" << r.out;
+    EXPECT_NE(r.out.find(want), std::string::npos) << args << "\n" << r.out;
+    EXPECT_EQ(r.out.find("179769313486"), std::string::npos) << args << "\n" << r.out;
+  }
+}
+
+// Weights with a NaN are named by file and tensor (not blamed on the learning rate later);
+// generate on a checkpoint directory names --checkpoint; a prompt that fills the context is
+// refused and more new tokens than the context holds are capped with a warning, before
+// anything prints; --decode of a shard with ids beyond the byte tokens names --tokenizer.
+TEST_F(CliInputTest, BrokenWeightsAndMisplacedInputsAreNamed) {
+  json j = Small(dir_);
+  j["training"]["save_final"] = dir_ + "/m.bin";
+  j["checkpoint"] = {{"dir", dir_ + "/ckpt"}};
+  ASSERT_EQ(RunZtrain("--config " + WriteConfig(j), "2>&1", kNoGpus).code, 0);
+  {
+    std::fstream f(dir_ + "/m.bin", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(1024 + 4 * 10);
+    const float nan = std::nanf("");
+    f.write(reinterpret_cast<const char*>(&nan), sizeof nan);
+  }
+  json from = Small(dir_);
+  from["model"] = {{"init_from", dir_ + "/m.bin"}};
+  const Result nan = RunZtrain("--config " + WriteConfig(from, "from.json"), "2>&1", kNoGpus);
+  EXPECT_NE(nan.code, 0) << nan.out;
+  EXPECT_NE(nan.out.find(dir_ + "/m.bin: tensor '"), std::string::npos) << nan.out;
+  EXPECT_NE(nan.out.find("holds NaN at element 10"), std::string::npos) << nan.out;
+  EXPECT_EQ(nan.out.find("| loss"), std::string::npos) << "it trained\n" << nan.out;
+  const Result ckpt = RunZtrain("generate --model " + dir_ + "/ckpt --prompt-ids 1");
+  EXPECT_EQ(ckpt.code, 2) << ckpt.out;
+  EXPECT_NE(ckpt.out.find("give it as --checkpoint " + dir_ + "/ckpt"), std::string::npos)
+      << ckpt.out;
+  std::string ids = "1";
+  for (int i = 0; i < 16; ++i) ids += ",2";
+  const Result full =
+      RunZtrain("generate --checkpoint " + dir_ + "/ckpt --ids --prompt-ids " + ids);
+  EXPECT_EQ(full.code, 2) << full.out;
+  EXPECT_NE(full.out.find("fills the model's context of 16"), std::string::npos) << full.out;
+  const Result capped = RunZtrain("generate --checkpoint " + dir_ +
+                                  "/ckpt --ids --prompt-ids 1,2 --max-new-tokens 100");
+  EXPECT_EQ(capped.code, 0) << capped.out;
+  EXPECT_NE(capped.out.find("generating at most 14 tokens"), std::string::npos) << capped.out;
+  std::vector<int32_t> header(256, 0);
+  header[0] = 20240520;
+  header[1] = 1;
+  header[2] = 2;
+  const uint16_t tokens[2] = {300, 5};
+  {
+    std::ofstream f(dir_ + "/gpt2.bin", std::ios::binary);
+    f.write(reinterpret_cast<const char*>(header.data()), 1024);
+    f.write(reinterpret_cast<const char*>(tokens), sizeof tokens);
+  }
+  const Result bytes = RunZtrain("data --decode " + dir_ + "/gpt2.bin --out " + dir_ + "/g.txt");
+  EXPECT_EQ(bytes.code, 2) << bytes.out;
+  EXPECT_NE(bytes.out.find("holds token id 300 at position 0"), std::string::npos) << bytes.out;
+  EXPECT_NE(bytes.out.find("no --tokenizer was given"), std::string::npos) << bytes.out;
+  EXPECT_FALSE(fs::exists(dir_ + "/g.txt"));
+}
+
+// Legitimate but surely unintended LoRA setups train, with a warning saying why: QLoRA over a
+// random base (no model.init_from), lora.r above what an adapted layer can hold, and an
+// llm_int8_skip_modules entry that matches nothing (named; the one that matches is not).
+TEST_F(CliInputTest, UnlikelyAdapterSetupsAreWarnedAbout) {
+  json j = Small(dir_);
+  j["training"]["steps"] = 1;
+  j["lora"] = {{"r", 64}, {"target_modules", "all-linear"}};
+  j["quantization"] = {{"load_in_4bit", true},
+                       {"bnb_4bit_quant_type", "nf4"},
+                       {"llm_int8_skip_modules", {"c_fc", "no_such"}}};
+  const Result r = RunZtrain("--config " + WriteConfig(j), "2>&1", kNoGpus);
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("quantization (nf4) over a randomly initialised base"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("lora.r 64 is above the smaller side of 4 adapted layers"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("llm_int8_skip_modules: 'no_such' matched no linear"), std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("'c_fc' matched no linear"), std::string::npos) << r.out;
 }
 
 // An explicit --resume means resume: a mistyped checkpoint.dir (no checkpoint there) is

@@ -68,4 +68,65 @@ status=0
   { cat "$work/other.log"; echo "a new run over another adapter set's checkpoints: exit $status"; exit 1; }
 [ "$(snapshot)" = "$before" ] || { echo "the refused run changed a checkpoint"; exit 1; }
 echo "another adapter set in the same checkpoint.dir: refused, every checkpoint kept"
+# The adapter a run started from (lora.init_from) is never an export's --out, even with
+# --overwrite: it is what that run read.
+"$ztrain" export --checkpoint "$work/ckpt" --format peft --out "$work/adapter" > /dev/null 2>&1
+adapter=$( (cd "$work/adapter" && sha256sum ./*) )
+cat > "$work/from_adapter.json" <<JSON
+{"train_micro_batch_size_per_gpu": 2, "steps_per_print": 100,
+ "model": {"n_layer": 2, "n_head": 2, "n_embd": 32, "vocab_size": 256, "max_seq_len": 16},
+ "training": {"steps": 2, "eval_interval": 0, "output_dir": "$work/out2"},
+ "checkpoint": {"dir": "$work/ckpt2", "interval": 2},
+ "lora": {"init_from": "$work/adapter"}}
+JSON
+"$ztrain" --config "$work/from_adapter.json" > "$work/from_adapter.log" 2>&1 ||
+  { cat "$work/from_adapter.log"; echo "a run from the exported adapter failed"; exit 1; }
+status=0
+"$ztrain" export --checkpoint "$work/ckpt2" --format peft --out "$work/adapter/" --overwrite \
+  > "$work/onto.log" 2>&1 || status=$?
+[ "$status" = 2 ] && grep -q "is lora.init_from" "$work/onto.log" ||
+  { cat "$work/onto.log"; echo "export onto the run's lora.init_from: exit $status"; exit 1; }
+[ "$( (cd "$work/adapter" && sha256sum ./*) )" = "$adapter" ] ||
+  { echo "the adapter the run started from changed"; exit 1; }
+echo "export --format peft onto the run's own lora.init_from: refused, the adapter kept"
+# check-config refuses what training refuses of a lora.init_from adapter: here one trained on
+# a narrower model (its tensors do not fit), named as lora.init_from.
+cat > "$work/misfit.json" <<JSON
+{"train_micro_batch_size_per_gpu": 2,
+ "model": {"n_layer": 2, "n_head": 2, "n_embd": 48, "vocab_size": 256, "max_seq_len": 16},
+ "training": {"steps": 2, "eval_interval": 0, "output_dir": "$work/out3"},
+ "lora": {"init_from": "$work/adapter"}}
+JSON
+for command in "check-config $work/misfit.json" "--config $work/misfit.json"; do
+  status=0
+  "$ztrain" $command > "$work/misfit.log" 2>&1 || status=$?
+  [ "$status" != 0 ] && grep -q "lora.init_from" "$work/misfit.log" &&
+    ! grep -q "| loss" "$work/misfit.log" ||
+    { cat "$work/misfit.log"; echo "$command: an adapter of another shape was not refused (exit $status)"; exit 1; }
+done
+echo "an adapter that does not fit: refused by check-config and by training"
+
+# A merge whose base was moved names the base and the fix, and writes nothing.
+cat > "$work/base.json" <<JSON
+{"train_micro_batch_size_per_gpu": 2,
+ "model": {"n_layer": 2, "n_head": 2, "n_embd": 32, "vocab_size": 256, "max_seq_len": 16},
+ "training": {"steps": 1, "eval_interval": 0, "output_dir": "$work/out4", "save_final": "$work/base.bin"}}
+JSON
+"$ztrain" --config "$work/base.json" > /dev/null 2>&1
+cat > "$work/on_base.json" <<JSON
+{"train_micro_batch_size_per_gpu": 2,
+ "model": {"init_from": "$work/base.bin"},
+ "training": {"steps": 2, "eval_interval": 0, "output_dir": "$work/out5"},
+ "checkpoint": {"dir": "$work/ckpt5"},
+ "lora": {"r": 2, "target_modules": ["c_attn"]}}
+JSON
+"$ztrain" --config "$work/on_base.json" > "$work/on_base.log" 2>&1 || { cat "$work/on_base.log"; exit 1; }
+mv "$work/base.bin" "$work/base_moved.bin"
+status=0
+"$ztrain" export --checkpoint "$work/ckpt5" --format hf --merge --out "$work/merged" \
+  > "$work/merge.log" 2>&1 || status=$?
+[ "$status" != 0 ] && grep -q "is not there (moved or deleted?)" "$work/merge.log" &&
+  [ ! -e "$work/merged" ] ||
+  { cat "$work/merge.log"; echo "a merge onto a moved base: exit $status"; exit 1; }
+echo "a merge whose base was moved: named with the fix, nothing written"
 echo "PASS: LoRA resumes lose nothing"
