@@ -36,7 +36,7 @@ fs::path Normalized(const std::string& out) {
 }
 
 std::string StagingPrefix(const fs::path& out) {
-  return "." + out.filename().string() + kStagingTag;
+  return StrCat(".", out.filename().string(), kStagingTag);
 }
 
 bool ProcessAlive(long pid) { return pid > 0 && (::kill(pid, 0) == 0 || errno == EPERM); }
@@ -75,9 +75,8 @@ void Exchange(const fs::path& a, const fs::path& b, std::string* aside) {
     *aside = a.string();
     return;
   }
-  ZTRAIN_CHECK_T(IoError, errno == EINVAL || errno == ENOSYS || errno == ENOTSUP,
-                 "cannot put '", a.string(), "' in place of '", b.string(),
-                 "': ", std::strerror(errno));
+  ZTRAIN_CHECK_T(IoError, errno == EINVAL || errno == ENOSYS || errno == ENOTSUP, "cannot put '",
+                 a.string(), "' in place of '", b.string(), "': ", std::strerror(errno));
   const std::string old = a.string() + ".old";
   ZTRAIN_CHECK_T(IoError, std::rename(b.c_str(), old.c_str()) == 0, "cannot move '", b.string(),
                  "' aside to '", old, "': ", std::strerror(errno));
@@ -89,25 +88,33 @@ void Exchange(const fs::path& a, const fs::path& b, std::string* aside) {
   *aside = old;
 }
 
+// The staging names beside `out` (of any run: Note [Staged outputs]).
+std::vector<fs::path> StagingNames(const fs::path& out) {
+  const std::string prefix = StagingPrefix(out);
+  std::vector<fs::path> found;
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(out.parent_path(), ec)) {
+    if (e.path().filename().string().rfind(prefix, 0) == 0) found.push_back(e.path());
+  }
+  return found;
+}
+
 // Removes the staging names of `out` whose process is gone on this host; names the others.
 void CleanLeftovers(const fs::path& out) {
   const std::string prefix = StagingPrefix(out), host = HostName();
-  std::error_code ec;
-  for (const fs::directory_entry& e : fs::directory_iterator(out.parent_path(), ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.rfind(prefix, 0) != 0) continue;
-    const std::string rest = name.substr(prefix.size());  // <pid>@<host>[.tmp|.old]
+  for (const fs::path& path : StagingNames(out)) {
+    const std::string rest = path.filename().string().substr(prefix.size());  // <pid>@<host>...
     const size_t at = rest.find('@');
     const long pid = at == std::string::npos ? 0 : std::atol(rest.substr(0, at).c_str());
     const bool ours = at != std::string::npos && rest.compare(at + 1, host.size(), host) == 0;
     if (ours && !ProcessAlive(pid)) {
       std::error_code rm;
-      fs::remove_all(e.path(), rm);
+      fs::remove_all(path, rm);
       Log().info("removed {}, left by a run that was killed before it finished (pid {})",
-                 e.path().string(), pid);
+                 path.string(), pid);
     } else if (!ours || pid != ::getpid()) {
       Log().warn("{} is the unfinished output of another run (pid {}{}); left as it is",
-                 e.path().string(), pid, ours ? ", still running" : " on another host");
+                 path.string(), pid, ours ? ", still running" : " on another host");
     }
   }
 }
@@ -148,8 +155,8 @@ bool Contains(const std::vector<FileId>& ids, const FileId& id) {
 }  // namespace
 
 StagedOutput::StagedOutput(std::string out, Kind kind, bool overwrite, std::string what)
-    : out_(std::move(out)), what_(std::move(what)), kind_(kind) {
-  const fs::path final_path = Normalized(out_);
+    : out_(std::move(out)), final_(Normalized(out_).string()), what_(std::move(what)), kind_(kind) {
+  const fs::path final_path(final_);
   const std::string name = final_path.filename().string();
   ZTRAIN_CHECK_T(ConfigError, !name.empty() && name != "." && name != "..", what_, " '", out_,
                  "' names no file or directory");
@@ -166,9 +173,9 @@ StagedOutput::StagedOutput(std::string out, Kind kind, bool overwrite, std::stri
   ZTRAIN_CHECK_T(IoError, fs::is_directory(final_path.parent_path()), "cannot create '",
                  final_path.parent_path().string(), "' for ", what_, ": ", ec.message());
   CleanLeftovers(final_path);
-  staging_ = (final_path.parent_path() /
-              StrCat(StagingPrefix(final_path), ::getpid(), "@", HostName()))
-                 .string();
+  staging_ =
+      (final_path.parent_path() / StrCat(StagingPrefix(final_path), ::getpid(), "@", HostName()))
+          .string();
   fs::remove_all(staging_, ec);
   if (kind_ == Kind::kDirectory) {
     ZTRAIN_CHECK_T(IoError, fs::create_directory(staging_, ec), "cannot create '", staging_,
@@ -183,14 +190,14 @@ StagedOutput::~StagedOutput() {
 }
 
 void StagedOutput::Commit() {
-  const fs::path final_path = Normalized(out_), staged(staging_);
+  const fs::path final_path(final_), staged(staging_);
   std::error_code ec;
   ZTRAIN_CHECK_T(IoError, fs::exists(fs::symlink_status(staged, ec)), "nothing was written to '",
                  staging_, "' for ", what_, " '", out_, "'");
   const bool replace = fs::exists(fs::symlink_status(final_path, ec));
   if (!replace || kind_ == Kind::kFile) {  // rename(2) replaces a file atomically
-    ZTRAIN_CHECK_T(IoError, std::rename(staged.c_str(), final_path.c_str()) == 0,
-                   "cannot rename '", staging_, "' to '", out_, "': ", std::strerror(errno));
+    ZTRAIN_CHECK_T(IoError, std::rename(staged.c_str(), final_path.c_str()) == 0, "cannot rename '",
+                   staging_, "' to '", out_, "': ", std::strerror(errno));
   } else {
     std::string old;
     Exchange(staged, final_path, &old);
@@ -202,13 +209,8 @@ void StagedOutput::Commit() {
 }
 
 std::vector<std::string> StagedOutput::Leftovers(const std::string& out) {
-  const fs::path final_path = Normalized(out);
-  const std::string prefix = StagingPrefix(final_path);
   std::vector<std::string> found;
-  std::error_code ec;
-  for (const fs::directory_entry& e : fs::directory_iterator(final_path.parent_path(), ec)) {
-    if (e.path().filename().string().rfind(prefix, 0) == 0) found.push_back(e.path().string());
-  }
+  for (const fs::path& p : StagingNames(Normalized(out))) found.push_back(p.string());
   return found;
 }
 
@@ -225,12 +227,13 @@ void CheckOutputIsNoInput(const std::string& out, const std::string& what,
                    ", which this command reads: writing there would replace it; choose another ",
                    what);
     ZTRAIN_CHECK_T(ConfigError, !Contains(out_chain, *in_id), what, " '", out, "' lies inside ",
-                   named, ", which this command reads: writing there could replace its files; "
-                   "choose another ", what, " outside it");
-    ZTRAIN_CHECK_T(ConfigError, !(out_id && Contains(Chain(in.path), *out_id)), what, " '", out,
-                   "' contains ", named,
-                   ", which this command reads: replacing it would delete that; choose another ",
-                   what);
+                   named,
+                   ", which this command reads: writing there could replace its files; "
+                   "choose another ",
+                   what, " outside it");
+    ZTRAIN_CHECK_T(
+        ConfigError, !(out_id && Contains(Chain(in.path), *out_id)), what, " '", out, "' contains ",
+        named, ", which this command reads: replacing it would delete that; choose another ", what);
   }
 }
 

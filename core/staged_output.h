@@ -44,7 +44,9 @@ class StagedOutput {
   static std::vector<std::string> Leftovers(const std::string& out);
 
  private:
-  std::string out_, staging_, what_;
+  std::string out_;    // as given, for messages
+  std::string final_;  // absolute, normalized: where Commit() puts the output
+  std::string staging_, what_;
   Kind kind_;
   bool committed_ = false;
 };

@@ -8,7 +8,7 @@
 // rounding of each output to bf16's 8 significant bits, at most 2^-8 relative, plus fp32
 // differences small beside it), fp16 2e-3 (one rounding to 11 bits, 2^-11, the same way).
 // The engine's dtype mixes are cuda_mixed_test.cc's, the tensor-parallel ops
-// cuda_vocab_parallel_test.cc's. Accumulating outputs start from the same
+// cuda_vocab_parallel_test.cc's, attention cuda_attention_test.cc's. Accumulating outputs start from the same
 // non-zero values on both sides, so += is checked, and overwritten outputs start as NaN on
 // the GPU, so a skipped element shows. Without a GPU every test skips.
 //
@@ -19,8 +19,6 @@
 //   and is ten times tighter than the generic fp32 tolerance, against the __sinf/__cosf
 //   intrinsics, whose error grows with the angle (positions here reach 2099 radians).
 //   bf16 keeps 1e-2 (one rounding of each output).
-// - Grouped-query attention sums dK and dV over the NH / NKV query heads of a group: more
-//   terms in fp32, no extra rounding in bf16, so the attention tolerances stay.
 // - Outputs that are copies (embedding rows without a position table, the v columns RoPE
 //   leaves alone) must match bit for bit.
 #include <gtest/gtest.h>
@@ -35,6 +33,7 @@
 #include <utility>
 #include <vector>
 
+#include "attention_cases.h"
 #include "cuda_test_util.h"
 #include "half_test_util.h"
 #include "kernel_test_util.h"
@@ -43,9 +42,11 @@
 namespace ztrain::kernels {
 namespace {
 
+using testing::AttnCase;
 using testing::DeviceTensor;
 using testing::ExpectClose;
 using testing::ExpectErrorMentions;
+using testing::HeadsName;
 using testing::Random;
 using testing::RandomInts;
 using testing::RoundTo;
@@ -55,23 +56,6 @@ using testing::View;
 class CudaOpsTest : public testing::CrossBackendTest {
  protected:
   bool half() const { return dtype() != DType::kF32; }  // bf16 or fp16
-
-  DeviceTensor Dev(const std::vector<float>& v, Shape shape) const {
-    return DeviceTensor(v, std::move(shape), dtype());
-  }
-  DeviceTensor DevF32(const std::vector<float>& v, Shape shape) const {
-    return DeviceTensor(v, std::move(shape), DType::kF32);
-  }
-  DeviceTensor Out(Shape shape) const { return DeviceTensor(std::move(shape), dtype()); }
-  DeviceTensor OutF32(Shape shape) const { return DeviceTensor(std::move(shape), DType::kF32); }
-
-  // The GPU result against the CPU one, at the dtype's tolerance unless `tol` is given.
-  void Expect(const DeviceTensor& got, const std::vector<float>& want, const std::string& what,
-              double tol = 0.0) const {
-    ExpectClose(got.ToHost(), ToDouble(want), tol > 0.0 ? tol : Tol(), what);
-  }
-  // Every case of kAttnCases on `gpu` against the CPU.
-  void CheckAttentionCases(Ops& gpu);
 };
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaOpsTest,
@@ -205,90 +189,6 @@ TEST_P(CudaOpsTest, LayerNormForwardAndBackwardMatchCpu) {
   Expect(gdx, dx, "dx");
   Expect(gdw, dw, "dweight (accumulated)");
   Expect(gdb, db, "dbias (accumulated)");
-}
-
-std::string HeadsName(int64_t batch, int64_t seq, const AttentionHeads& h) {
-  return "B=" + std::to_string(batch) + " T=" + std::to_string(seq) +
-         " NH=" + std::to_string(h.num_heads) + " NKV=" + std::to_string(h.num_kv_heads) +
-         " HS=" + std::to_string(h.head_dim);
-}
-
-struct AttnCase {
-  int64_t batch, seq;
-  AttentionHeads heads;
-  Shape qkv() const { return {batch, seq, heads.qkv_width()}; }
-  Shape out() const { return {batch, seq, heads.q_width()}; }
-  Shape lse() const { return {batch, heads.num_heads, seq}; }
-  std::string Name() const { return HeadsName(batch, seq, heads); }
-};
-
-// T never a multiple of the 32- or 64-row tiles. Multi-head with HS 64 (GPT-2), 32, 48 and
-// 128; grouped-query with groups of 2, 3 and 4 (Llama 3's 32/8 in small); multi-query; and
-// head sizes off the kernels' 32/64/128 tile widths (80, 16, 24), as models whose hidden
-// size is not NH * head_dim have.
-const AttnCase kAttnCases[] = {
-    {2, 45, {2, 2, 64}},  {1, 70, {3, 3, 32}},  {1, 37, {2, 2, 48}}, {2, 33, {2, 2, 128}},
-    {2, 45, {4, 2, 64}},  {1, 70, {6, 2, 32}},  {1, 100, {8, 2, 128}},
-    {2, 37, {4, 1, 48}},  {1, 65, {3, 1, 80}},  {2, 40, {4, 4, 16}}, {1, 50, {6, 3, 24}}};
-
-// Every attention case on `gpu` against the CPU: forward (out, lse) and backward (dqkv, every
-// element written) from the CPU's out and lse.
-void CudaOpsTest::CheckAttentionCases(Ops& gpu) {
-  for (const AttnCase& tc : kAttnCases) {
-    SCOPED_TRACE(tc.Name());
-    const Shape qkv_shape = tc.qkv(), out_shape = tc.out(), lse_shape = tc.lse();
-    auto qkv = Rand(NumElements(qkv_shape), 1, -2.0f, 2.0f);
-    auto dout = Rand(NumElements(out_shape), 2);
-    std::vector<float> out(NumElements(out_shape)), lse(NumElements(lse_shape));
-    std::vector<float> dqkv(qkv.size(), 123.0f);  // overwritten, not accumulated
-    DeviceTensor gqkv = Dev(qkv, qkv_shape), gout = Out(out_shape), glse = OutF32(lse_shape);
-    // Multi-head cases go through GPT-2's form (int num_heads) on the GPU.
-    const bool mha = tc.heads.num_kv_heads == tc.heads.num_heads;
-    cpu_->AttentionForward(View(qkv, qkv_shape), tc.heads, View(out, out_shape),
-                           View(lse, lse_shape));
-    if (mha) {
-      gpu.AttentionForward(gqkv, tc.heads.num_heads, gout, glse);
-    } else {
-      gpu.AttentionForward(gqkv, tc.heads, gout, glse);
-    }
-    Expect(gout, out, "out");
-    Expect(glse, lse, "lse", 1e-4);  // fp32 on both sides from the same inputs
-    // Both backwards take the CPU's out (rounded to the dtype) and lse.
-    out = RoundTo(dtype(), out);
-    DeviceTensor cout = Dev(out, out_shape), clse = DevF32(lse, lse_shape);
-    DeviceTensor gdout = Dev(dout, out_shape), gdqkv = Dev(dqkv, qkv_shape);
-    cpu_->AttentionBackward(View(dout, out_shape), View(qkv, qkv_shape), View(out, out_shape),
-                            View(lse, lse_shape), tc.heads, View(dqkv, qkv_shape));
-    if (mha) {
-      gpu.AttentionBackward(gdout, gqkv, cout, clse, tc.heads.num_heads, gdqkv);
-    } else {
-      gpu.AttentionBackward(gdout, gqkv, cout, clse, tc.heads, gdqkv);
-    }
-    Expect(gdqkv, dqkv, "dqkv");
-  }
-}
-
-TEST_P(CudaOpsTest, AttentionForwardAndBackwardMatchCpu) { CheckAttentionCases(*gpu_); }
-
-// The tensor-core kernels (Note [Tensor-core attention]) on the same cases, and their backward
-// bit for bit the same when run twice. Their P and dS are rounded to the dtype before the
-// products (FlashAttention's rounding), one more rounding of each term that the dtype's
-// tolerance covers.
-TEST_P(CudaOpsTest, TensorCoreAttentionMatchesCpu) {
-  if (dtype() == DType::kF32) GTEST_SKIP() << "tensor cores take bf16 and fp16 only";
-  const std::unique_ptr<Ops> tensor_cores = MakeCudaOps(0, {.tensor_core_attention = true});
-  CheckAttentionCases(*tensor_cores);
-  const AttnCase& c = kAttnCases[6];  // 8 query heads over 2 KV heads, T = 100, HS = 128
-  auto qkv = Rand(NumElements(c.qkv()), 3), dout = Rand(NumElements(c.out()), 4);
-  DeviceTensor gqkv = Dev(qkv, c.qkv()), gdout = Dev(dout, c.out()), gout = Out(c.out());
-  DeviceTensor glse = OutF32(c.lse());
-  tensor_cores->AttentionForward(gqkv, c.heads, gout, glse);
-  auto backward = [&] {
-    DeviceTensor gdqkv = Out(c.qkv());
-    tensor_cores->AttentionBackward(gdout, gqkv, gout, glse, c.heads, gdqkv);
-    return gdqkv.Bytes();
-  };
-  EXPECT_EQ(backward(), backward()) << "the tensor-core backward is not deterministic";
 }
 
 struct RopeCase {

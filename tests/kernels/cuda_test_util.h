@@ -152,6 +152,20 @@ class CrossBackendTest : public ::testing::TestWithParam<DType> {
   std::vector<float> Rand(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) const {
     return RoundTo(dtype(), Random(n, seed, lo, hi));
   }
+  // Device copies of host values in the tested dtype or fp32, and NaN-filled outputs.
+  DeviceTensor Dev(const std::vector<float>& v, Shape shape) const {
+    return DeviceTensor(v, std::move(shape), dtype());
+  }
+  DeviceTensor DevF32(const std::vector<float>& v, Shape shape) const {
+    return DeviceTensor(v, std::move(shape), DType::kF32);
+  }
+  DeviceTensor Out(Shape shape) const { return DeviceTensor(std::move(shape), dtype()); }
+  DeviceTensor OutF32(Shape shape) const { return DeviceTensor(std::move(shape), DType::kF32); }
+  // The GPU result against the CPU one, at the dtype's tolerance unless `tol` is given.
+  void Expect(const DeviceTensor& got, const std::vector<float>& want, const std::string& what,
+              double tol = 0.0) const {
+    ExpectClose(got.ToHost(), ToDouble(want), tol > 0.0 ? tol : Tol(), what);
+  }
 
   std::unique_ptr<Ops> cpu_, gpu_;
 };
