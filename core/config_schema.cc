@@ -263,13 +263,15 @@ std::vector<ConfigKey> ModelDataTrainingKeys() {
           "Context size: rows of GPT-2's position embedding, the longest sequence Llama takes."),
       Key("model.n_kv_head", T::kInt, "auto",
           "Key/value heads (Llama): each serves `n_head / n_kv_head` consecutive query heads "
-          "(grouped-query attention; 1 = multi-query). `\"auto\"`: `n_head`.")
+          "(grouped-query attention; 1 = multi-query). `\"auto\"`: `n_head` (0 is "
+          "refused).")
           .Auto(),
       Key("model.head_dim", T::kInt, "auto",
-          "Features per attention head (Llama). `\"auto\"`: `n_embd / n_head`.")
+          "Features per attention head (Llama). `\"auto\"`: `n_embd / n_head` (0 is refused).")
           .Auto(),
       Key("model.intermediate_size", T::kInt, "auto",
-          "Width of the MLP (Llama's SwiGLU gate/up). `\"auto\"`: `4 n_embd` (GPT-2's).")
+          "Width of the MLP (Llama's SwiGLU gate/up). `\"auto\"`: `4 n_embd` (GPT-2's; 0 is "
+          "refused).")
           .Auto(),
       Key("model.norm_eps", T::kNumber, 1e-5,
           "Epsilon of the norms (Llama's `rms_norm_eps`; GPT-2's LayerNorm uses 1e-5)."),
@@ -322,7 +324,9 @@ std::vector<ConfigKey> ModelDataTrainingKeys() {
           "The model written at the end: a path ending in `/` or an existing directory "
           "gets a Hugging Face model directory (config.json, fp32 safetensors, sharded above "
           "5 GB with an index, generation_config.json, the tokenizer files of a HF "
-          "`model.init_from`); any other path an llm.c model file (GPT-2); empty = none."),
+          "`model.init_from`); any other path an llm.c model file (GPT-2); empty = none. Written "
+          "beside the path and put in place whole, replacing an earlier save in one step; a "
+          "directory holding other than a model's files is refused."),
       Key("training.job_name", T::kString, "ztrain",
           "Name of the run: names its output directory (and, with offload, its swap files)."),
       Key("training.output_dir", T::kString, "",

@@ -6,10 +6,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <map>
 #include <optional>
+#include <set>
 
 #include "core/error.h"
 #include "core/logging.h"
@@ -21,6 +25,7 @@ namespace fs = std::filesystem;
 using ::ztrain::detail::StrCat;
 
 constexpr const char* kStagingTag = ".ztrain-staging.";
+constexpr const char* kJournal = ".ztrain-commit";  // Note [Staged file sets]
 
 std::string HostName() {
   char host[256] = {};
@@ -99,24 +104,112 @@ std::vector<fs::path> StagingNames(const fs::path& out) {
   return found;
 }
 
-// Removes the staging names of `out` whose process is gone on this host; names the others.
+// A commit's journal (Note [Staged file sets]): the files to put in place, in order, and the
+// earlier set's files to remove.
+struct Journal {
+  std::vector<std::string> put, remove;
+};
+
+std::optional<Journal> ReadJournal(const fs::path& staging) {
+  std::ifstream in(staging / kJournal);
+  if (!in) return std::nullopt;
+  Journal j;
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("put ", 0) == 0) j.put.push_back(line.substr(4));
+    if (line.rfind("remove ", 0) == 0) j.remove.push_back(line.substr(7));
+  }
+  return j;
+}
+
+// Writes the journal whole (a temporary file, synced, renamed): its existence decides the commit.
+void WriteJournal(const fs::path& staging, const Journal& j) {
+  std::string text;
+  for (const std::string& n : j.put) text += StrCat("put ", n, "\n");
+  for (const std::string& n : j.remove) text += StrCat("remove ", n, "\n");
+  const fs::path tmp = staging / StrCat(kJournal, ".tmp");
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  ZTRAIN_CHECK_T(IoError, fd >= 0, "cannot create '", tmp.string(), "': ", std::strerror(errno));
+  const bool written = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) &&
+                       ::fsync(fd) == 0;
+  const int err = errno;
+  ::close(fd);
+  ZTRAIN_CHECK_T(IoError, written, "cannot write '", tmp.string(), "': ", std::strerror(err));
+  ZTRAIN_CHECK_T(IoError, std::rename(tmp.c_str(), (staging / kJournal).c_str()) == 0,
+                 "cannot rename '", tmp.string(), "': ", std::strerror(errno));
+  SyncDirectory(staging);
+}
+
+// Carries out a decided commit; any step may have been done already by a run killed in the
+// middle of it. Returns the paths of the earlier set it removed.
+std::vector<std::string> ApplyJournal(const fs::path& staging, const Journal& j) {
+  const fs::path dir = staging.parent_path();
+  for (const std::string& name : j.put) {
+    const fs::path from = staging / name, to = dir / name;
+    if (std::rename(from.c_str(), to.c_str()) == 0) continue;
+    const int err = errno;  // ENOENT: a killed run put this one in place already
+    std::error_code ec;
+    ZTRAIN_CHECK_T(IoError, err == ENOENT && fs::exists(to, ec), "cannot put '", from.string(),
+                   "' in place as '", to.string(), "': ", std::strerror(err));
+  }
+  std::vector<std::string> removed;
+  for (const std::string& name : j.remove) {
+    const fs::path old = dir / name;
+    if (::unlink(old.c_str()) == 0) {
+      removed.push_back(old.string());
+      continue;
+    }
+    const int err = errno;
+    ZTRAIN_CHECK_T(IoError, err == ENOENT, "cannot remove '", old.string(),
+                   "' of the earlier output: ", std::strerror(err));
+  }
+  SyncDirectory(dir);
+  std::error_code ec;
+  fs::remove_all(staging, ec);
+  return removed;
+}
+
+// The pid and host a staging name carries (`<prefix><pid>@<host>`); pid 0 when it has none.
+std::pair<long, std::string> Owner(const fs::path& staging, const std::string& prefix) {
+  const std::string rest = staging.filename().string().substr(prefix.size());
+  const size_t at = rest.find('@');
+  if (at == std::string::npos) return {0, ""};
+  return {std::atol(rest.substr(0, at).c_str()), rest.substr(at + 1)};
+}
+
+// Finishes the commits of `out` that runs on this host decided but did not finish (their
+// process is gone, or it is this one), removes their other staging names, and names those of
+// running processes and other hosts.
 void CleanLeftovers(const fs::path& out) {
   const std::string prefix = StagingPrefix(out), host = HostName();
   for (const fs::path& path : StagingNames(out)) {
-    const std::string rest = path.filename().string().substr(prefix.size());  // <pid>@<host>...
-    const size_t at = rest.find('@');
-    const long pid = at == std::string::npos ? 0 : std::atol(rest.substr(0, at).c_str());
-    const bool ours = at != std::string::npos && rest.compare(at + 1, host.size(), host) == 0;
-    if (ours && !ProcessAlive(pid)) {
-      std::error_code rm;
-      fs::remove_all(path, rm);
-      Log().info("removed {}, left by a run that was killed before it finished (pid {})",
-                 path.string(), pid);
-    } else if (!ours || pid != ::getpid()) {
+    const auto [pid, owner_host] = Owner(path, prefix);
+    // A writer's own temporary beside the staging name (`<staging>.tmp`) is ours too.
+    const bool ours =
+        pid > 0 && (owner_host == host || owner_host.rfind(host + ".", 0) == 0);
+    if (!ours || (pid != ::getpid() && ProcessAlive(pid))) {
       Log().warn("{} is the unfinished output of another run (pid {}{}); left as it is",
                  path.string(), pid, ours ? ", still running" : " on another host");
+      continue;
+    }
+    if (const std::optional<Journal> journal = ReadJournal(path)) {
+      ApplyJournal(path, *journal);
+      Log().info("finished putting {} in place: the run that wrote it (pid {}) was killed while "
+                 "it did so",
+                 out.string(), pid);
+      continue;
+    }
+    std::error_code rm;
+    fs::remove_all(path, rm);
+    if (pid != ::getpid()) {
+      Log().info("removed {}, left by a run that was killed before it finished (pid {})",
+                 path.string(), pid);
     }
   }
+}
+
+// Creates nothing: the name under which this process stages `out`.
+fs::path OwnStagingPath(const fs::path& out) {
+  return out.parent_path() / StrCat(StagingPrefix(out), ::getpid(), "@", HostName());
 }
 
 struct FileId {
@@ -173,9 +266,7 @@ StagedOutput::StagedOutput(std::string out, Kind kind, bool overwrite, std::stri
   ZTRAIN_CHECK_T(IoError, fs::is_directory(final_path.parent_path()), "cannot create '",
                  final_path.parent_path().string(), "' for ", what_, ": ", ec.message());
   CleanLeftovers(final_path);
-  staging_ =
-      (final_path.parent_path() / StrCat(StagingPrefix(final_path), ::getpid(), "@", HostName()))
-          .string();
+  staging_ = OwnStagingPath(final_path).string();
   fs::remove_all(staging_, ec);
   if (kind_ == Kind::kDirectory) {
     ZTRAIN_CHECK_T(IoError, fs::create_directory(staging_, ec), "cannot create '", staging_,
@@ -212,6 +303,89 @@ std::vector<std::string> StagedOutput::Leftovers(const std::string& out) {
   std::vector<std::string> found;
   for (const fs::path& p : StagingNames(Normalized(out))) found.push_back(p.string());
   return found;
+}
+
+StagedFileSet::StagedFileSet(std::string out, std::function<bool(const std::string&)> earlier,
+                             std::string what)
+    : out_(std::move(out)), what_(std::move(what)), earlier_(std::move(earlier)) {
+  const fs::path final_path = Normalized(out_);
+  dir_ = final_path.parent_path().string();
+  std::error_code ec;
+  fs::create_directories(dir_, ec);
+  ZTRAIN_CHECK_T(IoError, fs::is_directory(dir_), "cannot create '", dir_, "' for ", what_, ": ",
+                 ec.message());
+  CleanLeftovers(final_path);
+  staging_ = OwnStagingPath(final_path).string();
+  fs::remove_all(staging_, ec);
+  ZTRAIN_CHECK_T(IoError, fs::create_directory(staging_, ec), "cannot create '", staging_,
+                 "' to stage ", what_, " '", out_, "': ", ec.message());
+}
+
+StagedFileSet::~StagedFileSet() {
+  if (committed_) return;  // a decided commit is finished by the next run, never undone
+  std::error_code ec;
+  fs::remove_all(staging_, ec);
+}
+
+std::string StagedFileSet::PathOf(const std::string& name) const {
+  ZTRAIN_ASSERT(!name.empty() && name.find_first_of("/\n") == std::string::npos,
+                "a staged file is named by a plain file name");
+  return (fs::path(staging_) / name).string();
+}
+
+std::vector<std::string> StagedFileSet::Commit(const std::vector<std::string>& names) {
+  Journal journal;
+  for (const std::string& name : names) {
+    std::error_code ec;
+    ZTRAIN_CHECK_T(IoError, fs::is_regular_file(PathOf(name), ec), "nothing was written to '",
+                   PathOf(name), "' for ", what_, " '", out_, "'");
+    journal.put.push_back(name);
+  }
+  const std::set<std::string> replaced(names.begin(), names.end());
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir_, ec)) {
+    const std::string name = e.path().filename().string();
+    if (e.is_regular_file() && !replaced.contains(name) && earlier_(name)) {
+      journal.remove.push_back(name);
+    }
+  }
+  std::sort(journal.remove.begin(), journal.remove.end());
+  WriteJournal(staging_, journal);
+  committed_ = true;
+  return ApplyJournal(staging_, journal);
+}
+
+void StagedFileSet::FinishInterrupted(const std::string& out) { CleanLeftovers(Normalized(out)); }
+
+void CheckNoUnfinishedCommit(const std::vector<std::string>& files, const std::string& what) {
+  std::map<fs::path, std::vector<fs::path>> by_dir;
+  for (const std::string& f : files) {
+    const fs::path p = fs::absolute(f).lexically_normal();
+    by_dir[p.parent_path()].push_back(p);
+  }
+  for (const auto& [dir, in_dir] : by_dir) {
+    std::error_code ec;
+    for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+      const std::string name = e.path().filename().string();
+      const size_t tag = name.find(kStagingTag);
+      if (name.empty() || name[0] != '.' || tag == std::string::npos) continue;
+      const std::optional<Journal> journal = ReadJournal(e.path());
+      if (!journal) continue;
+      std::set<std::string> names(journal->put.begin(), journal->put.end());
+      names.insert(journal->remove.begin(), journal->remove.end());
+      const fs::path out = dir / name.substr(1, tag - 1);
+      const auto [pid, host] = Owner(e.path(), StagingPrefix(out));
+      for (const fs::path& f : in_dir) {
+        ZTRAIN_CHECK_T(
+            ConfigError, !names.contains(f.filename().string()), what, " file '", f.string(),
+            "' belongs to '", out.string(), "', which a run (pid ", pid, " on ", host,
+            ") was putting in place when it stopped or is still putting in place: those files "
+            "mix two versions (the rest are in '", e.path().string(), "'). Run the command that "
+            "wrote '", out.string(), "' again (ztrain data with the same --out): it finishes "
+            "putting it in place before anything else");
+      }
+    }
+  }
 }
 
 void CheckOutputIsNoInput(const std::string& out, const std::string& what,

@@ -15,6 +15,7 @@
 // --overwrite); otherwise the constructor refuses it, naming what is there. Errors:
 // ConfigError for a refused output, IoError naming the path and the OS error. Not thread
 // safe; one object per output.
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -50,6 +51,49 @@ class StagedOutput {
   Kind kind_;
   bool committed_ = false;
 };
+
+// Note [Staged file sets]: files that belong together but lie beside other files in one
+// directory (a corpus's shards, its validation shards and manifest: Note [Corpus shards]) can
+// not be swapped in one rename. They are written into a staging directory named as above for
+// the set's `out`, and Commit() first writes a journal into it (`.ztrain-commit`, atomically:
+// the names to put in place, in order, and the names of the earlier set to remove), then
+// renames each file into place and removes the earlier set's other files. Once the journal
+// exists the commit is decided: a run killed in the middle leaves a directory that mixes the
+// two sets, and the next StagedOutput or StagedFileSet for the same `out` finishes that commit
+// from the journal (each step can be repeated) before anything else; until then
+// CheckNoUnfinishedCommit refuses to read the mixed files (the training data loader calls it).
+// Killed before the journal, the staging directory is removed and the earlier set is untouched.
+class StagedFileSet {
+ public:
+  // `out`: the set's main path (`dir/name`); the set's files go into its directory.
+  // `earlier(filename)`: whether a file of that directory belongs to an earlier set of this
+  // name (those the new set does not replace are removed at Commit). Finishes an interrupted
+  // commit for `out`, removes killed runs' staging, and creates this run's staging directory.
+  StagedFileSet(std::string out, std::function<bool(const std::string&)> earlier, std::string what);
+  ~StagedFileSet();
+  StagedFileSet(const StagedFileSet&) = delete;
+  StagedFileSet& operator=(const StagedFileSet&) = delete;
+
+  // Where the file named `name` (a plain file name) is written before the commit.
+  std::string PathOf(const std::string& name) const;
+  // Puts the files `names` (all written, in this order) in place and removes the earlier set's
+  // others; returns the paths it removed.
+  std::vector<std::string> Commit(const std::vector<std::string>& names);
+
+  // Finishes or removes what killed runs left for `out` (as the constructor does) without
+  // starting a new set.
+  static void FinishInterrupted(const std::string& out);
+
+ private:
+  std::string out_, dir_, staging_, what_;
+  std::function<bool(const std::string&)> earlier_;
+  bool committed_ = false;
+};
+
+// Throws ConfigError when one of `files` is part of a set whose commit was interrupted (Note
+// [Staged file sets]), naming the set and how to finish it. `what` names the files
+// ("data.train").
+void CheckNoUnfinishedCommit(const std::vector<std::string>& files, const std::string& what);
 
 // A file or directory a command reads, named for messages ("model.init_from").
 struct NamedInput {

@@ -220,11 +220,14 @@ class DocumentReader {
   std::atomic<int64_t> bytes_read_{0};
 };
 
-// Tokens fill shards of `shard_tokens` (Note [Corpus shards]), staged under ".partial".
+// Tokens fill shards of `shard_tokens` (Note [Corpus shards]), written into the corpus's
+// staging directory (Note [Staged file sets], core/staged_output.h).
 class ShardSink {
  public:
-  ShardSink(std::string out, int64_t shard_tokens, TokenFormat format, bool val)
-      : out_(std::move(out)), shard_tokens_(shard_tokens), format_(format), val_(val) {}
+  ShardSink(StagedFileSet& staged, std::string out, int64_t shard_tokens, TokenFormat format,
+            bool val)
+      : staged_(staged), out_(std::move(out)), shard_tokens_(shard_tokens), format_(format),
+        val_(val) {}
 
   void Append(std::span<const int32_t> tokens) {
     while (!tokens.empty()) {
@@ -243,40 +246,19 @@ class ShardSink {
     Flush(index_ == 0 ? out_ : SplitShardPath(out_, index_));
   }
 
-  // Renames the staged shards to their names.
-  void Commit() {
-    for (const ShardFile& f : files_) fs::rename(f.path + kPartial, f.path);
-  }
-
-  void Discard() noexcept {
-    std::error_code ec;
-    for (const ShardFile& f : files_) fs::remove(f.path + kPartial, ec);
-  }
-
   int64_t tokens() const { return tokens_; }
   const std::vector<ShardFile>& files() const { return files_; }
 
-  // Files a glob of these shards would read that this run did not write.
-  std::vector<std::string> Stale() const {
-    std::vector<std::string> stale;
-    std::error_code ec;
-    const std::string next = SplitShardPath(out_, static_cast<int64_t>(files_.size()));
-    if (fs::exists(next, ec)) stale.push_back(next);
-    if (files_.size() > 1 && fs::exists(out_, ec)) stale.push_back(out_);
-    if (files_.size() == 1 && fs::exists(SplitShardPath(out_, 0), ec)) {
-      stale.push_back(SplitShardPath(out_, 0));
-    }
-    return stale;
-  }
-
  private:
   void Flush(const std::string& path) {
-    WriteTokenShard(path + kPartial, TokenSpan(buffer_), format_);
+    WriteTokenShard(staged_.PathOf(fs::path(path).filename().string()), TokenSpan(buffer_),
+                    format_);
     files_.push_back(ShardFile{path, static_cast<int64_t>(buffer_.size()), val_});
     buffer_.clear();
     ++index_;
   }
 
+  StagedFileSet& staged_;
   std::string out_;
   int64_t shard_tokens_;
   TokenFormat format_;
@@ -342,15 +324,31 @@ std::string WhyBinary(const std::string& file) {
                 "UTF-8)");
 }
 
-// Whether `file` is, or could be, one of the files written for `out` (Note [Corpus shards]).
+// Whether `rest` is "_" and six or more digits and ".bin": a numbered shard's suffix.
+bool IsShardNumber(std::string_view rest) {
+  if (rest.size() < 11 || rest[0] != '_' || !rest.ends_with(".bin")) return false;
+  const std::string_view digits = rest.substr(1, rest.size() - 5);
+  return std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+// Whether a file named `name` in --out's directory is one a corpus at `out` consists of (Note
+// [Corpus shards]): its shard, numbered shards, validation shards or manifest.
+bool IsCorpusFile(const std::string& name, const std::string& out) {
+  if (name == fs::path(out).filename().string()) return true;  // also when it lacks ".bin"
+  const std::string stem = fs::path(Stem(out)).filename().string();
+  if (name.rfind(stem, 0) != 0) return false;
+  const std::string_view rest = std::string_view(name).substr(stem.size());
+  return rest == ".bin" || rest == ".manifest.json" || rest == ".val.bin" || IsShardNumber(rest) ||
+         (rest.starts_with(".val") && IsShardNumber(rest.substr(4)));
+}
+
+// Whether `file` is, or could be, one of the files written for `out`.
 bool IsOutputOf(const std::string& file, const std::string& out) {
   std::error_code ec;
   if (fs::equivalent(file, out, ec)) return true;
-  const std::string f = fs::absolute(file).lexically_normal().string();
-  const std::string stem = fs::absolute(Stem(out)).lexically_normal().string();
-  if (f.rfind(stem, 0) != 0) return false;
-  const std::string rest = f.substr(stem.size());
-  return rest == ".manifest.json" || (EndsWith(rest, ".bin") && (rest[0] == '_' || rest.rfind(".val", 0) == 0));
+  const fs::path f = fs::weakly_canonical(fs::absolute(file), ec);
+  const fs::path dir = fs::weakly_canonical(fs::absolute(out).parent_path(), ec);
+  return f.parent_path() == dir && IsCorpusFile(f.filename().string(), out);
 }
 
 void CheckOptions(const CorpusOptions& o, const std::vector<std::string>& files) {
@@ -391,19 +389,24 @@ void CheckOptions(const CorpusOptions& o, const std::vector<std::string>& files)
     if (fs::is_directory(in, ec)) inputs.push_back({"the input directory", in});
   }
   CheckOutputIsNoInput(o.out, "--out", inputs);
-  // An earlier corpus at --out is replaced only when asked.
+}
+
+// An earlier corpus at --out is replaced only when asked.
+void CheckNoEarlierCorpus(const CorpusOptions& o) {
   if (o.overwrite) return;
-  const std::string val = stem + ".val.bin";
-  for (const std::string& p : {o.out, SplitShardPath(o.out, 0), val, SplitShardPath(val, 0),
-                               stem + ".manifest.json"}) {
-    ZTRAIN_CHECK_T(ConfigError, !fs::exists(p, ec), "--out '", o.out, "': '", p,
+  const fs::path dir = fs::absolute(o.out).parent_path();
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+    ZTRAIN_CHECK_T(ConfigError, !IsCorpusFile(e.path().filename().string(), o.out), "--out '",
+                   o.out, "': '", e.path().string(),
                    "' is there from an earlier run; nothing is overwritten unless asked: give "
                    "--overwrite to replace that corpus (its shards and manifest), or choose "
                    "another --out");
   }
 }
 
-// Removes the staged shards (".partial") of an earlier run at `out` that did not finish.
+// Removes the shards (".partial") that ztrain versions before Note [Staged file sets] staged
+// beside `out` in a run that did not finish.
 void RemovePartialShards(const std::string& out) {
   const fs::path stem = fs::absolute(Stem(out));
   const fs::path dir = stem.parent_path();
@@ -453,14 +456,11 @@ json Manifest(const CorpusOptions& o, const CorpusReport& r, const Tokenizer& to
           {"invalid_utf8_replaced", r.invalid_utf8}};
 }
 
-void WriteTextAtomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    f << text;
-    ZTRAIN_CHECK_T(IoError, f.good(), "cannot write '", tmp, "'");
-  }
-  fs::rename(tmp, path);
+void WriteText(const std::string& path, const std::string& text) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f << text;
+  f.flush();
+  ZTRAIN_CHECK_T(IoError, f.good(), "cannot write '", path, "'");
 }
 
 }  // namespace
@@ -512,75 +512,67 @@ CorpusReport TokenizeCorpus(const CorpusOptions& o) {
       o.threads > 0 ? o.threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
 
   const std::string stem = Stem(o.out);
-  if (const fs::path dir = fs::path(o.out).parent_path(); !dir.empty()) {
-    std::error_code ec;
-    fs::create_directories(dir, ec);
-    ZTRAIN_CHECK_T(IoError, !ec, "cannot create the directory '", dir.string(), "' for --out: ",
-                   ec.message());
-  }
+  // Finishes a killed run's commit first, so that the corpus judged below is a whole one.
+  StagedFileSet staged(o.out, [&o](const std::string& name) { return IsCorpusFile(name, o.out); },
+                       "--out");
+  CheckNoEarlierCorpus(o);
   RemovePartialShards(o.out);
-  ShardSink train(o.out, o.shard_tokens, r.format, false);
-  ShardSink val(stem + ".val.bin", o.shard_tokens, r.format, true);
+  ShardSink train(staged, o.out, o.shard_tokens, r.format, false);
+  ShardSink val(staged, stem + ".val.bin", o.shard_tokens, r.format, true);
   std::vector<int64_t> documents(files.size(), 0);
   DocumentReader reader(files, o, tokenizer->splits_anywhere());
   bool to_val = false;  // the current document's split
   auto last_report = start;
-  try {
-    // The next batch is read (and its JSON parsed) on its own thread while this one is encoded.
-    const auto read = [&reader, threads] { return reader.NextBatch(kBatchBytesPerThread * threads); };
-    std::future<std::vector<Piece>> next = std::async(std::launch::async, read);
-    for (std::vector<Piece> batch = next.get(); !batch.empty(); batch = next.get()) {
-      next = std::async(std::launch::async, read);
-      const std::vector<std::vector<int32_t>> encoded =
-          EncodeBatch(batch, *tokenizer, r.document_tokens, threads);
-      for (size_t i = 0; i < batch.size(); ++i) {
-        const Piece& piece = batch[i];
-        if (piece.starts_document) {
-          to_val = val.tokens() < o.val_tokens;
-          ++r.documents;
-          r.val_documents += to_val ? 1 : 0;
-          ++documents[piece.file];
-        }
-        if (piece.invalid > 0 && r.invalid_utf8 == 0) {
-          r.first_invalid = StrCat(Where(piece, files), " byte ", piece.first_invalid);
-        }
-        r.invalid_utf8 += piece.invalid;
-        (to_val ? val : train).Append(encoded[i]);
+  // The next batch is read (and its JSON parsed) on its own thread while this one is encoded.
+  const auto read = [&reader, threads] { return reader.NextBatch(kBatchBytesPerThread * threads); };
+  std::future<std::vector<Piece>> next = std::async(std::launch::async, read);
+  for (std::vector<Piece> batch = next.get(); !batch.empty(); batch = next.get()) {
+    next = std::async(std::launch::async, read);
+    const std::vector<std::vector<int32_t>> encoded =
+        EncodeBatch(batch, *tokenizer, r.document_tokens, threads);
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const Piece& piece = batch[i];
+      if (piece.starts_document) {
+        to_val = val.tokens() < o.val_tokens;
+        ++r.documents;
+        r.val_documents += to_val ? 1 : 0;
+        ++documents[piece.file];
       }
-      const auto now = std::chrono::steady_clock::now();
-      if (o.on_progress && now - last_report >= std::chrono::seconds(1)) {
-        last_report = now;
-        o.on_progress(CorpusProgress{reader.bytes_read(), total_bytes, r.documents,
-                                     train.tokens() + val.tokens(),
-                                     std::chrono::duration<double>(now - start).count()});
+      if (piece.invalid > 0 && r.invalid_utf8 == 0) {
+        r.first_invalid = StrCat(Where(piece, files), " byte ", piece.first_invalid);
       }
+      r.invalid_utf8 += piece.invalid;
+      (to_val ? val : train).Append(encoded[i]);
     }
-    ZTRAIN_CHECK_T(ConfigError, train.tokens() + val.tokens() > 0,
-                   "the inputs hold no text: nothing to write");
-    ZTRAIN_CHECK_T(ConfigError, train.tokens() > 0, "--val-tokens ", o.val_tokens,
-                   " takes the whole corpus (", val.tokens(),
-                   " tokens) for validation and leaves none to train on; give fewer");
-    train.Finish();
-    val.Finish();
-  } catch (...) {
-    train.Discard();
-    val.Discard();
-    throw;
+    const auto now = std::chrono::steady_clock::now();
+    if (o.on_progress && now - last_report >= std::chrono::seconds(1)) {
+      last_report = now;
+      o.on_progress(CorpusProgress{reader.bytes_read(), total_bytes, r.documents,
+                                   train.tokens() + val.tokens(),
+                                   std::chrono::duration<double>(now - start).count()});
+    }
   }
-  train.Commit();
-  val.Commit();
+  ZTRAIN_CHECK_T(ConfigError, train.tokens() + val.tokens() > 0,
+                 "the inputs hold no text: nothing to write");
+  ZTRAIN_CHECK_T(ConfigError, train.tokens() > 0, "--val-tokens ", o.val_tokens,
+                 " takes the whole corpus (", val.tokens(),
+                 " tokens) for validation and leaves none to train on; give fewer");
+  train.Finish();
+  val.Finish();
   r.shards = val.files();
   r.shards.insert(r.shards.end(), train.files().begin(), train.files().end());
   r.tokens = train.tokens() + val.tokens();
   r.val_tokens = val.tokens();
   r.bytes = reader.bytes_read();
-  r.stale = train.Stale();
-  if (o.val_tokens > 0) {
-    for (std::string& s : val.Stale()) r.stale.push_back(std::move(s));
-  }
   r.manifest = stem + ".manifest.json";
+  const std::string manifest_name = fs::path(r.manifest).filename().string();
+  WriteText(staged.PathOf(manifest_name), Manifest(o, r, *tokenizer, files, documents).dump(2) + "\n");
+  // Shards first, the manifest last (Note [Staged file sets]).
+  std::vector<std::string> names;
+  for (const ShardFile& f : r.shards) names.push_back(fs::path(f.path).filename().string());
+  names.push_back(manifest_name);
+  r.removed = staged.Commit(names);
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  WriteTextAtomically(r.manifest, Manifest(o, r, *tokenizer, files, documents).dump(2) + "\n");
   return r;
 }
 

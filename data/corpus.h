@@ -23,8 +23,11 @@
 // time (about threads x 4 MiB of text; the next batch is read on its own thread while one is
 // encoded), and at most one shard of tokens is buffered per split. Encoding runs on `threads`
 // threads; the output is the same bytes whatever their
-// number (documents keep their order). Shards are written under a ".partial" suffix and
-// renamed only when the whole corpus succeeded, so a failure leaves earlier output as it was.
+// number (documents keep their order). The shards and manifest are written into a staging
+// directory beside `out` and put in place together only when the whole corpus succeeded (Note
+// [Staged file sets], core/staged_output.h): a failure or a kill leaves the earlier corpus as
+// it was, or the new one whole; its files that the new corpus does not replace (numbered
+// shards beyond the new count) are removed with the commit.
 //
 // Failures: IoError (files), ConfigError (options, inputs that are not what they should be),
 // both naming the file and, for JSONL, the line.
@@ -91,7 +94,7 @@ struct CorpusReport {
   int64_t val_tokens = 0;
   int64_t invalid_utf8 = 0;    // replacements
   std::string first_invalid;   // "file:line byte offset N" of the first, or ""
-  std::vector<std::string> stale;  // files from an earlier run a train glob would also read
+  std::vector<std::string> removed;  // files of the earlier corpus at --out this one does not replace
   double seconds = 0;
 };
 

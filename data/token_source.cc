@@ -7,6 +7,7 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "core/logging.h"
+#include "core/staged_output.h"
 #include "data/synthetic_corpus.h"
 
 namespace ztrain::data {
@@ -95,7 +96,10 @@ TokenSpan InMemoryTokenSource::shard(int64_t i) const {
 }
 
 ShardFileSource::ShardFileSource(const std::string& pattern) {
-  for (const std::string& path : ExpandGlob(pattern)) shards_.push_back(TokenShard::Open(path));
+  const std::vector<std::string> paths = ExpandGlob(pattern);
+  // Never a corpus that a killed `ztrain data` left half in place (Note [Staged file sets]).
+  CheckNoUnfinishedCommit(paths, "the data");
+  for (const std::string& path : paths) shards_.push_back(TokenShard::Open(path));
 }
 
 std::shared_ptr<const TokenSource> OpenDataSource(const DataConfig& config, Split split,

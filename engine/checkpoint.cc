@@ -384,6 +384,12 @@ int64_t ReadLatest(const std::string& root, std::string* problem) {
   return step;
 }
 
+std::string NothingToResume(const std::string& root) {
+  return StrCat("--resume: checkpoint.dir '", root, "' holds no checkpoint (no step<N> with a ",
+                kMetaFile, "), so there is nothing to resume; check that checkpoint.dir is the "
+                "directory the earlier run saved into, or leave out --resume to start a new run");
+}
+
 std::vector<int64_t> ResumeCandidates(const std::string& root, std::string* latest_problem) {
   const int64_t latest = ReadLatest(root, latest_problem);
   const std::vector<int64_t> steps = ListSteps(root);

@@ -128,6 +128,9 @@ int64_t ReadLatest(const std::string& root, std::string* problem = nullptr);
 // newest first. A `latest` that is garbage or names a step that is gone is described in
 // *latest_problem and skipped, as a corrupt checkpoint is.
 std::vector<int64_t> ResumeCandidates(const std::string& root, std::string* latest_problem);
+// What an explicit resume of `root` that holds no checkpoint is told (train --resume and
+// check-config --resume alike).
+std::string NothingToResume(const std::string& root);
 // Points `latest` at step<N> (temporary file, fsync, rename, fsync of the directory).
 void WriteLatest(const std::string& root, int64_t step);
 // Removes all but the `keep` newest step directories, and leftover partial ones; never the

@@ -192,10 +192,8 @@ ResumePoint Checkpointer::Resume(const std::string& tag, bool required) {
                                     : "falling back to the newest intact checkpoint, " +
                                           checkpoint::StepName(candidates[0]));
     }
-    ZTRAIN_CHECK_T(ConfigError, !candidates.empty() || !required, "--resume: checkpoint.dir '",
-                   root_, "' holds no checkpoint (no step<N> with a ", checkpoint::kMetaFile,
-                   "), so there is nothing to resume; check that checkpoint.dir is the directory "
-                   "the earlier run saved into, or leave out --resume to start a new run");
+    ZTRAIN_CHECK_T(ConfigError, !candidates.empty() || !required,
+                   checkpoint::NothingToResume(root_));
     if (candidates.empty()) {  // a first launch of a job that always resumes: start afresh
       Log().warn("no checkpoint in {} yet: starting from step 0", root_);
       return ResumePoint{};
@@ -304,8 +302,24 @@ std::string Checkpointer::SavedSteps() const {
 namespace {
 
 constexpr const char* kShapeKeys[] = {
-    "model.type",       "model.n_layer",           "model.n_head",     "model.n_embd",
-    "model.vocab_size", "model.padded_vocab_size", "model.max_seq_len"};
+    "model.type",        "model.n_layer",           "model.n_head",      "model.n_embd",
+    "model.vocab_size",  "model.padded_vocab_size", "model.max_seq_len", "model.n_kv_head",
+    "model.head_dim",    "model.intermediate_size"};
+
+// A size as the model has it: checkpoints of older versions saved "auto" sizes as 0 (the
+// ModelConfig accessors' rule), resolved configs now as the number.
+nlohmann::json EffectiveSize(const nlohmann::json& config, const std::string& path,
+                             const nlohmann::json& v) {
+  if (!v.is_number_integer() || v.get<int64_t>() != 0) return v;
+  const nlohmann::json* heads = ConfigValue(config, "model.n_head");
+  const nlohmann::json* embd = ConfigValue(config, "model.n_embd");
+  if (!heads || !embd || !heads->is_number_integer() || !embd->is_number_integer()) return v;
+  const int64_t h = heads->get<int64_t>(), c = embd->get<int64_t>();
+  if (path == "model.n_kv_head") return h;
+  if (path == "model.head_dim") return h > 0 ? c / h : 0;
+  if (path == "model.intermediate_size") return 4 * c;
+  return v;
+}
 constexpr const char* kAdapterKeys[] = {"lora.enabled",           "lora.r",
                                         "lora.target_modules",    "lora.layers_to_transform",
                                         "lora.modules_to_save",   "lora.bias"};
@@ -333,6 +347,7 @@ Checkpointer::ConfigDiff Checkpointer::Diff(const nlohmann::json& saved) const {
       if (!now) now = &kAbsent;
     }
     if (!before || !now || *before == *now) continue;
+    if (EffectiveSize(saved, path, *before) == EffectiveSize(config_.resolved, path, *now)) continue;
     const std::string what = StrCat(path, " ", before->dump(), " -> ", now->dump());
     (Among(kShapeKeys, path) ? diff.shape : adapters ? diff.adapters : diff.changed).push_back(what);
   }

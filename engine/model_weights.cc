@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/logging.h"
+#include "core/staged_output.h"
 #include "nn/family.h"
 #include "nn/hf_checkpoint.h"
 #include "nn/llmc_model_file.h"
@@ -190,41 +191,58 @@ LoadedWeights LoadPeftAdapter(const std::string& dir, const Config& config, Engi
   return loaded;
 }
 
+// Note [Staged outputs]: the final save appears whole, replacing the previous one in one step,
+// so a run killed while saving leaves the previous save (preflight refuses a directory that
+// holds anything but a model's files, which the replacement would delete).
 std::string SaveModelWeights(const std::string& path, const Config& config, Engine& e) {
   const ModelConfig& model = config.model;
+  const auto stage = [&path](StagedOutput::Kind kind) {
+    return std::make_unique<StagedOutput>(path, kind, /*overwrite=*/true, "training.save_final");
+  };
   if (config.lora.enabled) {
-    StagedModel staged;
+    StagedModel values;
     e.ForEachModelParameter(
         [&](const std::string& name, const Tensor& value) {
           const float* p = value.data<float>();
-          staged[name].assign(p, p + value.numel());
+          values[name].assign(p, p + value.numel());
         },
         /*trainable_only=*/true);
-    if (staged.empty()) return "PEFT adapter directory";  // written by another rank
-    nn::WritePeftAdapter(path, model, config.lora, DType::kF32,
-                         [&](const std::string& name) { return staged.at(name).data(); });
-    return fmt::format("PEFT adapter directory, fp32, {} tensors of the base {}", staged.size(),
+    if (values.empty()) return "PEFT adapter directory";  // written by another rank
+    const auto staged = stage(StagedOutput::Kind::kDirectory);
+    nn::WritePeftAdapter(staged->path(), model, config.lora, DType::kF32,
+                         [&](const std::string& name) { return values.at(name).data(); });
+    staged->Commit();
+    return fmt::format("PEFT adapter directory, fp32, {} tensors of the base {}", values.size(),
                        model.init_from.empty() ? "from training.seed" : model.init_from);
   }
   if (!nn::NamesHfModelDir(path)) {
-    StagedModel staged;
+    StagedModel values;
     bool writer = false;
     e.ForEachModelParameter([&](const std::string& name, const Tensor& value) {
       writer = true;
       const float* p = value.data<float>();
-      staged[name].assign(p, p + value.numel());
+      values[name].assign(p, p + value.numel());
     });
-    if (writer) nn::SaveLlmcModel(path, model, LookupIn(staged, e));
+    if (writer) {
+      const auto staged = stage(StagedOutput::Kind::kFile);
+      nn::SaveLlmcModel(staged->path(), model, LookupIn(values, e));
+      staged->Commit();
+    }
     return "llm.c model file";
   }
-  std::unique_ptr<nn::HfModelWriter> writer;  // on the rank that receives the parameters
+  std::unique_ptr<StagedOutput> staged;   // on the rank that receives the parameters
+  std::unique_ptr<nn::HfModelWriter> writer;
   e.ForEachModelParameter([&](const std::string& name, const Tensor& value) {
-    if (!writer) writer = std::make_unique<nn::HfModelWriter>(path, model, DType::kF32);
+    if (!writer) {
+      staged = stage(StagedOutput::Kind::kDirectory);
+      writer = std::make_unique<nn::HfModelWriter>(staged->path(), model, DType::kF32);
+    }
     writer->Add(name, value.data<float>());
   });
   if (!writer) return "Hugging Face directory";
-  const int copied = nn::CopyHfCompanionFiles(model.init_from, path);
+  const int copied = nn::CopyHfCompanionFiles(model.init_from, staged->path());
   const int shards = writer->Finish();
+  staged->Commit();
   return fmt::format("Hugging Face directory, fp32, {} safetensors file{}{}", shards,
                      shards == 1 ? "" : "s",
                      copied ? fmt::format(", {} tokenizer/generation files from {}", copied,

@@ -98,6 +98,22 @@ bool SameFile(const std::string& a, const std::string& b) {
   return fs::weakly_canonical(a, ec) == fs::weakly_canonical(b, ec);
 }
 
+// The entries of an existing directory that are not a model's or adapter's files (the final
+// save replaces the whole directory: Note [Staged outputs]), at most four named.
+std::string NotModelFiles(const std::string& dir) {
+  std::error_code ec;
+  std::string found;
+  int n = 0;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string(), ext = e.path().extension().string();
+    const bool model = e.is_regular_file() && (ext == ".safetensors" || ext == ".json" ||
+                                               ext == ".model" || name == "merges.txt" ||
+                                               name == "README.md");
+    if (!model && ++n <= 4) found += StrCat(n > 1 ? ", " : "", name, e.is_directory() ? "/" : "");
+  }
+  return n > 4 ? StrCat(found, " and ", n - 4, " more") : found;
+}
+
 void Outputs(const Config& c, const PreflightOptions& o, Problems& problems) {
   const bool create = o.create_outputs;
   const std::string& final_model = c.training.save_final;
@@ -106,6 +122,12 @@ void Outputs(const Config& c, const PreflightOptions& o, Problems& problems) {
     // run's a PEFT adapter directory; any other path an llm.c model file, GPT-2's format only.
     if (c.lora.enabled || nn::NamesHfModelDir(final_model)) {
       OutputDir("training.save_final", final_model, create, problems);
+      if (const std::string other = NotModelFiles(final_model); !other.empty()) {
+        problems.push_back(StrCat("training.save_final: '", final_model, "' holds ", other,
+                                  ", which are not a model's files; the final save replaces "
+                                  "the whole directory, so point training.save_final at a new "
+                                  "or empty directory (or an earlier save)"));
+      }
     } else if (c.model.type != "gpt2") {
       problems.push_back(StrCat("training.save_final: '", final_model,
                                 "' names a file, which ztrain writes as an llm.c model file, "

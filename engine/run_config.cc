@@ -313,6 +313,25 @@ void HardwareAutos(json& j, int world_size, const LaunchEnv& launch, Resolution&
   ResolveMicroBatch(j, world_size, device, launch, r);
 }
 
+// A 0 the user (or model.init_from's file) wrote for a size that "auto" derives: no model has
+// it. Resolved configs never hold one (core/config_resolve.cc), though ParseConfig still reads
+// the 0 of older checkpoints' configs as "auto".
+std::vector<std::string> ZeroSizes(const json& j) {
+  std::vector<std::string> problems;
+  const json* model = j.is_object() && j.contains("model") ? &j["model"] : nullptr;
+  if (model == nullptr || !model->is_object()) return problems;
+  for (const auto& [key, meaning] : {std::pair{"n_kv_head", "model.n_head"},
+                                     {"head_dim", "model.n_embd / model.n_head"},
+                                     {"intermediate_size", "4 model.n_embd"}}) {
+    const json v = model->value(key, json());
+    if (v.is_number_integer() && v.get<int64_t>() == 0) {
+      problems.push_back(StrCat("model.", key, ": must be >= 1, got 0 (\"auto\", or leaving it "
+                                "out, gives ", meaning, ")"));
+    }
+  }
+  return problems;
+}
+
 }  // namespace
 
 Config ResolveRunConfig(json j, int world_size, const LaunchEnv& launch) {
@@ -322,6 +341,7 @@ Config ResolveRunConfig(json j, int world_size, const LaunchEnv& launch) {
   HardwareAutos(j, world_size, launch, r);
   Config config;
   std::vector<std::string> problems = ConfigProblems(j, world_size, &config);
+  for (std::string& zero : ZeroSizes(j)) problems.push_back(std::move(zero));
   if (problems.empty()) {  // what the model's family refuses, as building it would
     try {
       nn::CheckModel(config.model);

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <numeric>
 #include <string>
@@ -14,6 +15,7 @@
 
 #include "core/config.h"
 #include "core/logging.h"
+#include "engine/checkpoint.h"
 #include "engine/checkpoint_export.h"
 #include "engine/device_select.h"
 #include "engine/estimate.h"
@@ -31,6 +33,8 @@
 namespace ztrain::launcher {
 
 namespace {
+
+namespace fs = std::filesystem;
 
 // Ranks on one node would each start one OpenMP thread per core and fight over the cores.
 // Unless the user chose OMP_NUM_THREADS, a rank gets the CPUs SLURM gave its task
@@ -405,7 +409,7 @@ int RunTrain(const std::string& config_path, const std::string& resume) {
     return Train(std::move(config), nullptr, env, resume);
   }
   if (env.launcher == "slurm" && env.rank == 0) {
-    const std::string problem = SrunMpiProblem(std::getenv("SLURM_MPI_TYPE"));
+    const std::string problem = SrunMpiProblem(std::getenv("SLURM_MPI_TYPE"), std::getenv("PMIX_RANK"));
     if (!problem.empty()) std::fprintf(stderr, "%s\n", problem.c_str());
   }
   const auto timeout =
@@ -446,7 +450,52 @@ int RunExport(const std::string& checkpoint, const std::string& format, const st
   return kExitOk;
 }
 
-int RunCheckConfig(const std::string& config_path, int world_size) {
+namespace {
+
+// The resolved config as a config file a user can give again: the sizes "auto" derives are
+// held as 0 inside (ModelConfig's accessors), which a config file may not say.
+nlohmann::json AsConfigFile(nlohmann::json resolved) {
+  for (const char* key : {"n_kv_head", "head_dim", "intermediate_size"}) {
+    nlohmann::json& v = resolved["model"][key];
+    if (v.is_number_integer() && v.get<int64_t>() == 0) v = "auto";
+  }
+  return resolved;
+}
+
+// What a run of `config` would resume from (`resume`: --resume's tag, or "" without it), on
+// stderr; an explicit resume that has nothing to resume is refused, as train refuses it.
+void CheckResume(const Config& config, const std::string& resume) {
+  const std::string tag = !resume.empty() ? resume : config.checkpoint.resume ? "latest" : "";
+  if (tag.empty()) return;
+  const std::string& root = config.checkpoint.dir;
+  ZTRAIN_CHECK_T(ConfigError, !root.empty(),
+                 "--resume: checkpoint.dir is not set, so there is nothing to resume from; set "
+                 "it to the directory the earlier run saved into");
+  if (tag != "latest") {
+    ZTRAIN_CHECK_T(ConfigError, fs::exists(fs::path(root) / tag / checkpoint::kMetaFile),
+                   "--resume ", tag, ": checkpoint.dir '", root, "' holds no checkpoint ", tag,
+                   "; give one it holds, or latest");
+    std::fprintf(stderr, "resume: from %s/%s\n", root.c_str(), tag.c_str());
+    return;
+  }
+  std::string problem;
+  const std::vector<int64_t> steps = checkpoint::ResumeCandidates(root, &problem);
+  if (!problem.empty()) std::fprintf(stderr, "resume: %s\n", problem.c_str());
+  ZTRAIN_CHECK_T(ConfigError, !steps.empty() || resume.empty(), checkpoint::NothingToResume(root));
+  if (steps.empty()) {
+    std::fprintf(stderr,
+                 "resume: checkpoint.dir '%s' holds no checkpoint yet: checkpoint.resume starts "
+                 "this run from step 0 (--resume would refuse it)\n",
+                 root.c_str());
+  } else {
+    std::fprintf(stderr, "resume: from %s/%s (the newest intact checkpoint)\n", root.c_str(),
+                 checkpoint::StepName(steps[0]).c_str());
+  }
+}
+
+}  // namespace
+
+int RunCheckConfig(const std::string& config_path, int world_size, const std::string& resume) {
   try {
     LaunchEnv env = DetectLaunchEnv();
     if (env.launcher == "none") env.world_size = world_size;
@@ -456,13 +505,14 @@ int RunCheckConfig(const std::string& config_path, int world_size) {
     } catch (const ConfigError& e) {
       throw ConfigError(detail::StrCat("config file ", config_path, ": ", e.what()));
     }
-    std::printf("%s\n", config.resolved.dump(2).c_str());
+    std::printf("%s\n", AsConfigFile(config.resolved).dump(2).c_str());
     std::fflush(stdout);
     for (const AutoChoice& a : config.auto_choices) {
       std::fprintf(stderr, "auto: %s = %s (%s)\n", a.path.c_str(), a.value.dump().c_str(),
                    a.reason.c_str());
     }
     PrintDeviceChoice(config.device, world_size);
+    CheckResume(config, resume);
     return kExitOk;
   } catch (const ConfigError& e) {
     std::fprintf(stderr, "%s\n", e.what());  // names the file and every problem

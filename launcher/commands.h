@@ -22,8 +22,9 @@ int RunExport(const std::string& checkpoint, const std::string& format, const st
 // `resume`: "" (start fresh unless checkpoint.resume), "latest" or a step to resume from.
 int RunTrain(const std::string& config_path, const std::string& resume = "");
 // Prints the resolved config (exit 0) or every error found (exit 2); on stderr, where its
-// device would put this process on this machine.
-int RunCheckConfig(const std::string& config_path, int world_size);
+// device would put this process on this machine and what a resume (`resume`, check-config's
+// --resume, or checkpoint.resume) would resume from.
+int RunCheckConfig(const std::string& config_path, int world_size, const std::string& resume);
 // `ztrain estimate`: what one rank's memory will peak at, by category, for a config or for
 // a GPT-2-shaped model given by size, beside every ZeRO stage and offload choice
 // (engine/estimate.h). Exit 2 with the reason for bad input.

@@ -115,10 +115,8 @@ int RunData(data::CorpusOptions options) {
                "--invalid-utf8 error refuses such input",
                r.invalid_utf8, r.invalid_utf8 == 1 ? " was" : "s were", r.first_invalid);
   }
-  for (const std::string& s : r.stale) {
-    Log().warn("{} is from an earlier run and not part of this corpus, but a glob of these "
-               "shards reads it; remove it",
-               s);
+  for (const std::string& s : r.removed) {
+    Log().info("removed {}: a shard of the corpus this one replaced (--overwrite)", s);
   }
   return kExitOk;
 }

@@ -38,6 +38,11 @@ int Main(int argc, char** argv) {
   check->add_option("file", check_path, "config file")->required();
   check->add_option("--world-size", world_size, "data-parallel ranks to validate the batch for")
       ->check(kPositive);
+  std::string check_resume;
+  check->add_option("--resume", check_resume,
+                    "check what train --resume would resume from ('latest' or step<N>)")
+      ->expected(0, 1)
+      ->default_str("latest");
 
   CLI::App* est = app.add_subcommand(
       "estimate", "per-rank memory by category before a run, beside every ZeRO stage and offload");
@@ -197,7 +202,7 @@ int Main(int argc, char** argv) {
     PrintVersion();
     return kExitOk;
   }
-  if (*check) return RunCheckConfig(check_path, world_size);
+  if (*check) return RunCheckConfig(check_path, world_size, check_resume);
   if (*est) return RunEstimate(estimate);
   if (*tune) return RunTune(tune_config, tune_budget, tune_world, tune_max);
   if (*data) {

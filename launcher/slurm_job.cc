@@ -28,9 +28,9 @@ bool RequeuesOnUsr1(const LaunchEnv& env, const Config& config) {
          config.checkpoint.slurm_requeue;
 }
 
-std::string SrunMpiProblem(const char* mpi_type) {
+std::string SrunMpiProblem(const char* mpi_type, const char* pmix_rank) {
   const std::string type = mpi_type == nullptr ? "" : mpi_type;
-  if (type.rfind("pmix", 0) == 0) return "";
+  if (pmix_rank != nullptr || type.rfind("pmix", 0) == 0) return "";
   return "ztrain: srun started these ranks with " +
          (type.empty() ? std::string("no MPI plugin") : "--mpi=" + type) +
          ", and OpenMPI builds without SLURM's PMI2 library (Debian's and most others) cannot "

@@ -19,10 +19,12 @@ bool ResumesAfterRequeue(const LaunchEnv& env, const Config& config);
 // checkpoint.slurm_requeue.
 bool RequeuesOnUsr1(const LaunchEnv& env, const Config& config);
 // For a task that srun started with several ranks: "" when srun bootstraps MPI through PMIx
-// (`mpi_type`, srun's SLURM_MPI_TYPE, is pmix or pmix_v*), else a line naming the fix, which
-// ztrain prints before MPI_Init: OpenMPI builds without SLURM's PMI2 library (Debian's, most)
-// fail there under --mpi=pmi2 or none, saying only that OpenMPI lacks PMI support.
-std::string SrunMpiProblem(const char* mpi_type);
+// (a PMIx server gave the task `pmix_rank`, PMIX_RANK, as it does under --mpi=pmix or
+// slurm.conf's MpiDefault=pmix; or `mpi_type`, srun's SLURM_MPI_TYPE, is pmix or pmix_v*),
+// else a line naming the fix, which ztrain prints before MPI_Init: OpenMPI builds without
+// SLURM's PMI2 library (Debian's, most) fail there under --mpi=pmi2 or none, saying only that
+// OpenMPI lacks PMI support.
+std::string SrunMpiProblem(const char* mpi_type, const char* pmix_rank);
 // Runs `scontrol requeue <job_id>` (SLURM then ends this job's processes and queues it
 // again); returns "" on success, or what failed and how to fix it.
 std::string RequeueSlurmJob(const std::string& job_id);

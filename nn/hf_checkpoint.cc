@@ -118,6 +118,8 @@ json ReadHfConfig(const std::string& dir) {
 
 HfCheckpoint::HfCheckpoint(std::string dir, const HfFiles& files)
     : dir_(std::move(dir)),
+      config_name_(files.config),
+      kind_(files.index ? "Hugging Face directory" : "PEFT adapter directory"),
       config_(ReadDirJson(
           dir_, files.config,
           files.index ? "a Hugging Face model directory" : "a PEFT adapter directory")) {
@@ -231,8 +233,8 @@ std::vector<std::string> CheckHfTensors(const HfCheckpoint& ckpt,
   std::set<std::string> used;
   for (const HfTensor& t : layout) {
     const SafetensorsEntry* e = ckpt.Find(t.hf_name);
-    ZTRAIN_CHECK_T(IoError, e != nullptr, "Hugging Face directory '", ckpt.dir(),
-                   "' has no tensor '", t.hf_name, "', which its config.json's model needs (",
+    ZTRAIN_CHECK_T(IoError, e != nullptr, ckpt.kind(), " '", ckpt.dir(), "' has no tensor '",
+                   t.hf_name, "', which its ", ckpt.config_name(), " needs (",
                    ztrain::ShapeToString(t.hf_shape), ")");
     DType dtype;
     ZTRAIN_CHECK_T(IoError, ReadableDType(e->dtype, &dtype), ckpt.FileOf(t.hf_name),
@@ -240,8 +242,9 @@ std::vector<std::string> CheckHfTensors(const HfCheckpoint& ckpt,
                    "; ztrain reads F32, BF16 and F16 (a quantized checkpoint needs "
                    "dequantizing first)");
     ZTRAIN_CHECK_T(IoError, e->shape == t.hf_shape, ckpt.FileOf(t.hf_name), ": tensor '",
-                   t.hf_name, "' is ", ztrain::ShapeToString(e->shape), " but config.json's model has ",
-                   ztrain::ShapeToString(t.hf_shape), "; the weights and config.json disagree");
+                   t.hf_name, "' is ", ztrain::ShapeToString(e->shape), " but ",
+                   ckpt.config_name(), " gives ", ztrain::ShapeToString(t.hf_shape),
+                   "; the weights and ", ckpt.config_name(), " disagree");
     used.insert(t.hf_name);
   }
   std::vector<std::string> unused;

@@ -67,6 +67,10 @@ class HfCheckpoint {
 
   const std::string& dir() const { return dir_; }
   const nlohmann::json& config() const { return config_; }
+  // The config file's name: config.json, or a PEFT adapter's adapter_config.json.
+  const char* config_name() const { return config_name_; }
+  // What the directory is, for messages ("Hugging Face directory", "PEFT adapter directory").
+  const char* kind() const { return kind_; }
   // The tensor's header entry, or nullptr.
   const SafetensorsEntry* Find(const std::string& name) const;
   // The file holding `name` (for messages).
@@ -83,6 +87,8 @@ class HfCheckpoint {
   const Where& Locate(const std::string& name) const;
 
   std::string dir_;
+  const char* config_name_;
+  const char* kind_;
   nlohmann::json config_;
   std::vector<std::string> files_;
   std::vector<SafetensorsHeader> headers_;

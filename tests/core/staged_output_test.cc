@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "tests/expect_error.h"
+#include "tests/killed_staging.h"
 
 namespace ztrain {
 namespace {
@@ -46,6 +47,14 @@ class StagedOutputTest : public ::testing::Test {
       if (!e.is_regular_file()) continue;
       std::ifstream in(e.path());
       files[fs::relative(e.path(), root).string()] = std::string(std::istreambuf_iterator<char>(in), {});
+    }
+    return files;
+  }
+  // The files directly in `dir` (name -> content): what a reader of the directory sees.
+  static std::map<std::string, std::string> TopFiles(const fs::path& dir) {
+    std::map<std::string, std::string> files;
+    for (const auto& e : fs::directory_iterator(dir)) {
+      if (e.is_regular_file()) files[e.path().filename().string()] = Files(e.path()).at("");
     }
     return files;
   }
@@ -141,6 +150,64 @@ TEST_F(StagedOutputTest, LeftoversOfKilledRunsAreRemovedAndOthersLeft) {
   EXPECT_FALSE(fs::exists(dead + ".tmp"));
   EXPECT_TRUE(fs::exists(alive)) << "a running process's staging was removed";
   EXPECT_TRUE(fs::exists(remote)) << "another host's staging was removed";
+}
+
+// Note [Staged file sets]: files beside others in one directory appear together at Commit,
+// the earlier set's files the new one lacks go, and other files stay; nothing changes before.
+TEST_F(StagedOutputTest, AFileSetReplacesTheEarlierSetAndNothingElse) {
+  const std::string out = dir_ + "/data/c.bin";
+  for (const char* name : {"c_000000.bin", "c_000001.bin", "c_000002.bin", "notes.txt"}) {
+    Write(fs::path(dir_) / "data" / name, std::string("old ") + name);
+  }
+  const auto earlier = [](const std::string& name) { return name.rfind("c_", 0) == 0; };
+  const auto before = TopFiles(dir_ + "/data");
+  {
+    StagedFileSet staged(out, earlier, "--out");
+    Write(staged.PathOf("c_000000.bin"), "new 0");
+    // dropped before Commit: a failure
+  }
+  EXPECT_EQ(TopFiles(dir_ + "/data"), before);
+  ExpectErrorWith<IoError>([&] { StagedFileSet(out, earlier, "--out").Commit({"missing"}); },
+                           {"nothing was written to", "missing"});
+  EXPECT_EQ(TopFiles(dir_ + "/data"), before);
+  StagedFileSet staged(out, earlier, "--out");
+  Write(staged.PathOf("c_000000.bin"), "new 0");
+  Write(staged.PathOf("c_000001.bin"), "new 1");
+  Write(staged.PathOf("c.manifest.json"), "manifest");
+  EXPECT_EQ(TopFiles(dir_ + "/data"), before) << "visible before the commit";
+  EXPECT_EQ(staged.Commit({"c_000000.bin", "c_000001.bin", "c.manifest.json"}),
+            std::vector<std::string>{dir_ + "/data/c_000002.bin"});
+  EXPECT_EQ(TopFiles(dir_ + "/data"), (std::map<std::string, std::string>{
+                                       {"c_000000.bin", "new 0"},
+                                       {"c_000001.bin", "new 1"},
+                                       {"c.manifest.json", "manifest"},
+                                       {"notes.txt", "old notes.txt"}}));
+  EXPECT_TRUE(StagedOutput::Leftovers(out).empty());
+}
+
+// A journal left by a killed commit is carried out by the next run, whatever part of it was
+// done, and the mixed files are refused to readers until then.
+TEST_F(StagedOutputTest, AnInterruptedFileSetCommitIsFinishedFromItsJournal) {
+  const std::string out = dir_ + "/c.bin";
+  const fs::path staging = testing::KilledRunStaging(out);
+  Write(fs::path(dir_) / "c_000000.bin", "new 0");  // already put in place
+  Write(fs::path(dir_) / "c_000001.bin", "old 1");
+  Write(fs::path(dir_) / "c_000002.bin", "old 2");  // to be removed
+  Write(staging / "c_000001.bin", "new 1");
+  Write(staging / ".ztrain-commit", "put c_000000.bin\nput c_000001.bin\nremove c_000002.bin\n");
+  ExpectErrorWith<ConfigError>(
+      [&] { CheckNoUnfinishedCommit({dir_ + "/c_000002.bin"}, "the data"); },
+      {"the data file '" + dir_ + "/c_000002.bin' belongs to '" + out + "'", staging.string()});
+  EXPECT_NO_THROW(CheckNoUnfinishedCommit({dir_ + "/other.bin"}, "the data"));
+  StagedFileSet::FinishInterrupted(out);
+  EXPECT_EQ(TopFiles(dir_), (std::map<std::string, std::string>{{"c_000000.bin", "new 0"},
+                                                            {"c_000001.bin", "new 1"}}));
+  EXPECT_NO_THROW(CheckNoUnfinishedCommit({dir_ + "/c_000000.bin"}, "the data"));
+  // A staging directory without a journal was killed before its commit: removed.
+  Write(staging / "c_000000.bin", "newer 0");
+  StagedFileSet::FinishInterrupted(out);
+  EXPECT_FALSE(fs::exists(staging));
+  EXPECT_EQ(TopFiles(dir_).at("c_000000.bin"), "new 0");
 }
 
 TEST_F(StagedOutputTest, AnOutputIsJudgedAgainstInputsByIdentity) {

@@ -9,6 +9,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -20,6 +21,7 @@
 #include "data/token_source.h"
 #include "tests/data/data_test_util.h"
 #include "tests/data/npm_reference.h"
+#include "tests/killed_staging.h"
 
 namespace ztrain::data {
 namespace {
@@ -54,12 +56,26 @@ json ReadJson(const std::string& path) {
   return json::parse(in);
 }
 
+// What a run staged and left behind: shards of older versions (.partial) or a staging
+// directory (Note [Staged file sets]).
 std::vector<std::string> Partials(const TempDir& dir) {
   std::vector<std::string> found;
   for (const auto& e : fs::recursive_directory_iterator(dir.path())) {
-    if (e.path().string().find(".partial") != std::string::npos) found.push_back(e.path());
+    const std::string p = e.path().string();
+    if (p.find(".partial") != std::string::npos || p.find(".ztrain-staging.") != std::string::npos) {
+      found.push_back(p);
+    }
   }
   return found;
+}
+
+// The corpus files of `dir` (name -> bytes), staging directories left out.
+std::map<std::string, std::vector<uint8_t>> CorpusFiles(const std::string& dir) {
+  std::map<std::string, std::vector<uint8_t>> files;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (e.is_regular_file()) files[e.path().filename().string()] = ReadBytes(e.path().string());
+  }
+  return files;
 }
 
 TEST(CorpusTest, ByteTokensWriteOneTokenPerByteInLlmcFormat) {
@@ -109,14 +125,56 @@ TEST(CorpusTest, LargerCorporaSplitIntoNumberedShardsThatAGlobReadsInOrder) {
     all.insert(all.end(), t.begin(), t.end());
   }
   EXPECT_EQ(Decode(all), text);
-  // Exactly one shard's worth is one file under --out's own name; the old numbered shards
-  // are reported, since the train glob would read them.
+  // Exactly one shard's worth is one file under --out's own name; the corpus it replaces
+  // goes whole, numbered shards the train glob would still read included.
   o.shard_tokens = 25;
   const CorpusReport one = TokenizeCorpus(o);
   ASSERT_EQ(one.shards.size(), 1u);
   EXPECT_EQ(Tokens(dir.File("out/c.bin")).size(), 25u);
-  EXPECT_EQ(one.stale,
-            (std::vector<std::string>{dir.File("out/c_000001.bin"), dir.File("out/c_000000.bin")}));
+  EXPECT_EQ(one.removed, (std::vector<std::string>{dir.File("out/c_000000.bin"),
+                                                   dir.File("out/c_000001.bin"),
+                                                   dir.File("out/c_000002.bin")}));
+  EXPECT_EQ(CorpusFiles(dir.File("out")).size(), 2u) << "c.bin and c.manifest.json";
+  EXPECT_TRUE(Partials(dir).empty());
+}
+
+// A run killed while it put its shards in place (Note [Staged file sets]) leaves the files of
+// two corpora side by side: the loader refuses them, naming the fix, and the next `ztrain data`
+// for that --out finishes the commit from its journal before anything else.
+TEST(CorpusTest, ACommitInterruptedByAKillIsRefusedThenFinished) {
+  TempDir dir;
+  std::string text(60, 'a');
+  for (size_t i = 0; i < text.size(); ++i) text[i] = static_cast<char>('a' + i % 26);
+  Write(dir.File("in.txt"), text);
+  CorpusOptions o = Options(dir, {"in.txt"});
+  o.shard_tokens = 20;  // the earlier corpus: 3 shards
+  TokenizeCorpus(o);
+  o.out = dir.File("new/c.bin");
+  o.shard_tokens = 12;  // the new one: 5 shards
+  TokenizeCorpus(o);
+  const auto expected = CorpusFiles(dir.File("new"));
+  // The state a SIGKILL after its journal and two renames leaves: c_000000/1 of the new
+  // corpus in place, the rest and the manifest still staged, c_000002 of the old one there.
+  const std::string staging = ztrain::testing::KilledRunStaging(dir.File("out/c.bin"));
+  fs::create_directories(staging);
+  std::string journal;
+  for (const auto& [name, bytes] : expected) {
+    const bool moved = name == "c_000000.bin" || name == "c_000001.bin";
+    if (name != "c.manifest.json") journal += "put " + name + "\n";
+    fs::copy_file(dir.File("new/" + name), moved ? dir.File("out/" + name) : staging + "/" + name,
+                  fs::copy_options::overwrite_existing);
+  }
+  journal += "put c.manifest.json\n";
+  std::ofstream(staging + "/.ztrain-commit") << journal;
+  ExpectErrorWith<ConfigError>([&] { ShardFileSource(dir.File("out/c_*.bin")); },
+                               {dir.File("out/c_000000.bin"), "was putting in place",
+                                "ztrain data with the same --out"});
+  o.out = dir.File("out/c.bin");
+  o.overwrite = false;
+  ExpectErrorWith<ConfigError>([&] { TokenizeCorpus(o); }, {"is there from an earlier run"});
+  EXPECT_EQ(CorpusFiles(dir.File("out")), expected) << "the interrupted commit was not finished";
+  EXPECT_TRUE(Partials(dir).empty());
+  EXPECT_EQ(ShardFileSource(dir.File("out/c_*.bin")).num_shards(), 5);
 }
 
 // Byte tokens read a long text file in pieces; a piece boundary inside a code point would

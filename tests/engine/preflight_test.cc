@@ -77,10 +77,21 @@ TEST(PreflightTest, EveryUnwritableOutputIsNamedWithItsFix) {
     EXPECT_NE(all.find(want), std::string::npos) << want << "\n" << all;
   }
   EXPECT_THROW(Preflight(ParseConfig(j), {}), ConfigError);
-  // An existing directory is a Hugging Face directory to write (nn/hf_checkpoint.h).
-  j["training"]["save_final"] = dir.path();
+  // An existing directory is a Hugging Face directory to write (nn/hf_checkpoint.h), which
+  // replaces it whole: one that holds a model's files (an earlier save), or nothing, is fine;
+  // one that holds other files is refused, naming them.
+  std::filesystem::create_directories(dir.File("model"));
+  std::ofstream(dir.File("model/config.json")) << "{}";
+  std::ofstream(dir.File("model/model.safetensors")) << "x";
+  j["training"]["save_final"] = dir.File("model");
   EXPECT_EQ(Joined(PreflightProblems(ParseConfig(j), {})).find("training.save_final"),
             std::string::npos);
+  j["training"]["save_final"] = dir.path();
+  const std::string other = Joined(PreflightProblems(ParseConfig(j), {}));
+  EXPECT_NE(other.find("training.save_final: '" + dir.path() + "' holds file, model/, which "
+                       "are not a model's files"),
+            std::string::npos)
+      << other;
 }
 
 // An llm.c model file holds GPT-2 only: a Llama run's save_final must name a directory, and

@@ -215,3 +215,29 @@ TEST(RunConfigTest, TheFamilysRefusalsComeBeforeTheRun) {
 
 }  // namespace
 }  // namespace ztrain
+
+namespace ztrain {
+namespace {
+
+// A 0 written for a size "auto" derives (n_kv_head, head_dim, intermediate_size) is no
+// model's size: refused, where it was taken as "auto" before. The resolved config (and so
+// every checkpoint's) still says "auto" with 0, and ParseConfig reads it back so.
+TEST(RunConfigTest, ZeroForADerivedSizeIsRefused) {
+  for (const char* key : {"n_kv_head", "head_dim", "intermediate_size"}) {
+    nlohmann::json zero = testing::TinyLlamaConfigJson();
+    zero["model"][key] = 0;
+    testing::ExpectErrorWith<ConfigError>([&] { ResolveRunConfig(zero, 1, LaunchEnv()); },
+                                          {std::string("model.") + key +
+                                           ": must be >= 1, got 0 (\"auto\""});
+  }
+  nlohmann::json j = testing::TinyLlamaConfigJson();
+  j["model"].erase("n_kv_head");
+  const Config c = ResolveRunConfig(j, 1, LaunchEnv());
+  const int heads = c.resolved["model"]["n_head"];
+  EXPECT_EQ(c.resolved["model"]["n_kv_head"], 0);
+  EXPECT_EQ(c.model.kv_heads(), heads);
+  EXPECT_EQ(ParseConfig(c.resolved).model.kv_heads(), heads);
+}
+
+}  // namespace
+}  // namespace ztrain

@@ -313,6 +313,26 @@ TEST_F(CliInputTest, UnlikelyAdapterSetupsAreWarnedAbout) {
 // An explicit --resume means resume: a mistyped checkpoint.dir (no checkpoint there) is
 // refused, not a silent start from step 0; a resume at training.steps says that no step is
 // left instead of "done: 0 steps ... loss 0.0000"; --prompt with --prompt-ids is refused.
+// What check-config prints is a config that check-config accepts and resolves the same way.
+TEST_F(CliInputTest, CheckConfigsOutputIsAConfigItAccepts) {
+  json j = Small(dir_);
+  j["model"]["type"] = "llama";
+  const Result first = RunZtrain("check-config " + WriteConfig(j), "2>/dev/null", kNoGpus);
+  ASSERT_EQ(first.code, 0) << first.out;
+  const json resolved = json::parse(first.out);
+  EXPECT_EQ(resolved["model"]["n_kv_head"], "auto");
+  const Result again =
+      RunZtrain("check-config " + WriteConfig(resolved, "resolved.json"), "2>/dev/null", kNoGpus);
+  ASSERT_EQ(again.code, 0) << again.out;
+  EXPECT_EQ(json::parse(again.out), resolved);
+  json zero = j;
+  zero["model"]["n_kv_head"] = 0;
+  const Result refused = RunZtrain("check-config " + WriteConfig(zero, "zero.json"), "2>&1", kNoGpus);
+  EXPECT_EQ(refused.code, 2) << refused.out;
+  EXPECT_NE(refused.out.find("model.n_kv_head: must be >= 1, got 0"), std::string::npos)
+      << refused.out;
+}
+
 TEST_F(CliInputTest, AResumeWithoutACheckpointOrStepsLeftSaysSo) {
   json j = Small(dir_);
   j["checkpoint"] = {{"dir", dir_ + "/ckpt"}};
@@ -324,6 +344,24 @@ TEST_F(CliInputTest, AResumeWithoutACheckpointOrStepsLeftSaysSo) {
   EXPECT_EQ(none.code, 2) << none.out;
   EXPECT_NE(none.out.find("holds no checkpoint"), std::string::npos) << none.out;
   EXPECT_EQ(none.out.find("| loss"), std::string::npos) << "it trained\n" << none.out;
+  // check-config says the same before the run, and what checkpoint.resume will do.
+  const Result check_none =
+      RunZtrain("check-config " + WriteConfig(typo, "typo.json") + " --resume", "2>&1", kNoGpus);
+  EXPECT_EQ(check_none.code, 2) << check_none.out;
+  EXPECT_NE(check_none.out.find("holds no checkpoint"), std::string::npos) << check_none.out;
+  typo["checkpoint"]["resume"] = true;
+  const Result check_auto =
+      RunZtrain("check-config " + WriteConfig(typo, "typo.json"), "2>&1", kNoGpus);
+  EXPECT_EQ(check_auto.code, 0) << check_auto.out;
+  EXPECT_NE(check_auto.out.find("holds no checkpoint yet: checkpoint.resume starts this run "
+                                "from step 0"),
+            std::string::npos)
+      << check_auto.out;
+  const Result check_found =
+      RunZtrain("check-config " + WriteConfig(j) + " --resume", "2>&1", kNoGpus);
+  EXPECT_EQ(check_found.code, 0) << check_found.out;
+  EXPECT_NE(check_found.out.find("resume: from " + dir_ + "/ckpt/step3"), std::string::npos)
+      << check_found.out;
   const Result done = RunZtrain("--config " + WriteConfig(j) + " --resume", "2>&1", kNoGpus);
   EXPECT_EQ(done.code, 0) << done.out;
   EXPECT_NE(done.out.find("no step is left to train"), std::string::npos) << done.out;

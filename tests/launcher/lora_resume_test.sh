@@ -104,6 +104,9 @@ for command in "check-config $work/misfit.json" "--config $work/misfit.json"; do
     ! grep -q "| loss" "$work/misfit.log" ||
     { cat "$work/misfit.log"; echo "$command: an adapter of another shape was not refused (exit $status)"; exit 1; }
 done
+"$ztrain" check-config "$work/misfit.json" > "$work/misfit.log" 2>&1 || true
+grep -q "but adapter_config.json gives" "$work/misfit.log" ||
+  { cat "$work/misfit.log"; echo "the misfit is not named in the adapter's own file"; exit 1; }
 echo "an adapter that does not fit: refused by check-config and by training"
 
 # A merge whose base was moved names the base and the fix, and writes nothing.

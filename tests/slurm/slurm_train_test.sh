@@ -86,6 +86,8 @@ SCRIPT
     { cat "$work/srun.out"; echo "threads not taken from --cpus-per-task"; exit 1; }
   grep -q "SLURM job $id (restart 0), slurm rank 0 of $n on " "$work/srun.out" ||
     { cat "$work/srun.out"; echo "the job is not logged"; exit 1; }
+  ! grep -q "srun started these ranks with" "$work/srun.out" ||
+    { cat "$work/srun.out"; echo "the --mpi=pmix hint was shown to a job started with PMIx"; exit 1; }
   compare_runs "$work/single.json" "$work/single/train.csv" "$work/srun/train.csv" 20 \
     "$work/single.bin" "$work/srun.bin"
   echo "srun -n $n in an sbatch job: 20 losses and the final weights equal one process"
