@@ -27,6 +27,7 @@
 #include "core/logging.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/onednn_matmul.h"
+#include "kernels/cpu/blas_kernel.h"
 
 namespace {
 
@@ -146,6 +147,7 @@ Options Parse(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  ztrain::kernels::RestartWithBestBlasKernel(argv);  // Note [BLAS kernel]
   const Options opt = Parse(argc, argv);
   CpuOps ops;
   CpuOps fallback(Bf16GemmPath::kSgemm);

@@ -11,8 +11,10 @@
 // With --precision the same step is timed in fp32 and then in mixed precision in the same
 // run: the report ends with the 16-bit step time against fp32's.
 #include "bench/step_bench.h"
+#include "kernels/cpu/blas_kernel.h"
 
 int main(int argc, char** argv) {
+  ztrain::kernels::RestartWithBestBlasKernel(argv);  // Note [BLAS kernel]
   ztrain::bench::StepBenchOptions o;
   o.family = "GPT-2";
   o.model = {{"type", "gpt2"},     {"n_layer", 12},       {"n_head", 12},

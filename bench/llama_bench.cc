@@ -10,8 +10,10 @@
 //
 // --precision fp32 times fp32 only; the default, bf16, times both.
 #include "bench/step_bench.h"
+#include "kernels/cpu/blas_kernel.h"
 
 int main(int argc, char** argv) {
+  ztrain::kernels::RestartWithBestBlasKernel(argv);  // Note [BLAS kernel]
   ztrain::bench::StepBenchOptions o;
   o.family = "Llama";
   o.model = {{"type", "llama"},     {"n_layer", 12},

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -12,9 +13,11 @@
 #include <stdexcept>
 
 #include "bench/bench_util.h"
+#include "bench/fma_peak.h"
 #include "bench/onednn_peak.h"
 #include "core/buffer.h"
 #include "engine/engine.h"
+#include "kernels/cpu/blas_kernel.h"
 #include "kernels/cpu/onednn_matmul.h"
 #include "kernels/cuda_memory.h"
 #include "nn/family.h"
@@ -106,6 +109,7 @@ struct PrecisionRun {
   double gemm_peak = 0.0;    // GFLOP/s, fp32
   double onednn_peak = 0.0;  // GFLOP/s, bf16; 0: not measured
   double device16_peak = 0.0;  // GFLOP/s, cuBLAS in the run's 16-bit dtype; 0: not measured
+  FmaLimit fma;  // the CPU cores' limit (bench/fma_peak.h); 0s on a GPU
   MemorySnapshot memory;
   // PyTorch as installed, and with glibc keeping freed memory (kKeepHeapEnv); median 0: not
   // run. The reference the targets name is PyTorch as installed; the faster median is
@@ -155,6 +159,14 @@ void TimeSteps(Engine& engine, const nn::MicroBatch& mb, int steps, OneDnnPeak* 
                                    DeviceGemmPeakGflops(engine, 8192, kPeakReps, dtype16));
     }
   };
+  auto measure_fma = [&] {
+    if (!engine.device().is_cpu()) return;
+    const FmaLimit now = MeasureFmaLimit(omp_get_max_threads());
+    run.fma.isa = now.isa;
+    run.fma.fp32_gflops = std::max(run.fma.fp32_gflops, now.fp32_gflops);
+    run.fma.bf16_gflops = std::max(run.fma.bf16_gflops, now.bf16_gflops);
+  };
+  measure_fma();
   run.gemm_peak = GemmPeakGflops(engine);
   measure16();
   if (onednn) onednn->Measure(kPeakReps);
@@ -168,6 +180,7 @@ void TimeSteps(Engine& engine, const nn::MicroBatch& mb, int steps, OneDnnPeak* 
   }
   run.gemm_peak = std::max(run.gemm_peak, GemmPeakGflops(engine));
   measure16();
+  measure_fma();
   if (onednn) {
     onednn->Measure(kPeakReps);
     run.onednn_peak = onednn->best();
@@ -260,10 +273,12 @@ void PrintRun(const StepBenchOptions& o, const Engine& engine, const PrecisionRu
     std::printf("  cuBLAS fp32 GEMM 8192^3 peak (best before/after, same run): %.1f GFLOP/s\n",
                 r.gemm_peak);
   } else {
+    const char* over = std::getenv(kernels::kChosenOverEnv);  // Note [BLAS kernel]
     std::printf(
-        "  OpenBLAS SGEMM 2048^3 peak (best before/after, same run, %s kernels): "
+        "  OpenBLAS SGEMM 2048^3 peak (best before/after, same run, %s kernels%s%s): "
         "%.1f GFLOP/s\n",
-        openblas_get_corename(), r.gemm_peak);
+        openblas_get_corename(), over ? ", chosen by ztrain over " : "", over ? over : "",
+        r.gemm_peak);
   }
   const StepStats& b = r.best_step;
   std::printf(
@@ -286,6 +301,21 @@ void PrintRun(const StepBenchOptions& o, const Engine& engine, const PrecisionRu
   std::printf("  achieved: %.1f GFLOP/s = %.1f%% of the fp32 GEMM peak%s\n", r.gflops(),
               100.0 * r.gflops() / r.gemm_peak,
               fp32 ? PercentTarget(o.targets.fp32_of_gemm_peak).c_str() : "");
+  if (r.fma.fp32_gflops > 0) {
+    // The physical limit: fp32 FMAs, or vdpbf16ps for a bf16 step where the CPU has it.
+    const bool bf16 = r.precision == "bf16" && r.fma.bf16_gflops > 0;
+    const double limit = bf16 ? r.fma.bf16_gflops : r.fma.fp32_gflops;
+    std::printf(
+        "  FMA limit (%s register loop, %d threads, best before/after): fp32 %.1f GFLOP/s, "
+        "bf16 %s; achieved = %.1f%% of the %s limit; the fp32 GEMM peak is %.1f%% of the fp32 "
+        "limit\n",
+        r.fma.isa.c_str(), omp_get_max_threads(), r.fma.fp32_gflops,
+        r.fma.bf16_gflops > 0 ? (std::to_string(static_cast<int>(r.fma.bf16_gflops)) + " GFLOP/s")
+                                      .c_str()
+                              : "n/a (no AVX512-BF16)",
+        100.0 * r.gflops() / limit, bf16 ? "bf16" : "fp32",
+        100.0 * r.gemm_peak / r.fma.fp32_gflops);
+  }
   if (r.onednn_peak > 0) {
     std::printf(
         "  oneDNN bf16 matmul %lld^3 peak (best before/after, same run): %.1f GFLOP/s; "

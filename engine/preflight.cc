@@ -114,6 +114,37 @@ std::string NotModelFiles(const std::string& dir) {
   return n > 4 ? StrCat(found, " and ", n - 4, " more") : found;
 }
 
+// Whether `inner` is `outer` or lies below it, by path (links resolved as far as they exist).
+bool Within(const std::string& inner, const std::string& outer) {
+  std::error_code ec;
+  const fs::path in = fs::weakly_canonical(fs::absolute(inner), ec);
+  const fs::path out = fs::weakly_canonical(fs::absolute(outer), ec);
+  auto o = out.begin();
+  for (auto i = in.begin(); o != out.end(); ++i, ++o) {
+    if (o->empty()) break;  // a trailing separator
+    if (i == in.end() || *i != *o) return false;
+  }
+  return true;
+}
+
+// The final save replaces its whole directory (Note [Staged outputs]): what the run writes
+// there before it, its checkpoints, reports and swap files, would go with it.
+void NothingInsideTheFinalSave(const Config& c, Problems& problems) {
+  const std::string& final_model = c.training.save_final;
+  const std::pair<const char*, std::string> outputs[] = {
+      {"checkpoint.dir", c.checkpoint.dir},
+      {"training.output_dir", c.training.output_dir},
+      {"csv_monitor.output_path", c.csv_monitor.enabled ? c.csv_monitor.output_path : ""},
+      {"zero_optimization.offload_param.nvme_path", c.zero.offload_param.nvme_path},
+      {"zero_optimization.offload_optimizer.nvme_path", c.zero.offload_optimizer.nvme_path}};
+  for (const auto& [key, path] : outputs) {
+    if (path.empty() || !Within(path, final_model)) continue;
+    problems.push_back(StrCat("training.save_final: '", final_model, "' holds ", key, " '", path,
+                              "', and the final save replaces the whole directory; put them "
+                              "apart (e.g. save_final 'final/' beside output_dir 'run/')"));
+  }
+}
+
 void Outputs(const Config& c, const PreflightOptions& o, Problems& problems) {
   const bool create = o.create_outputs;
   const std::string& final_model = c.training.save_final;
@@ -122,6 +153,7 @@ void Outputs(const Config& c, const PreflightOptions& o, Problems& problems) {
     // run's a PEFT adapter directory; any other path an llm.c model file, GPT-2's format only.
     if (c.lora.enabled || nn::NamesHfModelDir(final_model)) {
       OutputDir("training.save_final", final_model, create, problems);
+      NothingInsideTheFinalSave(c, problems);
       if (const std::string other = NotModelFiles(final_model); !other.empty()) {
         problems.push_back(StrCat("training.save_final: '", final_model, "' holds ", other,
                                   ", which are not a model's files; the final save replaces "

@@ -13,6 +13,7 @@
 #include "engine/config_agreement.h"
 #include "engine/model_weights.h"
 #include "engine/preflight.h"
+#include "kernels/cpu/blas_kernel.h"
 #include "kernels/quant.h"
 #include "nn/gpt2.h"
 #include "nn/llmc_model_file.h"
@@ -67,6 +68,33 @@ std::string MemoryBreakdown(const MemorySnapshot& mem, bool with_current) {
   return out;
 }
 
+// Note [BLAS kernel]: the kernel the CPU GEMMs run on, and a warning with the fix when it is
+// below the CPU (the ztrain executable chose the right one already; embedding code may not).
+void LogBlasKernel() {
+  using kernels::BlasKernelCheck;
+  const BlasKernelCheck check = kernels::CheckThisBlasKernel();
+  const std::string config = kernels::BlasConfig();
+  // "OpenBLAS 0.3.21 NO_LAPACKE DYNAMIC_ARCH ...": the library and its version.
+  const size_t second_space = config.find(' ', config.find(' ') + 1);
+  const std::string library = config.substr(0, second_space);
+  switch (check.action) {
+    case BlasKernelCheck::Action::kKeep:
+      Log().info("BLAS: {} {} kernel on this {} CPU{}{}", library, kernels::BlasCoreName(),
+                 kernels::IsaLevelName(kernels::CpuIsaLevel()), check.message.empty() ? "" : "; ",
+                 check.message);
+      return;
+    case BlasKernelCheck::Action::kSwitch:
+      Log().warn("BLAS: {}: set OPENBLAS_CORETYPE={} in the environment before the program "
+                 "starts (OpenBLAS chooses its kernel when it loads; the ztrain executable "
+                 "does this itself)",
+                 check.message, check.coretype);
+      return;
+    case BlasKernelCheck::Action::kWarn:
+      Log().warn("BLAS: {}", check.message);
+      return;
+  }
+}
+
 }  // namespace
 
 Trainer::Trainer(Config config, comm::Communicator* world)
@@ -81,6 +109,7 @@ Trainer::Trainer(Config config, comm::Communicator* world, const LaunchEnv& laun
   config_.device = device_.device.ToString();
   config_.ranks_on_node = world_ ? launch.local_size : 1;
   Log().info("device: {} ({})", config_.device, device_.reason);
+  if (device_.device.is_cpu()) LogBlasKernel();
   const int world_size = world ? world->size() : 1;
   grid_ = std::make_unique<ProcessGrid>(
       world_size, world_size / (config_.pipeline_stages * config_.tensor_parallel_size),

@@ -23,6 +23,7 @@
 #include "engine/run_config.h"
 #include "engine/trainer.h"
 #include "engine/tune.h"
+#include "kernels/cpu/blas_kernel.h"
 #include "kernels/ops.h"
 #include "launcher/build_info.h"
 #include "launcher/signals.h"
@@ -524,6 +525,12 @@ void PrintVersion() {
   std::printf("ztrain %s\n", ZTRAIN_VERSION_STRING);
   std::printf("backends in this build:\n");
   std::printf("  CPU       yes (OpenBLAS %s, OpenMP)\n", ZTRAIN_BUILD_OPENBLAS);
+  // Note [BLAS kernel]; run_tests.sh reads "best OPENBLAS_CORETYPE=".
+  const kernels::IsaLevel cpu = kernels::CpuIsaLevel();
+  const char* over = std::getenv(kernels::kChosenOverEnv);
+  std::printf("  BLAS      %s kernel%s%s; this CPU: %s, best OPENBLAS_CORETYPE=%s\n",
+              kernels::BlasCoreName().c_str(), over ? ", chosen by ztrain over " : "",
+              over ? over : "", kernels::IsaLevelName(cpu), kernels::BestCoreType(cpu));
   if (ZTRAIN_BUILD_HAS_CUDA_TOOLKIT) {
     std::printf(
         "  CUDA      yes (cuBLAS and ztrain's kernels; CUDA devices visible now: %d; "

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/logging.h"
+#include "kernels/cpu/blas_kernel.h"
 #include "launcher/cli_checks.h"
 #include "launcher/commands.h"
 
@@ -223,6 +224,9 @@ int Main(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Note [BLAS kernel]: OpenBLAS chose its kernel when it loaded; one below the CPU is
+  // replaced by starting again with OPENBLAS_CORETYPE set (the trainer logs which).
+  ztrain::kernels::RestartWithBestBlasKernel(argv);
   try {
     return Main(argc, argv);
   } catch (const ztrain::ConfigError& e) {

@@ -92,6 +92,21 @@ TEST(PreflightTest, EveryUnwritableOutputIsNamedWithItsFix) {
                        "are not a model's files"),
             std::string::npos)
       << other;
+  // Nor may the run write anything else inside it first: the save would delete it.
+  j = testing::TinyConfigJson();
+  j["training"]["save_final"] = dir.File("final/");
+  j["training"]["output_dir"] = dir.File("final/run");
+  j["checkpoint"] = {{"dir", dir.File("final/../final/ckpt")}};
+  const std::string inside = Joined(PreflightProblems(ParseConfig(j), {}));
+  for (const std::string& key : {"training.output_dir '", "checkpoint.dir '"}) {
+    EXPECT_NE(inside.find("training.save_final: '" + dir.File("final/") + "' holds " + key),
+              std::string::npos)
+        << inside;
+  }
+  j["training"]["output_dir"] = dir.File("finalrun");  // beside it, with a common prefix
+  j["checkpoint"] = {{"dir", dir.File("final_ckpt")}};
+  EXPECT_EQ(Joined(PreflightProblems(ParseConfig(j), {})).find("training.save_final"),
+            std::string::npos);
 }
 
 // An llm.c model file holds GPT-2 only: a Llama run's save_final must name a directory, and
