@@ -177,9 +177,10 @@ std::vector<ConfigKey> PrecisionKeys() {
           "fp32's range, so there is no loss scaling. Also read under DeepSpeed's older name "
           "`bfloat16` when `bf16` is absent."),
       Key("bf16.enabled", T::kBool, false,
-          "Train in bf16 (`\"auto\"`: true where the hardware computes bf16 -- a GPU of compute "
-          "capability 8.0 or later, a CPU with AVX512-BF16 or AMX -- and fp16 is not enabled; "
-          "else false). Not together with `fp16.enabled`.")
+          "Train in bf16 (`\"auto\"`: true where the hardware computes bf16 fast -- a GPU of "
+          "compute capability 8.0 or later; a CPU where oneDNN's bf16 matmul measures at least "
+          "1.1x SGEMM on the model's MLP GEMM -- and fp16 is not enabled; else false). Not "
+          "together with `fp16.enabled`.")
           .Auto(),
       Key("bf16.immediate_grad_update", T::kBool, true,
           "Accumulate gradients into fp32 right after each backward."),

@@ -14,6 +14,7 @@
 #include "data/token_source.h"
 #include "engine/device_select.h"
 #include "engine/tune.h"
+#include "kernels/cpu/bf16_speed.h"
 #include "kernels/ops.h"
 #include "nn/family.h"
 #include "nn/hf_checkpoint.h"
@@ -203,7 +204,12 @@ void ResolveBf16(json& j, const DeviceChoice& device, Resolution& r) {
   if (fp16) {
     why = "fp16.enabled is true";
   } else if (device.device.is_cpu()) {
-    bf16 = kernels::CpuHasBf16(&why);
+    // Note [bf16 where it pays]: measured on the model's own MLP GEMM.
+    const json model = j.value("model", json::object());
+    const json width = model.value("n_embd", json(768)), mlp = model.value("intermediate_size", json(0));
+    const int64_t c = width.is_number_integer() ? width.get<int64_t>() : 768;
+    const int64_t m = mlp.is_number_integer() && mlp.get<int64_t>() > 0 ? mlp.get<int64_t>() : 4 * c;
+    bf16 = kernels::Bf16Pays(kernels::MeasureBf16Speed(c, m), &why);
     why = "the CPU backend: " + why;
   } else {
     const kernels::CudaDeviceInfo info = kernels::GetCudaDeviceInfo(device.device.index);

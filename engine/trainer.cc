@@ -13,6 +13,7 @@
 #include "engine/config_agreement.h"
 #include "engine/model_weights.h"
 #include "engine/preflight.h"
+#include "kernels/cpu/bf16_speed.h"
 #include "kernels/cpu/blas_kernel.h"
 #include "kernels/quant.h"
 #include "nn/gpt2.h"
@@ -95,6 +96,22 @@ void LogBlasKernel() {
   }
 }
 
+// Note [bf16 where it pays]: a bf16.enabled true the user wrote, on a CPU where bf16 matmuls
+// measure slower than fp32's, is worth a warning with the figures ("auto" decides by them).
+void WarnIfBf16IsSlower(const Config& config) {
+  for (const AutoChoice& a : config.auto_choices) {
+    if (a.path == "bf16.enabled") return;  // chosen by the measurement itself
+  }
+  const kernels::Bf16Speed speed =
+      kernels::MeasureBf16Speed(config.model.n_embd, config.model.mlp_hidden());
+  if (!speed.available || speed.ratio() >= 1.0) return;
+  std::string why;
+  kernels::Bf16Pays(speed, &why);
+  Log().warn("bf16.enabled is true, but on this CPU bf16 is slower than fp32: {}; the run would "
+             "be faster in fp32 (bf16.enabled false, or \"auto\", which measures)",
+             why);
+}
+
 }  // namespace
 
 Trainer::Trainer(Config config, comm::Communicator* world)
@@ -109,7 +126,10 @@ Trainer::Trainer(Config config, comm::Communicator* world, const LaunchEnv& laun
   config_.device = device_.device.ToString();
   config_.ranks_on_node = world_ ? launch.local_size : 1;
   Log().info("device: {} ({})", config_.device, device_.reason);
-  if (device_.device.is_cpu()) LogBlasKernel();
+  if (device_.device.is_cpu()) {
+    LogBlasKernel();
+    if (config_.precision.bf16 && (!world_ || world_->rank() == 0)) WarnIfBf16IsSlower(config_);
+  }
   const int world_size = world ? world->size() : 1;
   grid_ = std::make_unique<ProcessGrid>(
       world_size, world_size / (config_.pipeline_stages * config_.tensor_parallel_size),

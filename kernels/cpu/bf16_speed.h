@@ -1,0 +1,39 @@
+#pragma once
+// Whether bf16 pays on this CPU, measured: oneDNN's bf16 matmul against OpenBLAS's SGEMM on a
+// model's own GEMM shape.
+//
+// Note [bf16 where it pays]: AVX512-BF16 in cpuid does not make bf16 fast. On an Intel Xeon
+// with AVX512-BF16 and AVX512-FP16, oneDNN 2.6's bf16 matmul reached 137.5 GFLOP/s against
+// SGEMM's 230, so a bf16 run was 1.37x slower than fp32, while on an AMD EPYC it reaches
+// 2.1x SGEMM. So "auto" for bf16 on the CPU times both on the shape of the model's MLP
+// GEMM (1024 rows; the model's width by its MLP width, each within [512, 4096]) for a few
+// repetitions each, best kept, and takes bf16 only when it is at least kBf16Pays times fp32's
+// rate; an explicit bf16.enabled true that measures slower than fp32 is warned about with the
+// ratio. The measurement takes a few tens of milliseconds; ranks that measure differently
+// agree on fp32 (Note [One config on every rank]).
+#include <cstdint>
+#include <string>
+
+namespace ztrain::kernels {
+
+// bf16 must be this much faster than fp32 to be chosen: below it, timing noise and bf16's
+// conversions decide, and fp32 keeps the precision.
+inline constexpr double kBf16Pays = 1.1;
+
+struct Bf16Speed {
+  bool available = false;  // oneDNN bf16 matmuls run here at all (CpuHasBf16)
+  double fp32_gflops = 0.0, bf16_gflops = 0.0;
+  int64_t m = 0, n = 0, k = 0;  // the shape timed
+  std::string detail;           // why not available, or the ISA oneDNN runs
+  double ratio() const { return fp32_gflops > 0 ? bf16_gflops / fp32_gflops : 0.0; }
+};
+
+// Times the GEMM [m, k] x [k, n] in fp32 (SGEMM) and bf16 (oneDNN, fp32 out) on this
+// process's threads. `width`, `mlp_width`: the model's n_embd and MLP width.
+Bf16Speed MeasureBf16Speed(int64_t width, int64_t mlp_width);
+
+// Note [bf16 where it pays] as a function of the measurement: whether to train in bf16, and a
+// sentence saying why with the figures.
+bool Bf16Pays(const Bf16Speed& speed, std::string* why);
+
+}  // namespace ztrain::kernels
