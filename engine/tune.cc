@@ -160,4 +160,32 @@ int64_t ParseBytes(const std::string& text, const std::string& what) {
       "or plain bytes: e.g. 16GiB, 512MiB, 5GB or 4096"));
 }
 
+std::vector<StepGemm> StepGemmShapes(const Config& config) {
+  const ModelConfig& m = config.model;
+  const int64_t tokens = config.train_micro_batch_size_per_gpu *
+                         (config.data.seq_len > 0 ? config.data.seq_len : m.max_seq_len);
+  const int64_t c = m.n_embd, heads = int64_t{m.n_head} * m.head_size(),
+                kv = int64_t{m.kv_heads()} * m.head_size(), f = m.mlp_hidden();
+  const bool swiglu = m.type != "gpt2";  // the Llama builder: SwiGLU, gate and up apart
+  struct Linear {
+    const char* name;
+    int64_t in, out, per_block;
+  };
+  const std::vector<Linear> linears = {
+      {"attention q,k,v", c, heads + 2 * kv, 1},
+      {"attention output", heads, c, 1},
+      {swiglu ? "mlp gate, up" : "mlp up", c, f, swiglu ? 2 : 1},
+      {"mlp down", f, c, 1},
+      {"lm head", c, m.padded_vocab_size, 0},
+  };
+  std::vector<StepGemm> shapes;
+  for (const Linear& l : linears) {
+    const int64_t count = l.per_block > 0 ? l.per_block * m.n_layer : 1;
+    shapes.push_back({l.name, "forward", tokens, l.out, l.in, count});
+    shapes.push_back({l.name, "input gradient", tokens, l.in, l.out, count});
+    shapes.push_back({l.name, "weight gradient", l.out, l.in, tokens, count});
+  }
+  return shapes;
+}
+
 }  // namespace ztrain

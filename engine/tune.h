@@ -39,6 +39,19 @@ Config WithMicroBatch(const Config& config, int64_t micro_batch);
 TuneResult TuneMicroBatch(const Config& config, int64_t budget_bytes, int64_t max_micro_batch,
                           bool confirm);
 
+// One GEMM shape of a train step on one micro-batch (`ztrain tune --gemm`): the linear, the
+// pass (forward, input gradient, weight gradient), m x n x k as a plain product, and how many
+// times a step runs it (every block's, and Llama's gate and up both).
+struct StepGemm {
+  std::string linear, pass;
+  int64_t m = 0, n = 0, k = 0;
+  int64_t count = 0;
+};
+// The distinct shapes of a step's linears (q/k/v fused, attention output, MLP in and out, the
+// LM head) from the model's sizes and the micro-batch's tokens; attention's own products and
+// tensor-parallel slices are left out.
+std::vector<StepGemm> StepGemmShapes(const Config& config);
+
 // "16GiB", "512 MiB", "2GB", "1e9", "4096": bytes (binary KiB/MiB/GiB/TiB and decimal
 // KB/MB/GB/TB, B optional); ConfigError naming the text otherwise.
 int64_t ParseBytes(const std::string& text, const std::string& what = "memory budget");

@@ -24,6 +24,7 @@
 #include "engine/trainer.h"
 #include "engine/tune.h"
 #include "kernels/cpu/blas_kernel.h"
+#include "kernels/cpu/gemm_timing.h"
 #include "kernels/ops.h"
 #include "launcher/build_info.h"
 #include "launcher/signals.h"
@@ -359,9 +360,56 @@ int RunEstimate(const EstimateArgs& args) {
   }
 }
 
+namespace {
+
+// `ztrain tune --gemm`: every GEMM shape of the config's step timed on each CPU backend, and
+// what choosing the fastest per shape would save against SGEMM alone (issue 34's measurement:
+// the choice itself is not applied yet).
+int RunTuneGemm(const Config& config) {
+  const bool bf16 = kernels::CpuHasBf16();
+  std::printf("GEMM shapes of one train step (micro-batch %lld x %lld tokens), GFLOP/s on %d "
+              "threads, best of 5 (OpenBLAS %s kernel):\n",
+              static_cast<long long>(config.train_micro_batch_size_per_gpu),
+              static_cast<long long>(config.data.seq_len > 0 ? config.data.seq_len
+                                                             : config.model.max_seq_len),
+              omp_get_max_threads(), kernels::BlasCoreName().c_str());
+  std::printf("  %-18s %-16s %-22s %5s %9s %12s %8s %12s\n", "linear", "pass", "m x n x k", "runs",
+              "OpenBLAS", "oneDNN fp32", "fastest", bf16 ? "oneDNN bf16" : "");
+  double sgemm_seconds = 0.0, best_seconds = 0.0;
+  for (const StepGemm& g : StepGemmShapes(config)) {
+    const kernels::GemmRates r =
+        kernels::TimeGemm(g.m, g.n, g.k, {.onednn_fp32 = true, .onednn_bf16 = bf16});
+    const double flops = 2.0 * static_cast<double>(g.m) * static_cast<double>(g.n) *
+                         static_cast<double>(g.k) * static_cast<double>(g.count);
+    const double best = std::max(r.sgemm, r.onednn_fp32);
+    sgemm_seconds += flops / (r.sgemm * 1e9);
+    best_seconds += flops / (best * 1e9);
+    const std::string shape = detail::StrCat(g.m, " x ", g.n, " x ", g.k);
+    std::printf("  %-18s %-16s %-22s %5lld %9.1f %12.1f %8s %12s\n", g.linear.c_str(),
+                g.pass.c_str(), shape.c_str(), static_cast<long long>(g.count), r.sgemm,
+                r.onednn_fp32, r.onednn_fp32 > r.sgemm ? "oneDNN" : "OpenBLAS",
+                bf16 ? detail::StrCat(static_cast<int64_t>(r.onednn_bf16)).c_str() : "");
+  }
+  std::printf("the step's fp32 GEMMs: %.1f ms on OpenBLAS alone, %.1f ms with the fastest per "
+              "shape (%.1f %% less)\n",
+              sgemm_seconds * 1e3, best_seconds * 1e3,
+              100.0 * (1.0 - best_seconds / sgemm_seconds));
+  return kExitOk;
+}
+
+}  // namespace
+
 int RunTune(const std::string& config_path, const std::string& memory_budget, int world_size,
-            int64_t max_micro_batch) {
+            int64_t max_micro_batch, bool gemm) {
   try {
+    if (gemm) {
+      LaunchEnv env = DetectLaunchEnv();
+      if (env.launcher == "none") env.world_size = world_size;
+      return RunTuneGemm(LoadTrainConfig(config_path, env));
+    }
+    ZTRAIN_CHECK_T(ConfigError, !memory_budget.empty(),
+                   "--memory-budget is required (e.g. 16GiB), or --gemm to time the "
+                   "config's GEMM shapes");
     const int64_t budget = ParseBytes(memory_budget, "--memory-budget");
     LaunchEnv env = DetectLaunchEnv();
     if (env.launcher == "none") env.world_size = world_size;

@@ -47,9 +47,10 @@ int RunEstimate(const EstimateArgs& args);
 // `ztrain tune`: the largest train_micro_batch_size_per_gpu that fits `memory_budget` per rank
 // (engine/tune.h), from the estimate and confirmed by one real step when the config is for
 // one rank. Prints the sizes tried and the result; exit 2 for bad input, 1 when not even 1
-// fits.
+// fits. With `gemm` (`ztrain tune --gemm`), times every GEMM shape of the config's step on
+// OpenBLAS and oneDNN (fp32, and bf16 where the CPU has it) instead, and prints the table.
 int RunTune(const std::string& config_path, const std::string& memory_budget, int world_size,
-            int64_t max_micro_batch);
+            int64_t max_micro_batch, bool gemm = false);
 // `ztrain data`: tokenizes a corpus into llm.c shards (data/corpus.h) with a progress line on
 // stderr and a summary on stdout; exit 2 for bad input.
 int RunData(data::CorpusOptions options);

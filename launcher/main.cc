@@ -81,8 +81,10 @@ int Main(int argc, char** argv) {
   int tune_world = 1;
   int64_t tune_max = 4096;
   tune->add_option("--config", tune_config, "DeepSpeed-style JSON config")->required();
-  tune->add_option("--memory-budget", tune_budget, "bytes per rank: 16GiB, 512MiB, 2GB")
-      ->required();
+  tune->add_option("--memory-budget", tune_budget, "bytes per rank: 16GiB, 512MiB, 2GB");
+  bool tune_gemm = false;
+  tune->add_flag("--gemm", tune_gemm,
+                 "time the config's GEMM shapes on OpenBLAS and oneDNN instead (GFLOP/s table)");
   tune->add_option("--world-size", tune_world, "ranks in all (dp x pp x tp)")->check(kPositive);
   tune->add_option("--max-micro-batch", tune_max, "the largest size to consider (default 4096)")
       ->check(kPositive);
@@ -205,7 +207,7 @@ int Main(int argc, char** argv) {
   }
   if (*check) return RunCheckConfig(check_path, world_size, check_resume);
   if (*est) return RunEstimate(estimate);
-  if (*tune) return RunTune(tune_config, tune_budget, tune_world, tune_max);
+  if (*tune) return RunTune(tune_config, tune_budget, tune_world, tune_max, tune_gemm);
   if (*data) {
     if (!decode_shard.empty()) {
       return RunDecode(decode_shard, corpus.tokenizer, corpus.out, corpus.overwrite);

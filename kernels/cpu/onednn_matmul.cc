@@ -73,7 +73,7 @@ struct OneDnnMatmul::Impl {
   struct Key {
     bool trans_a, trans_b;
     int64_t m, n, k, lda, ldb, ldc;
-    DType c_type;
+    DType ab_type, c_type;
     bool bias;
     uint32_t alpha_bits, beta_bits;
     auto operator<=>(const Key&) const = default;
@@ -95,8 +95,9 @@ struct OneDnnMatmul::Impl {
 OneDnnMatmul::Impl::Entry OneDnnMatmul::Impl::Create(const MatmulArgs& p) {
   using dt = memory::data_type;
   Entry e;
-  e.a = MatrixDesc(p.m, p.k, p.lda, p.trans_a, dt::bf16);
-  e.b = MatrixDesc(p.k, p.n, p.ldb, p.trans_b, dt::bf16);
+  const dt ab = p.ab_type == DType::kF32 ? dt::f32 : dt::bf16;
+  e.a = MatrixDesc(p.m, p.k, p.lda, p.trans_a, ab);
+  e.b = MatrixDesc(p.k, p.n, p.ldb, p.trans_b, ab);
   e.c = MatrixDesc(p.m, p.n, p.ldc, false, p.c_type == DType::kBF16 ? dt::bf16 : dt::f32);
   if (p.bias != nullptr) e.bias = memory::desc({1, p.n}, dt::f32, memory::dims{p.n, 1});
   // alpha as an eltwise_linear post-op (the same call in oneDNN 2 and 3, unlike output
@@ -134,8 +135,8 @@ OneDnnMatmul::Impl::Entry& OneDnnMatmul::Impl::Lookup(const MatmulArgs& p) {
   uint32_t alpha_bits, beta_bits;
   std::memcpy(&alpha_bits, &p.alpha, 4);
   std::memcpy(&beta_bits, &p.beta, 4);
-  const Key key{p.trans_a, p.trans_b,         p.m,        p.n,      p.k, p.lda, p.ldb, p.ldc,
-                p.c_type,  p.bias != nullptr, alpha_bits, beta_bits};
+  const Key key{p.trans_a, p.trans_b, p.m,       p.n,       p.k,        p.lda,     p.ldb,
+                p.ldc,     p.ab_type, p.c_type, p.bias != nullptr, alpha_bits, beta_bits};
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
   if (cache.size() >= kMaxPrimitives) cache.clear();
@@ -153,7 +154,8 @@ OneDnnMatmul::~OneDnnMatmul() = default;
 
 bool OneDnnMatmul::Run(const MatmulArgs& p) {
   ZTRAIN_ASSERT(p.m > 0 && p.n > 0 && p.k > 0 &&
-                (p.c_type == DType::kF32 || p.c_type == DType::kBF16));
+                (p.c_type == DType::kF32 || p.c_type == DType::kBF16) &&
+                (p.ab_type == DType::kF32 || p.ab_type == DType::kBF16));
   try {
     Impl::Entry& e = impl_->Lookup(p);
     if (!e.implemented) return false;

@@ -33,9 +33,10 @@ struct MatmulArgs {
   bool trans_a = false, trans_b = false;
   int64_t m = 0, n = 0, k = 0;
   float alpha = 1.0f;
-  const void* a = nullptr;  // bf16
+  DType ab_type = DType::kBF16;  // a's and b's: bf16, or fp32 (oneDNN's fp32 matmul)
+  const void* a = nullptr;
   int64_t lda = 0;
-  const void* b = nullptr;  // bf16
+  const void* b = nullptr;
   int64_t ldb = 0;
   const float* bias = nullptr;  // fp32 [n], added to every row; null for none
   float beta = 0.0f;

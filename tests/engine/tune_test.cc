@@ -74,3 +74,47 @@ TEST(TuneTest, BudgetsParse) {
 
 }  // namespace
 }  // namespace ztrain
+
+namespace ztrain {
+namespace {
+
+// `ztrain tune --gemm`'s shapes for GPT-2 124M at micro-batch 4 x 64 tokens, by hand: every
+// linear's forward, input-gradient and weight-gradient products, each block's 12 times.
+TEST(TuneTest, StepGemmShapesAreTheLinearsProducts) {
+  nlohmann::json j = testing::TinyConfigJson();
+  j["model"] = {{"n_layer", 12}, {"n_head", 12}, {"n_embd", 768}, {"vocab_size", 50257},
+                {"max_seq_len", 64}};
+  j["data"]["seq_len"] = 64;
+  j["train_micro_batch_size_per_gpu"] = 4;
+  const std::vector<StepGemm> shapes = StepGemmShapes(ParseConfig(j));
+  ASSERT_EQ(shapes.size(), 15u);
+  const auto expect = [&](size_t i, const char* linear, const char* pass, int64_t m, int64_t n,
+                          int64_t k, int64_t count) {
+    EXPECT_EQ(shapes[i].linear, linear);
+    EXPECT_EQ(shapes[i].pass, pass);
+    EXPECT_EQ(std::vector<int64_t>({shapes[i].m, shapes[i].n, shapes[i].k, shapes[i].count}),
+              std::vector<int64_t>({m, n, k, count}))
+        << linear << " " << pass;
+  };
+  expect(0, "attention q,k,v", "forward", 256, 2304, 768, 12);
+  expect(1, "attention q,k,v", "input gradient", 256, 768, 2304, 12);
+  expect(2, "attention q,k,v", "weight gradient", 2304, 768, 256, 12);
+  expect(3, "attention output", "forward", 256, 768, 768, 12);
+  expect(6, "mlp up", "forward", 256, 3072, 768, 12);
+  expect(9, "mlp down", "forward", 256, 768, 3072, 12);
+  expect(12, "lm head", "forward", 256, 50304, 768, 1);
+  // Llama: grouped key/value heads in the fused projection, gate and up apart.
+  nlohmann::json l = testing::TinyLlamaConfigJson();
+  l["train_micro_batch_size_per_gpu"] = 2;
+  const Config llama = ParseConfig(l);
+  const std::vector<StepGemm> ls = StepGemmShapes(llama);
+  const int64_t tokens = 2 * llama.data.seq_len, hd = llama.model.head_size();
+  EXPECT_EQ(ls[0].m, tokens);
+  EXPECT_EQ(ls[0].n, (llama.model.n_head + 2 * llama.model.kv_heads()) * hd);
+  EXPECT_EQ(ls[6].linear, "mlp gate, up");
+  EXPECT_EQ(ls[6].count, 2 * llama.model.n_layer);
+  EXPECT_EQ(ls[6].n, llama.model.mlp_hidden());
+}
+
+}  // namespace
+}  // namespace ztrain

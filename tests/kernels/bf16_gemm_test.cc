@@ -3,6 +3,7 @@
 // transpose and odd shapes, and the one log line that says which path runs and why. Without
 // oneDNN (the build, the CPU, or ZTRAIN_ONEDNN=0, which CTest also runs) the oneDNN-only
 // tests skip and the others check the fallback.
+#include <cmath>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -174,6 +175,45 @@ TEST(Bf16GemmTest, Fp16OperandsAndMixedOperandsUseSgemmExactly) {
          {"bias", Role::kParam, {oc}},
          {"y", Role::kOut, {rows, oc}}},
         mix, [](Ops& o, const auto& v) { o.LinearForward(v[0], v[1], v[2], v[3]); }, 5);
+  }
+}
+
+}  // namespace
+}  // namespace ztrain::kernels
+
+namespace ztrain::kernels {
+namespace {
+
+// oneDNN's fp32 matmul (MatmulArgs::ab_type fp32, what `ztrain tune --gemm` times against
+// SGEMM) computes the product: against a double-precision reference, with transposes and
+// leading dimensions wider than the rows, within fp32 rounding of a k-term sum.
+TEST(OneDnnFp32MatmulTest, MatchesADoubleReference) {
+  if (!cpu::OneDnnBuiltIn()) GTEST_SKIP() << "this build has no oneDNN";
+  const int64_t m = 37, n = 53, k = 71, lda = m + 3, ldb = k + 5, ldc = n + 2;
+  std::vector<float> a(static_cast<size_t>(k * lda)), b(static_cast<size_t>(n * ldb));
+  for (size_t i = 0; i < a.size(); ++i) a[i] = std::sin(0.37f * static_cast<float>(i));
+  for (size_t i = 0; i < b.size(); ++i) b[i] = std::cos(0.11f * static_cast<float>(i));
+  std::vector<float> c(static_cast<size_t>(m * ldc), -1.0f);
+  cpu::MatmulArgs args;
+  args.trans_a = true, args.trans_b = true;  // a stored [k, m], b stored [n, k]
+  args.m = m, args.n = n, args.k = k;
+  args.ab_type = DType::kF32;
+  args.a = a.data(), args.lda = lda, args.b = b.data(), args.ldb = ldb;
+  args.c = c.data(), args.ldc = ldc;
+  cpu::OneDnnMatmul matmul;
+  ASSERT_TRUE(matmul.Run(args));
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double want = 0.0, magnitude = 0.0;
+      for (int64_t p = 0; p < k; ++p) {
+        const double term = double{a[static_cast<size_t>(p * lda + i)]} *
+                            double{b[static_cast<size_t>(j * ldb + p)]};
+        want += term;
+        magnitude += std::abs(term);
+      }
+      EXPECT_NEAR(c[static_cast<size_t>(i * ldc + j)], want, 2.0 * k * 6e-8 * magnitude)
+          << i << ", " << j;
+    }
   }
 }
 

@@ -203,6 +203,18 @@ TEST_F(CliTest, TuneFindsTheLargestMicroBatchOrSaysNothingFits) {
   const Result bad = RunZtrain("tune --config " + config + " --memory-budget lots");
   EXPECT_EQ(bad.code, 2);
   EXPECT_NE(bad.out.find("\"lots\" is not a size"), std::string::npos) << bad.out;
+  const Result none = RunZtrain("tune --config " + config, "2>&1");
+  EXPECT_EQ(none.code, 2) << none.out;
+  EXPECT_NE(none.out.find("--memory-budget is required (e.g. 16GiB), or --gemm"),
+            std::string::npos)
+      << none.out;
+  // --gemm: one row per linear and pass with a rate for each backend, and the step's total.
+  const Result gemm = RunZtrain("tune --gemm --config " + config);
+  ASSERT_EQ(gemm.code, 0) << gemm.out;
+  for (const char* row : {"attention q,k,v    forward", "mlp down           weight gradient",
+                          "lm head            input gradient", "the step's fp32 GEMMs: "}) {
+    EXPECT_NE(gemm.out.find(row), std::string::npos) << row << "\n" << gemm.out;
+  }
 }
 
 // Without GPUs the default "auto" trains on the CPU and says why; "cuda" is a config error
