@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <string_view>
 
 #include "core/error.h"
 #include "data/token_source.h"
@@ -37,9 +38,12 @@ std::string Why(int err) {
   }
 }
 
+// The name of ProbeWrite's files, which other ranks' preflights may see for a moment.
+constexpr std::string_view kProbePrefix = ".ztrain-probe-";
+
 // "" when a file can be created, written and removed in the existing directory `dir`.
 std::string ProbeWrite(const fs::path& dir) {
-  std::string name = (dir / ".ztrain-probe-XXXXXX").string();
+  std::string name = (dir / StrCat(kProbePrefix, "XXXXXX")).string();
   const int fd = ::mkstemp(name.data());
   if (fd < 0) return Why(errno);
   const char byte = 0;
@@ -106,6 +110,7 @@ std::string NotModelFiles(const std::string& dir) {
   int n = 0;
   for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string(), ext = e.path().extension().string();
+    if (name.starts_with(kProbePrefix)) continue;  // another rank's preflight, gone in a moment
     const bool model = e.is_regular_file() && (ext == ".safetensors" || ext == ".json" ||
                                                ext == ".model" || name == "merges.txt" ||
                                                name == "README.md");

@@ -5,11 +5,14 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
+#include <string_view>
 
 #include "kernels/cpu/check.h"
 #include "kernels/cpu/column_sums.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/gemm_util.h"
+#include "kernels/cpu/onednn_matmul.h"
 
 namespace ztrain::kernels {
 namespace cpu {
@@ -20,6 +23,37 @@ int BlasDim(int64_t d, const char* op, const char* what) {
   return static_cast<int>(d);
 }
 
+// Note [fp32 GEMMs on oneDNN]: `ztrain tune --gemm` measured oneDNN's fp32 matmul faster than
+// OpenBLAS's SGEMM on every shape of the Llama ~110M step on the AMD EPYC (README,
+// Performance). Until the engine chooses per shape by measurement (issue 34, part 2: the same
+// choice on every rank and across a resume, so that resumes stay bitwise), ZTRAIN_FP32_GEMM
+// chooses for the process: "openblas" (the default) or "onednn" (where this build has oneDNN;
+// a shape oneDNN does not implement falls back to SGEMM). Read at every call, so that a test
+// can switch it; each thread keeps its own primitive cache.
+bool Fp32GemmOnOneDnn() {
+  const char* env = std::getenv("ZTRAIN_FP32_GEMM");
+  if (env == nullptr || std::string_view(env) == "openblas") return false;
+  ZTRAIN_CHECK(std::string_view(env) == "onednn", "ZTRAIN_FP32_GEMM is '", env,
+               "': give openblas (the default) or onednn");
+  ZTRAIN_CHECK(OneDnnBuiltIn(), "ZTRAIN_FP32_GEMM=onednn, but this build has no oneDNN "
+               "(install libdnnl-dev and reconfigure)");
+  return true;
+}
+
+bool OneDnnSgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                 const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+                 int64_t ldc) {
+  thread_local OneDnnMatmul matmul;
+  MatmulArgs args;
+  args.trans_a = trans_a, args.trans_b = trans_b;
+  args.m = m, args.n = n, args.k = k;
+  args.alpha = alpha, args.beta = beta;
+  args.ab_type = DType::kF32;
+  args.a = a, args.lda = lda, args.b = b, args.ldb = ldb;
+  args.c = c, args.c_type = DType::kF32, args.ldc = ldc;
+  return matmul.Run(args);
+}
+
 }  // namespace
 
 void Sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
@@ -28,6 +62,10 @@ void Sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
   if (m == 0 || n == 0) return;
   if (k == 0) {  // BLAS rejects lda = 0; the product is empty, only beta * c remains
     for (int64_t i = 0; i < m * n; ++i) c[i] = beta == 0.0f ? 0.0f : beta * c[i];
+    return;
+  }
+  if (Fp32GemmOnOneDnn() &&
+      OneDnnSgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)) {
     return;
   }
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,

@@ -83,9 +83,16 @@ TEST(PreflightTest, EveryUnwritableOutputIsNamedWithItsFix) {
   std::filesystem::create_directories(dir.File("model"));
   std::ofstream(dir.File("model/config.json")) << "{}";
   std::ofstream(dir.File("model/model.safetensors")) << "x";
+  // Another rank's write probe, there for a moment, is no file of the user's (a 4-rank
+  // resume failed on one, once in a few runs).
+  std::ofstream(dir.File("model/.ztrain-probe-a1b2c3")) << "";
   j["training"]["save_final"] = dir.File("model");
   EXPECT_EQ(Joined(PreflightProblems(ParseConfig(j), {})).find("training.save_final"),
             std::string::npos);
+  std::filesystem::create_directories(dir.File("model/.git"));  // a cloned Hugging Face repo
+  EXPECT_NE(Joined(PreflightProblems(ParseConfig(j), {})).find("holds .git/, which are not"),
+            std::string::npos);
+  std::filesystem::remove_all(dir.File("model/.git"));
   j["training"]["save_final"] = dir.path();
   const std::string other = Joined(PreflightProblems(ParseConfig(j), {}));
   EXPECT_NE(other.find("training.save_final: '" + dir.path() + "' holds file, model/, which "

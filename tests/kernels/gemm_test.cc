@@ -1,8 +1,11 @@
 // Gemm and the linear layer against double references and finite differences.
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "frozen_test_util.h"
 #include "kernel_test_util.h"
+#include "kernels/cpu/onednn_matmul.h"
 
 namespace ztrain::kernels {
 namespace {
@@ -44,7 +47,7 @@ std::vector<double> RefLinear(const std::vector<double>& x, const std::vector<do
   return y;
 }
 
-TEST(GemmTest, MatchesDoubleReferenceForEveryTransposeAndBeta) {
+void ExpectGemmsMatchTheReference(const std::string& backend) {
   auto ops = MakeCpuOps();
   const int64_t m = 13, n = 17, k = 35;
   for (int ta = 0; ta < 2; ++ta) {
@@ -54,10 +57,38 @@ TEST(GemmTest, MatchesDoubleReferenceForEveryTransposeAndBeta) {
         const auto want = RefGemm(ta, tb, m, n, k, 0.75, a, b, beta, c);
         ops->Gemm(ta, tb, 0.75f, View(a, ta ? Shape{k, m} : Shape{m, k}),
                   View(b, tb ? Shape{n, k} : Shape{k, n}), beta, View(c, {m, n}));
-        ExpectClose(c, want, 1e-5, "ta=" + std::to_string(ta) + " tb=" + std::to_string(tb));
+        ExpectClose(c, want, 1e-5,
+                    backend + " ta=" + std::to_string(ta) + " tb=" + std::to_string(tb));
       }
     }
   }
+}
+
+TEST(GemmTest, MatchesDoubleReferenceForEveryTransposeAndBeta) {
+  ExpectGemmsMatchTheReference("OpenBLAS");
+}
+
+// Note [fp32 GEMMs on oneDNN]: the same products through oneDNN's fp32 matmul
+// (ZTRAIN_FP32_GEMM=onednn), and a value it does not know refused by name.
+TEST(GemmTest, OneDnnFp32GemmsMatchTheReferenceWhenChosen) {
+  if (!cpu::OneDnnBuiltIn()) GTEST_SKIP() << "this build has no oneDNN";
+  struct Unset {
+    ~Unset() { ::unsetenv("ZTRAIN_FP32_GEMM"); }  // whatever fails below: other tests use OpenBLAS
+  } unset;
+  ::setenv("ZTRAIN_FP32_GEMM", "onednn", 1);
+  ExpectGemmsMatchTheReference("oneDNN");
+  auto ops = MakeCpuOps();
+  const int64_t rows = 9, ch = 21, oc = 11;
+  auto x = Random(rows * ch, 4), w = Random(oc * ch, 5), bias = Random(oc, 6);
+  std::vector<float> y(rows * oc);
+  ops->LinearForward(View(x, {rows, ch}), View(w, {oc, ch}), View(bias, {oc}), View(y, {rows, oc}));
+  const std::vector<double> xd(x.begin(), x.end()), wd(w.begin(), w.end()),
+      bd(bias.begin(), bias.end());
+  ExpectClose(y, RefLinear(xd, wd, &bd, rows, ch, oc), 1e-5, "oneDNN linear");
+  ::setenv("ZTRAIN_FP32_GEMM", "mkl", 1);
+  ExpectErrorMentions([&] { ops->LinearForward(View(x, {rows, ch}), View(w, {oc, ch}),
+                                               View(bias, {oc}), View(y, {rows, oc})); },
+                      {"ZTRAIN_FP32_GEMM is 'mkl'", "openblas (the default) or onednn"});
 }
 
 TEST(GemmTest, EmptyInnerDimensionScalesC) {
