@@ -306,18 +306,20 @@ constexpr const char* kShapeKeys[] = {
     "model.vocab_size",  "model.padded_vocab_size", "model.max_seq_len", "model.n_kv_head",
     "model.head_dim",    "model.intermediate_size"};
 
-// A size as the model has it: checkpoints of older versions saved "auto" sizes as 0 (the
-// ModelConfig accessors' rule), resolved configs now as the number.
+// A size as the model has it: checkpoints of older versions saved "auto" sizes as 0, which
+// ModelConfig's accessors read as following n_head and n_embd; the same accessors decide here.
 nlohmann::json EffectiveSize(const nlohmann::json& config, const std::string& path,
                              const nlohmann::json& v) {
   if (!v.is_number_integer() || v.get<int64_t>() != 0) return v;
   const nlohmann::json* heads = ConfigValue(config, "model.n_head");
   const nlohmann::json* embd = ConfigValue(config, "model.n_embd");
   if (!heads || !embd || !heads->is_number_integer() || !embd->is_number_integer()) return v;
-  const int64_t h = heads->get<int64_t>(), c = embd->get<int64_t>();
-  if (path == "model.n_kv_head") return h;
-  if (path == "model.head_dim") return h > 0 ? c / h : 0;
-  if (path == "model.intermediate_size") return 4 * c;
+  ModelConfig m;
+  m.n_head = heads->get<int>();
+  m.n_embd = embd->get<int>();
+  if (path == "model.n_kv_head") return m.kv_heads();
+  if (path == "model.head_dim") return m.head_size();
+  if (path == "model.intermediate_size") return m.mlp_hidden();
   return v;
 }
 constexpr const char* kAdapterKeys[] = {"lora.enabled",           "lora.r",

@@ -146,6 +146,8 @@ TEST(CheckpointSafetyTest, ConfigChangesSinceTheCheckpointAreNamed) {
   other["training"]["seed"] = 7;
   other["data"]["seq_len"] = 4;
   other["training"]["steps"] = 500;  // extending the run is no change
+  // The number an "auto" size stands for (saved as 0) is the same model, no change.
+  other["model"]["n_kv_head"] = t.cfg.model.n_head;
   const Config o = ParseConfig(other);
   Engine e2(o, nn::BuildGpt2(o.model));
   std::ostringstream log;
@@ -160,6 +162,7 @@ TEST(CheckpointSafetyTest, ConfigChangesSinceTheCheckpointAreNamed) {
   EXPECT_NE(text.find("data.seq_len 8 -> 4"), std::string::npos) << text;
   EXPECT_NE(text.find("training.seed 1337 -> 7"), std::string::npos) << text;
   EXPECT_EQ(text.find("training.steps"), std::string::npos) << text;
+  EXPECT_EQ(text.find("n_kv_head"), std::string::npos) << text;
 }
 
 // Export picks the checkpoint as a resume does, and never writes into what it reads.
