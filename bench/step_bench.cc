@@ -17,6 +17,7 @@
 #include "bench/onednn_peak.h"
 #include "core/buffer.h"
 #include "engine/engine.h"
+#include "engine/tune.h"
 #include "kernels/cpu/blas_kernel.h"
 #include "kernels/cpu/onednn_matmul.h"
 #include "kernels/cuda_memory.h"
@@ -384,6 +385,16 @@ PrecisionRun RunPrecision(const StepBenchOptions& o, const std::string& precisio
     if (!o.zero.empty()) std::printf("  zero_optimization: %s\n", o.zero.dump().c_str());
     if (precision == "bf16" && engine.device().is_cpu()) {
       std::printf("  bf16 GEMMs: %s\n", kernels::cpu::OneDnnBf16Support().detail.c_str());
+    }
+    if (engine.device().is_cpu() && !cfg.precision.bf16) {
+      // As the trainer does (Note [GEMMs chosen by measurement]).
+      engine.UseGemmPlan(ChooseStepGemms(cfg, nullptr));
+      int onednn = 0;
+      for (const auto& [shape, backend] : engine.gemm_plan().choices()) {
+        onednn += backend == kernels::GemmBackend::kOneDnn ? 1 : 0;
+      }
+      std::printf("  fp32 GEMMs: oneDNN on %d of the step's %zu shapes, OpenBLAS on the rest\n",
+                  onednn, StepGemmShapes(cfg).size());
     }
     TimeSteps(engine, batch.mb, o.steps, onednn.get(), run);
     PrintRun(o, engine, run);

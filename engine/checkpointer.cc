@@ -28,6 +28,33 @@ int64_t ParseTag(const std::string& tag) {
   return std::stoll(digits);
 }
 
+// Note [GEMMs chosen by measurement]: the saved run's fp32 GEMM backends replace this run's
+// measured ones, so that the resumed steps compute as the saved run's would have (a backend
+// this build lacks falls back to OpenBLAS in the ops). Checkpoints of earlier versions have
+// none: the measured plan stays. Every rank reads the same meta.json, so all take the same.
+void RestoreGemmPlan(Engine& engine, const nlohmann::json& saved, const std::string& dir) {
+  if (!saved.is_string()) return;
+  kernels::GemmPlan plan;
+  try {
+    plan = kernels::GemmPlan::FromText(saved.get<std::string>());
+  } catch (const Error& e) {
+    Log().warn(
+        "checkpoint {}: its gemm_plan does not read ({}); keeping this run's GEMM "
+        "choices, so the resumed steps may differ from the saved run's in the last bits",
+        dir, e.what());
+    return;
+  }
+  if (plan == engine.gemm_plan()) return;
+  Log().info(
+      "fp32 GEMMs: the backends of checkpoint {} (oneDNN on {} of its {} shapes) replace "
+      "this run's measured ones, so that the resumed run computes as the saved one",
+      dir,
+      std::count_if(plan.choices().begin(), plan.choices().end(),
+                    [](const auto& c) { return c.second == kernels::GemmBackend::kOneDnn; }),
+      plan.choices().size());
+  engine.UseGemmPlan(plan);
+}
+
 }  // namespace
 
 Checkpointer::Checkpointer(const Config& config, Engine& engine, comm::Communicator* world)
@@ -144,6 +171,7 @@ void Checkpointer::Save(int64_t step, const data::LoaderState& data) {
           {"scheduler", {{"type", config_.scheduler.type}, {"step", step}}},
           {"rng", {{"seed", config_.training.seed}}},
           {"loss_scaler", engine_.LossScalerState()},
+          {"gemm_plan", engine_.gemm_plan().ToText()},
           {"config", config_.resolved}};
       checkpoint::WriteMeta(partial, meta);
       const std::string final_dir = root_ + "/" + name;
@@ -228,6 +256,7 @@ ResumePoint Checkpointer::Resume(const std::string& tag, bool required) {
     const int64_t step = meta.at("step");
     engine_.LoadState(index, step);
     engine_.RestoreLossScaler(meta.value("loss_scaler", nlohmann::json()));
+    RestoreGemmPlan(engine_, meta.value("gemm_plan", nlohmann::json()), dir);
     ResumePoint point;
     point.step = step;
     point.directory = dir;

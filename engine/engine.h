@@ -240,6 +240,14 @@ class Engine {
   // restore (a null state, from a run without fp16, leaves the scaler as configured).
   nlohmann::json LossScalerState() const;
   void RestoreLossScaler(const nlohmann::json& state);
+  // The fp32 GEMM backend of each shape (Note [GEMMs chosen by measurement] in
+  // kernels/cpu/gemm_choice.h), given to the ops; a checkpoint records it, so that a resume
+  // computes as the saved run did. OpenBLAS for every shape until set.
+  void UseGemmPlan(const kernels::GemmPlan& plan) {
+    gemm_plan_ = plan;
+    ops_->UseGemmPlan(plan);
+  }
+  const kernels::GemmPlan& gemm_plan() const { return gemm_plan_; }
 
   int64_t step() const { return step_; }
   int dp_rank() const { return dp_->rank(); }
@@ -472,6 +480,7 @@ class Engine {
   DType grad_dtype_;  // gradient accumulation (data_types.grad_accum_dtype)
   std::unique_ptr<optim::LossScaler> scaler_;  // fp16 only
   std::unique_ptr<kernels::Ops> ops_;
+  kernels::GemmPlan gemm_plan_;
   std::unique_ptr<optim::LrSchedule> schedule_;
   std::vector<std::unique_ptr<LayerState>> states_;
   std::vector<Slot> slots_;

@@ -13,6 +13,7 @@
 #include "engine/config_agreement.h"
 #include "engine/model_weights.h"
 #include "engine/preflight.h"
+#include "engine/tune.h"
 #include "kernels/cpu/bf16_speed.h"
 #include "kernels/cpu/blas_kernel.h"
 #include "kernels/quant.h"
@@ -142,6 +143,9 @@ Trainer::Trainer(Config config, comm::Communicator* world, const LaunchEnv& laun
                            : nn::BuildModel(config_.model, nn::MakeWholeLinears(), plan),
       groups,
       config_.model.init_from.empty() ? InitialParameters::kRandom : InitialParameters::kZero);
+  if (device_.device.is_cpu() && !config_.precision.bf16) {
+    engine_->UseGemmPlan(ChooseStepGemms(config_, world_));
+  }
   if (!config_.checkpoint.dir.empty()) {
     checkpointer_ = std::make_unique<Checkpointer>(config_, *engine_, world_);
   }

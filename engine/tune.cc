@@ -10,8 +10,11 @@
 #include "core/sizes.h"
 #include "engine/engine.h"
 #include "engine/estimate.h"
+#include "kernels/cpu/gemm_choice.h"
+#include "kernels/cpu/onednn_matmul.h"
 #include "kernels/ops.h"
 #include "nn/gpt2.h"
+#include "parallel/comm/communicator.h"
 
 namespace ztrain {
 namespace {
@@ -181,11 +184,65 @@ std::vector<StepGemm> StepGemmShapes(const Config& config) {
   std::vector<StepGemm> shapes;
   for (const Linear& l : linears) {
     const int64_t count = l.per_block > 0 ? l.per_block * m.n_layer : 1;
-    shapes.push_back({l.name, "forward", tokens, l.out, l.in, count});
-    shapes.push_back({l.name, "input gradient", tokens, l.in, l.out, count});
-    shapes.push_back({l.name, "weight gradient", l.out, l.in, tokens, count});
+    shapes.push_back({l.name, "forward", {false, true, tokens, l.out, l.in}, count});
+    shapes.push_back({l.name, "input gradient", {false, false, tokens, l.in, l.out}, count});
+    shapes.push_back({l.name, "weight gradient", {true, false, l.out, l.in, tokens}, count});
   }
   return shapes;
+}
+
+kernels::GemmPlan ChooseStepGemms(const Config& config, comm::Communicator* world) {
+  constexpr int64_t kPlanBytes = 8192;
+  const kernels::Fp32GemmChoice by_hand = kernels::Fp32GemmByEnvironment();  // or throws
+  std::string text;
+  if (!world || world->rank() == 0) {
+    std::vector<kernels::CountedShape> shapes;
+    bool any_large = false;
+    for (const StepGemm& g : StepGemmShapes(config)) {
+      shapes.push_back({g.shape, g.count});
+      any_large = any_large || g.shape.flops() >= kernels::kMeasuredFlops;
+    }
+    const std::string cache = kernels::GemmCachePath();
+    if (by_hand != kernels::Fp32GemmChoice::kAuto) {
+      Log().info("fp32 GEMMs: {} for every shape, as ZTRAIN_FP32_GEMM says",
+                 by_hand == kernels::Fp32GemmChoice::kOneDnn ? "oneDNN" : "OpenBLAS");
+    } else if (!kernels::cpu::OneDnnBuiltIn()) {
+      Log().info("fp32 GEMMs: OpenBLAS (this build has no oneDNN to choose from)");
+    } else if (!any_large) {
+      Log().info(
+          "fp32 GEMMs: OpenBLAS (every GEMM of this model's step is under {:g} GFLOP, "
+          "not worth measuring)",
+          kernels::kMeasuredFlops / 1e9);
+    } else {
+      Log().info(
+          "fp32 GEMMs: choosing OpenBLAS or oneDNN for each of the step's {} shapes (measured "
+          "once for this machine, cached in {})",
+          shapes.size(), cache.empty() ? "nothing: no HOME" : cache);
+      const kernels::GemmChoice c = kernels::ChooseFp32Gemms(shapes, cache);
+      if (!c.cache_problem.empty()) Log().warn("fp32 GEMMs: {}", c.cache_problem);
+      int onednn = 0;
+      for (const auto& [shape, backend] : c.plan.choices()) {
+        onednn += backend == kernels::GemmBackend::kOneDnn ? 1 : 0;
+      }
+      Log().info(
+          "fp32 GEMMs: oneDNN on {} of {} shapes, OpenBLAS on the rest ({} measured now, "
+          "{} from the cache, {} too small to measure): the step's GEMMs take {:.1f} % "
+          "less time than on OpenBLAS alone by the measurement{}",
+          onednn, shapes.size(), c.measured, c.cached, c.small,
+          c.openblas_seconds > 0 ? 100.0 * (1.0 - c.plan_seconds / c.openblas_seconds) : 0.0,
+          cache.empty() ? "" : fmt::format("; delete {} to measure again", cache));
+      text = c.plan.ToText();
+      if (static_cast<int64_t>(text.size()) >= kPlanBytes) {
+        Log().warn(
+            "fp32 GEMMs: the plan of {} shapes is too long to send to the ranks; "
+            "OpenBLAS for every shape",
+            shapes.size());
+        text.clear();
+      }
+    }
+  }
+  if (world && world->size() > 1) text = comm::AllGatherText(*world, text, kPlanBytes).front();
+  return kernels::GemmPlan::FromText(text);
 }
 
 }  // namespace ztrain

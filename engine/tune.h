@@ -10,13 +10,19 @@
 // peak exceeds the budget after all, it steps B down until a real step fits. The real step
 // runs in this process as one rank: for a config of several ranks, the estimate is for one
 // rank of that world and the confirmation step is skipped (say so). Not thread safe (it
-// trains an engine); errors throw.
+// trains an engine); errors throw. Also here: the GEMM shapes of a step and their backends
+// (`ztrain tune --gemm`, ChooseStepGemms).
 #include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "core/config.h"
+#include "kernels/gemm_plan.h"
+
+namespace ztrain::comm {
+class Communicator;
+}
 
 namespace ztrain {
 
@@ -40,17 +46,26 @@ TuneResult TuneMicroBatch(const Config& config, int64_t budget_bytes, int64_t ma
                           bool confirm);
 
 // One GEMM shape of a train step on one micro-batch (`ztrain tune --gemm`): the linear, the
-// pass (forward, input gradient, weight gradient), m x n x k as a plain product, and how many
-// times a step runs it (every block's, and Llama's gate and up both).
+// pass (forward, input gradient, weight gradient), the product as CpuOps computes it (forward
+// x W^T: NT; input gradient dy W: NN; weight gradient dy^T x: TN), and how many times a step
+// runs it (every block's, and Llama's gate and up both).
 struct StepGemm {
   std::string linear, pass;
-  int64_t m = 0, n = 0, k = 0;
+  kernels::GemmShape shape;
   int64_t count = 0;
 };
 // The distinct shapes of a step's linears (q/k/v fused, attention output, MLP in and out, the
 // LM head) from the model's sizes and the micro-batch's tokens; attention's own products and
 // tensor-parallel slices are left out.
 std::vector<StepGemm> StepGemmShapes(const Config& config);
+
+// Note [GEMMs chosen by measurement] (kernels/cpu/gemm_choice.h) for an engine of `config` on
+// the CPU in fp32: rank 0 of `world` (null: this process alone) measures, or reads from its
+// cache, the fp32 GEMM backend of each of StepGemmShapes, logging what it chose, and every rank
+// returns its plan, so that all compute alike. ZTRAIN_FP32_GEMM set to openblas or onednn on
+// rank 0 chooses by hand instead (an empty plan). Collective over `world` whatever each rank's
+// environment says.
+kernels::GemmPlan ChooseStepGemms(const Config& config, comm::Communicator* world);
 
 // "16GiB", "512 MiB", "2GB", "1e9", "4096": bytes (binary KiB/MiB/GiB/TiB and decimal
 // KB/MB/GB/TB, B optional); ConfigError naming the text otherwise.

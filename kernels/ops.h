@@ -50,6 +50,7 @@
 
 #include "core/tensor.h"
 #include "kernels/dropout.h"
+#include "kernels/gemm_plan.h"
 #include "kernels/quant.h"
 
 namespace ztrain::kernels {
@@ -117,6 +118,9 @@ class Ops {
   // outside every MemoryTracker (CpuOps: the widening adapter's fp32 scratch for 16-bit
   // arguments, Note [Widening adapter]). 0 where there is none.
   virtual int64_t ScratchBytes() const { return 0; }
+  // The backend for each fp32 GEMM shape, chosen by measurement (Note [GEMMs chosen by
+  // measurement] in kernels/cpu/gemm_choice.h); a backend with one GEMM library ignores it.
+  virtual void UseGemmPlan(const GemmPlan& plan) { (void)plan; }
 
   // c[M,N] = alpha * op(a) @ op(b) + beta * c, op = transpose when the flag is set.
   // a is [M,K] (or [K,M] when trans_a), b is [K,N] (or [N,K] when trans_b).

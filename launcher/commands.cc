@@ -24,7 +24,9 @@
 #include "engine/trainer.h"
 #include "engine/tune.h"
 #include "kernels/cpu/blas_kernel.h"
+#include "kernels/cpu/gemm_choice.h"
 #include "kernels/cpu/gemm_timing.h"
+#include "kernels/cpu/onednn_matmul.h"
 #include "kernels/ops.h"
 #include "launcher/build_info.h"
 #include "launcher/signals.h"
@@ -362,9 +364,9 @@ int RunEstimate(const EstimateArgs& args) {
 
 namespace {
 
-// `ztrain tune --gemm`: every GEMM shape of the config's step timed on each CPU backend, and
-// what choosing the fastest per shape would save against SGEMM alone (issue 34's measurement:
-// the choice itself is not applied yet).
+// `ztrain tune --gemm`: every GEMM shape of the config's step timed on each CPU backend, the
+// backend the trainer's rule keeps for it (Note [GEMMs chosen by measurement]), and what that
+// saves against SGEMM alone. It times afresh and leaves the trainer's cache as it is.
 int RunTuneGemm(const Config& config) {
   const bool bf16 = kernels::CpuHasBf16();
   std::printf("GEMM shapes of one train step (micro-batch %lld x %lld tokens), GFLOP/s on %d "
@@ -373,27 +375,35 @@ int RunTuneGemm(const Config& config) {
               static_cast<long long>(config.data.seq_len > 0 ? config.data.seq_len
                                                              : config.model.max_seq_len),
               omp_get_max_threads(), kernels::BlasCoreName().c_str());
-  std::printf("  %-18s %-16s %-22s %5s %9s %12s %8s %12s\n", "linear", "pass", "m x n x k", "runs",
-              "OpenBLAS", "oneDNN fp32", "fastest", bf16 ? "oneDNN bf16" : "");
-  double sgemm_seconds = 0.0, best_seconds = 0.0;
+  std::printf("  %-18s %-16s %-22s %5s %9s %12s %9s %12s\n", "linear", "pass", "m x n x k", "runs",
+              "OpenBLAS", "oneDNN fp32", "chosen", bf16 ? "oneDNN bf16" : "");
+  double sgemm_seconds = 0.0, chosen_seconds = 0.0;
   for (const StepGemm& g : StepGemmShapes(config)) {
     const kernels::GemmRates r =
-        kernels::TimeGemm(g.m, g.n, g.k, {.onednn_fp32 = true, .onednn_bf16 = bf16});
-    const double flops = 2.0 * static_cast<double>(g.m) * static_cast<double>(g.n) *
-                         static_cast<double>(g.k) * static_cast<double>(g.count);
-    const double best = std::max(r.sgemm, r.onednn_fp32);
+        kernels::TimeGemm(g.shape, {.onednn_fp32 = true, .onednn_bf16 = bf16});
+    const double flops = g.shape.flops() * static_cast<double>(g.count);
+    const bool small = g.shape.flops() < kernels::kMeasuredFlops;
+    const bool onednn =
+        !small && kernels::FasterBackend(r.sgemm, r.onednn_fp32) == kernels::GemmBackend::kOneDnn;
     sgemm_seconds += flops / (r.sgemm * 1e9);
-    best_seconds += flops / (best * 1e9);
-    const std::string shape = detail::StrCat(g.m, " x ", g.n, " x ", g.k);
-    std::printf("  %-18s %-16s %-22s %5lld %9.1f %12.1f %8s %12s\n", g.linear.c_str(),
+    chosen_seconds += flops / ((onednn ? r.onednn_fp32 : r.sgemm) * 1e9);
+    const std::string shape = g.shape.ToString();
+    std::printf("  %-18s %-16s %-22s %5lld %9.1f %12.1f %9s %12s\n", g.linear.c_str(),
                 g.pass.c_str(), shape.c_str(), static_cast<long long>(g.count), r.sgemm,
-                r.onednn_fp32, r.onednn_fp32 > r.sgemm ? "oneDNN" : "OpenBLAS",
+                r.onednn_fp32, onednn ? "oneDNN" : (small ? "OpenBLAS*" : "OpenBLAS"),
                 bf16 ? detail::StrCat(static_cast<int64_t>(r.onednn_bf16)).c_str() : "");
   }
-  std::printf("the step's fp32 GEMMs: %.1f ms on OpenBLAS alone, %.1f ms with the fastest per "
-              "shape (%.1f %% less)\n",
-              sgemm_seconds * 1e3, best_seconds * 1e3,
-              100.0 * (1.0 - best_seconds / sgemm_seconds));
+  std::printf("the step's fp32 GEMMs: %.1f ms on OpenBLAS alone, %.1f ms as chosen (%.1f %% less)\n",
+              sgemm_seconds * 1e3, chosen_seconds * 1e3,
+              100.0 * (1.0 - chosen_seconds / sgemm_seconds));
+  const std::string cache = kernels::GemmCachePath();
+  std::printf(
+      "chosen: oneDNN where its fp32 matmul is at least %.0f %% faster than SGEMM, else "
+      "OpenBLAS (*: under %g GFLOP, not measured by a train run). A train run measures "
+      "once per machine and caches the choice%s; ZTRAIN_FP32_GEMM=openblas|onednn "
+      "overrides it.\n",
+      100.0 * (kernels::kOneDnnPays - 1.0), kernels::kMeasuredFlops / 1e9,
+      cache.empty() ? "" : (" in " + cache).c_str());
   return kExitOk;
 }
 
@@ -579,6 +589,20 @@ void PrintVersion() {
   std::printf("  BLAS      %s kernel%s%s; this CPU: %s, best OPENBLAS_CORETYPE=%s\n",
               kernels::BlasCoreName().c_str(), over ? ", chosen by ztrain over " : "",
               over ? over : "", kernels::IsaLevelName(cpu), kernels::BestCoreType(cpu));
+  if (kernels::cpu::OneDnnBuiltIn()) {
+    const kernels::cpu::OneDnnSupport& bf16 = kernels::cpu::OneDnnBf16Support();
+    const std::string cache = kernels::GemmCachePath();
+    std::printf(
+        "  oneDNN    yes (%s: the fp32 GEMM shapes it runs faster, measured once and "
+        "cached in %s; bf16 matmuls%s)\n",
+        bf16.available ? bf16.detail.c_str() : kernels::cpu::OneDnnVersion().c_str(),
+        cache.empty() ? "nothing (no HOME)" : cache.c_str(),
+        bf16.available ? "" : (" not: " + bf16.detail).c_str());
+  } else {
+    std::printf(
+        "  oneDNN    no (fp32 and bf16 GEMMs on OpenBLAS; apt-get install libdnnl-dev, "
+        "then reconfigure)\n");
+  }
   if (ZTRAIN_BUILD_HAS_CUDA_TOOLKIT) {
     std::printf(
         "  CUDA      yes (cuBLAS and ztrain's kernels; CUDA devices visible now: %d; "

@@ -12,6 +12,11 @@
 set -euo pipefail
 build=${1:-build}
 jobs=$(nproc)
+# The fp32 GEMM choices the runs measure (Note [GEMMs chosen by measurement]) go to a cache of
+# this run's own, not the user's ~/.cache/ztrain.
+ZTRAIN_CACHE_DIR=$(mktemp -d /tmp/ztrain-test-cache.XXXXXX)
+export ZTRAIN_CACHE_DIR
+trap 'rm -rf "$ZTRAIN_CACHE_DIR"' EXIT
 # The first pass runs on the kernel the ztrain executable runs on (Note [BLAS kernel]):
 # OpenBLAS's own pick where it knows the CPU, the best kernel for the CPU where it took a
 # generic one (the test binaries link OpenBLAS without ztrain's restart, so they get it set).

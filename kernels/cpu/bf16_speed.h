@@ -8,9 +8,11 @@
 // 2.1x SGEMM. So "auto" for bf16 on the CPU times both on the shape of the model's MLP
 // GEMM (1024 rows; the model's width by its MLP width, each within [512, 4096]) for a few
 // repetitions each, best kept, and takes bf16 only when it is at least kBf16Pays times fp32's
-// rate; an explicit bf16.enabled true that measures slower than fp32 is warned about with the
-// ratio. The measurement takes a few tens of milliseconds; ranks that measure differently
-// agree on fp32 (Note [One config on every rank]).
+// rate. fp32's rate is that of the backend an fp32 run would use for the shape (Note [GEMMs
+// chosen by measurement]: oneDNN's fp32 matmul where it beats SGEMM by the margin, or what
+// ZTRAIN_FP32_GEMM says); an explicit bf16.enabled true that measures slower than fp32 is warned
+// about with the ratio. The measurement takes a few tens of milliseconds; ranks that measure
+// differently agree on fp32 (Note [One config on every rank]).
 #include <cstdint>
 #include <string>
 
@@ -23,13 +25,15 @@ inline constexpr double kBf16Pays = 1.1;
 struct Bf16Speed {
   bool available = false;  // oneDNN bf16 matmuls run here at all (CpuHasBf16)
   double fp32_gflops = 0.0, bf16_gflops = 0.0;
+  const char* fp32_backend = "OpenBLAS";  // what fp32_gflops was measured on
   int64_t m = 0, n = 0, k = 0;  // the shape timed
   std::string detail;           // why not available, or the ISA oneDNN runs
   double ratio() const { return fp32_gflops > 0 ? bf16_gflops / fp32_gflops : 0.0; }
 };
 
-// Times the GEMM [m, k] x [k, n] in fp32 (SGEMM) and bf16 (oneDNN, fp32 out) on this
-// process's threads. `width`, `mlp_width`: the model's n_embd and MLP width.
+// Times the GEMM [m, k] x [k, n] in fp32 (SGEMM and oneDNN's fp32 matmul, keeping the one an
+// fp32 run would use) and bf16 (oneDNN, fp32 out) on this process's threads. `width`, `mlp_width`:
+// the model's n_embd and MLP width.
 Bf16Speed MeasureBf16Speed(int64_t width, int64_t mlp_width);
 
 // Note [bf16 where it pays] as a function of the measurement: whether to train in bf16, and a

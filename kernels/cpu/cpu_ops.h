@@ -57,6 +57,7 @@ class CpuOps final : public Ops {
   bool Bf16GemmsOnOneDnn();
   // Bytes of fp32 scratch the widening adapter holds (Note [Widening adapter]).
   int64_t ScratchBytes() const override { return static_cast<int64_t>(scratch_.bytes()); }
+  void UseGemmPlan(const GemmPlan& plan) override { gemm_plan_ = plan; }
 
   void Gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b,
             float beta, const Tensor& c) override;
@@ -146,6 +147,7 @@ class CpuOps final : public Ops {
   bool bf16_path_decided_ = false;
   std::unique_ptr<cpu::OneDnnMatmul> onednn_;  // set when bf16 GEMMs run on oneDNN
   cpu::ScratchPool scratch_;
+  GemmPlan gemm_plan_;  // which backend each fp32 GEMM shape runs on
 };
 
 }  // namespace ztrain::kernels

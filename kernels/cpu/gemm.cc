@@ -1,16 +1,16 @@
-// Gemm and the linear layer: the GEMMs go to OpenBLAS, the bias add and the bias gradient are
-// OpenMP loops run between the sgemm calls (Note [BLAS and OpenMP] in cpu_ops.h). Calls with
-// a 16-bit argument go to gemm_mixed.cc (Note [bf16 GEMMs]).
+// Gemm and the linear layer: the GEMMs go to OpenBLAS or oneDNN (Note [fp32 GEMMs on oneDNN]),
+// the bias add and the bias gradient are OpenMP loops run between the GEMM calls (Note [BLAS
+// and OpenMP] in cpu_ops.h). Calls with a 16-bit argument go to gemm_mixed.cc (Note [bf16
+// GEMMs]).
 #include <cblas.h>
 
 #include <algorithm>
 #include <climits>
-#include <cstdlib>
-#include <string_view>
 
 #include "kernels/cpu/check.h"
 #include "kernels/cpu/column_sums.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/gemm_choice.h"
 #include "kernels/cpu/gemm_util.h"
 #include "kernels/cpu/onednn_matmul.h"
 
@@ -23,21 +23,26 @@ int BlasDim(int64_t d, const char* op, const char* what) {
   return static_cast<int>(d);
 }
 
-// Note [fp32 GEMMs on oneDNN]: `ztrain tune --gemm` measured oneDNN's fp32 matmul faster than
-// OpenBLAS's SGEMM on every shape of the Llama ~110M step on the AMD EPYC (README,
-// Performance). Until the engine chooses per shape by measurement (issue 34, part 2: the same
-// choice on every rank and across a resume, so that resumes stay bitwise), ZTRAIN_FP32_GEMM
-// chooses for the process: "openblas" (the default) or "onednn" (where this build has oneDNN;
-// a shape oneDNN does not implement falls back to SGEMM). Read at every call, so that a test
-// can switch it; each thread keeps its own primitive cache.
-bool Fp32GemmOnOneDnn() {
-  const char* env = std::getenv("ZTRAIN_FP32_GEMM");
-  if (env == nullptr || std::string_view(env) == "openblas") return false;
-  ZTRAIN_CHECK(std::string_view(env) == "onednn", "ZTRAIN_FP32_GEMM is '", env,
-               "': give openblas (the default) or onednn");
-  ZTRAIN_CHECK(OneDnnBuiltIn(), "ZTRAIN_FP32_GEMM=onednn, but this build has no oneDNN "
-               "(install libdnnl-dev and reconfigure)");
-  return true;
+// Note [fp32 GEMMs on oneDNN]: an fp32 GEMM runs on OpenBLAS's SGEMM or on oneDNN's fp32
+// matmul as the plan the engine gave says for its shape (Note [GEMMs chosen by measurement] in
+// gemm_choice.h; OpenBLAS for a shape the plan does not hold, or when this build has no
+// oneDNN). ZTRAIN_FP32_GEMM overrides the plan for the process (Fp32GemmByEnvironment):
+// "auto" (the default: the plan), "openblas" or "onednn" (every shape; a shape oneDNN does
+// not implement falls back to SGEMM). Read at every call, so that a test can switch it; each
+// thread keeps its own primitive cache.
+bool Fp32GemmOnOneDnn(const GemmPlan& plan, const GemmShape& shape) {
+  switch (Fp32GemmByEnvironment()) {
+    case Fp32GemmChoice::kOpenBlas:
+      return false;
+    case Fp32GemmChoice::kAuto:
+      return plan.For(shape) == GemmBackend::kOneDnn && OneDnnBuiltIn();
+    case Fp32GemmChoice::kOneDnn:
+      ZTRAIN_CHECK(OneDnnBuiltIn(),
+                   "ZTRAIN_FP32_GEMM=onednn, but this build has no oneDNN "
+                   "(install libdnnl-dev and reconfigure)");
+      return true;
+  }
+  return false;
 }
 
 bool OneDnnSgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
@@ -56,15 +61,15 @@ bool OneDnnSgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, fl
 
 }  // namespace
 
-void Sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-           const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
-           int64_t ldc, const char* op) {
+void Sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc,
+           const char* op, const GemmPlan& plan) {
   if (m == 0 || n == 0) return;
   if (k == 0) {  // BLAS rejects lda = 0; the product is empty, only beta * c remains
     for (int64_t i = 0; i < m * n; ++i) c[i] = beta == 0.0f ? 0.0f : beta * c[i];
     return;
   }
-  if (Fp32GemmOnOneDnn() &&
+  if (Fp32GemmOnOneDnn(plan, {trans_a, trans_b, m, n, k}) &&
       OneDnnSgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)) {
     return;
   }
@@ -147,7 +152,7 @@ void CpuOps::Gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, cons
     return;
   }
   cpu::Sgemm(trans_a, trans_b, m, n, k, alpha, a.data<float>(), a.size(1), b.data<float>(),
-             b.size(1), beta, c.data<float>(), n, kOp);
+             b.size(1), beta, c.data<float>(), n, kOp, gemm_plan_);
 }
 
 void CpuOps::LinearForward(const Tensor& x, const Tensor& weight, const Tensor& bias,
@@ -163,7 +168,7 @@ void CpuOps::LinearForward(const Tensor& x, const Tensor& weight, const Tensor& 
   }
 
   cpu::Sgemm(false, true, rows, oc, ch, 1.0f, x.data<float>(), ch, weight.data<float>(), ch, 0.0f,
-             y.data<float>(), oc, kOp);
+             y.data<float>(), oc, kOp, gemm_plan_);
   if (bias.defined()) cpu::AddBiasRows(y.data<float>(), bias.data<float>(), rows, oc);
 }
 
@@ -180,11 +185,11 @@ void CpuOps::LinearBackward(const Tensor& dy, const Tensor& x, const Tensor& wei
   const float* g = dy.data<float>();
   if (dx.defined()) {  // dx[N,C] = dy[N,OC] @ W[OC,C]
     cpu::Sgemm(false, false, rows, ch, oc, 1.0f, g, oc, weight.data<float>(), ch, 0.0f,
-               dx.data<float>(), ch, kOp);
+               dx.data<float>(), ch, kOp, gemm_plan_);
   }
   if (dweight.defined()) {  // dW[OC,C] += dy^T[OC,N] @ x[N,C]; a frozen weight has none
     cpu::Sgemm(true, false, oc, ch, rows, 1.0f, g, oc, x.data<float>(), ch, 1.0f,
-               dweight.data<float>(), ch, kOp);
+               dweight.data<float>(), ch, kOp, gemm_plan_);
   }
   if (dbias.defined()) cpu::AccumulateColumnSums(g, rows, oc, dbias.data<float>());
 }

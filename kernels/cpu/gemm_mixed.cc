@@ -90,7 +90,7 @@ void CpuOps::MixedGemm(bool trans_a, bool trans_b, float alpha, const Tensor& a,
   const Tensor a32 = w.In(a), b32 = w.In(b);
   const Tensor c32 = beta != 0.0f ? w.InOut(c) : w.Out(c);
   cpu::Sgemm(trans_a, trans_b, m, n, k, alpha, a32.data<float>(), a.size(1), b32.data<float>(),
-             b.size(1), beta, c32.data<float>(), n, op);
+             b.size(1), beta, c32.data<float>(), n, op, gemm_plan_);
   if (bias.defined()) cpu::AddBiasRows(c32.data<float>(), w.In(bias).data<float>(), m, n);
 }
 

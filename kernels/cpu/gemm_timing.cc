@@ -29,24 +29,28 @@ double BestRate(double flops, int reps, Gemm gemm) {
 
 }  // namespace
 
-GemmRates TimeGemm(int64_t m, int64_t n, int64_t k, GemmBackends backends, int reps) {
+GemmRates TimeGemm(const GemmShape& shape, GemmBackends backends, int reps) {
+  const int64_t m = shape.m, n = shape.n, k = shape.k;
+  const int64_t lda = shape.trans_a ? m : k, ldb = shape.trans_b ? k : n;
   const size_t a_size = static_cast<size_t>(m * k), b_size = static_cast<size_t>(k * n);
   std::vector<float> a(a_size), b(b_size), c(static_cast<size_t>(m * n));
   for (size_t i = 0; i < a_size; ++i) a[i] = static_cast<float>(i % 7) * 0.125f - 0.375f;
   for (size_t i = 0; i < b_size; ++i) b[i] = static_cast<float>(i % 5) * 0.25f - 0.5f;
-  const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+  const double flops = shape.flops();
   GemmRates rates;
   rates.sgemm = BestRate(flops, reps, [&] {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m),
-                static_cast<int>(n), static_cast<int>(k), 1.0f, a.data(), static_cast<int>(k),
-                b.data(), static_cast<int>(n), 0.0f, c.data(), static_cast<int>(n));
+    cblas_sgemm(CblasRowMajor, shape.trans_a ? CblasTrans : CblasNoTrans,
+                shape.trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
+                static_cast<int>(k), 1.0f, a.data(), static_cast<int>(lda), b.data(),
+                static_cast<int>(ldb), 0.0f, c.data(), static_cast<int>(n));
     return true;
   });
   if (!cpu::OneDnnBuiltIn() || !(backends.onednn_fp32 || backends.onednn_bf16)) return rates;
   cpu::OneDnnMatmul matmul;
   cpu::MatmulArgs args;
+  args.trans_a = shape.trans_a, args.trans_b = shape.trans_b;
   args.m = m, args.n = n, args.k = k;
-  args.lda = k, args.ldb = n, args.ldc = n;
+  args.lda = lda, args.ldb = ldb, args.ldc = n;
   args.c = c.data();
   if (backends.onednn_fp32) {
     args.ab_type = DType::kF32;

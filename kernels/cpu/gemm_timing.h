@@ -4,6 +4,8 @@
 // `ztrain tune --gemm`, which prints them for a model's shapes.
 #include <cstdint>
 
+#include "kernels/gemm_plan.h"
+
 namespace ztrain::kernels {
 
 // GFLOP/s of C[m,n] = A[m,k] B[k,n] with an fp32 C, best of the repetitions after a warm-up;
@@ -20,7 +22,9 @@ struct GemmBackends {
   bool onednn_bf16 = false;
 };
 
-// On this process's OpenMP threads; a few times 2mnk FLOPs of work per backend.
-GemmRates TimeGemm(int64_t m, int64_t n, int64_t k, GemmBackends backends, int reps = 5);
+// On this process's OpenMP threads; a few times 2mnk FLOPs of work per backend. `shape`'s
+// transposes are those of the operands as stored (a is [k,m] when trans_a, b [n,k] when
+// trans_b), as the step's GEMMs have them.
+GemmRates TimeGemm(const GemmShape& shape, GemmBackends backends, int reps = 5);
 
 }  // namespace ztrain::kernels

@@ -31,8 +31,7 @@ OneDnnSupport Probe() {
   const auto has = [isa](dnnl::cpu_isa want) {
     return (isa & static_cast<unsigned>(want)) == static_cast<unsigned>(want);
   };
-  const dnnl::version_t* v = dnnl::version();
-  const std::string name = detail::StrCat("oneDNN ", v->major, ".", v->minor, ".", v->patch);
+  const std::string name = OneDnnVersion();
   if (!has(dnnl::cpu_isa::avx512_core_bf16)) {
     char mask[16];
     std::snprintf(mask, sizeof(mask), "%#x", isa);
@@ -46,6 +45,15 @@ OneDnnSupport Probe() {
 }
 
 }  // namespace
+
+std::string OneDnnVersion() {
+#if ZTRAIN_WITH_ONEDNN
+  const dnnl::version_t* v = dnnl::version();
+  return detail::StrCat("oneDNN ", v->major, ".", v->minor, ".", v->patch);
+#else
+  return "";
+#endif
+}
 
 const OneDnnSupport& OneDnnBf16Support() {
   static const OneDnnSupport support = Probe();

@@ -26,6 +26,8 @@ struct OneDnnSupport {
 const OneDnnSupport& OneDnnBf16Support();
 // Whether this build has oneDNN at all (whatever the CPU and the environment say).
 bool OneDnnBuiltIn();
+// "oneDNN 2.6.3": the library this process runs; empty without oneDNN in the build.
+std::string OneDnnVersion();
 
 // c[m,n] = alpha op(a) op(b) + bias + beta c, row-major with leading dimensions, op(x) = x^T
 // when its flag is set: a is [m,k] ([k,m] when trans_a), b is [k,n] ([n,k] when trans_b).

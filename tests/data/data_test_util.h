@@ -12,29 +12,11 @@
 #include <vector>
 
 #include "tests/expect_error.h"
+#include "tests/temp_dir.h"
 
 namespace ztrain::data::test_util {
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = "/tmp/ztrain_data_test_XXXXXX";
-    if (::mkdtemp(tmpl.data()) == nullptr) ADD_FAILURE() << "mkdtemp failed";
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  std::string File(const std::string& name) const { return path_ + "/" + name; }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using TempDir = ztrain::testing::TempDir;
 
 inline std::vector<uint8_t> ReadBytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,8 @@
 #include "engine/checkpoint_export.h"
 #include "engine/checkpointer.h"
 #include "engine/engine.h"
+#include "engine/tune.h"
+#include "kernels/gemm_plan.h"
 #include "nn/gpt2.h"
 #include "nn/llmc_model_file.h"
 #include "nn/safetensors.h"
@@ -97,6 +100,51 @@ INSTANTIATE_TEST_SUITE_P(Layouts, ResumeTest,
                          [](const ::testing::TestParamInfo<Case>& info) {
                            return info.param.name;
                          });
+
+// Note [GEMMs chosen by measurement]: a checkpoint records the fp32 GEMM backend of each
+// shape, and a resume takes the saved run's over its own, so a run that measured oneDNN
+// faster resumes bit for bit even where the resuming process chose OpenBLAS (or the cache was
+// deleted). The plan sends every shape of the step to oneDNN; that it changes the arithmetic
+// is checked first, or the comparison would prove nothing.
+TEST(ResumeGemmPlanTest, AResumeComputesWithTheSavedRunsBackends) {
+  TempDir dir;
+  const Config cfg = MakeConfig(Layout{}, dir.path);
+  Config batches = cfg;  // Train's micro-batches: 4 sequences of 8
+  batches.train_micro_batch_size_per_gpu = 4;
+  kernels::GemmPlan onednn;
+  for (const StepGemm& g : StepGemmShapes(batches)) {
+    onednn.Choose(g.shape, kernels::GemmBackend::kOneDnn);
+  }
+  auto fresh = [&](const kernels::GemmPlan& plan) {
+    auto e = std::make_unique<Engine>(cfg, nn::BuildGpt2(cfg.model));
+    e->UseGemmPlan(plan);
+    return e;
+  };
+  const std::vector<StepStats> openblas = Train(*fresh({}), 0, 20);
+  const std::vector<StepStats> expected = Train(*fresh(onednn), 0, 20);
+  bool differs = false;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    differs = differs || openblas[i].loss != expected[i].loss ||
+              openblas[i].grad_norm != expected[i].grad_norm;
+  }
+  ASSERT_TRUE(differs) << "oneDNN and OpenBLAS agree to the bit here: the test cannot tell "
+                          "which backend the resume used";
+
+  std::vector<StepStats> resumed;
+  {
+    const std::unique_ptr<Engine> first = fresh(onednn);
+    resumed = Train(*first, 0, 10);
+    Checkpointer(cfg, *first, nullptr).Save(10, {});
+  }
+  Engine second(cfg, nn::BuildGpt2(cfg.model));  // OpenBLAS for every shape until resumed
+  Checkpointer(cfg, second, nullptr).Resume("latest");
+  EXPECT_EQ(second.gemm_plan(), onednn);
+  for (const StepStats& s : Train(second, 10, 20)) resumed.push_back(s);
+  for (size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_EQ(resumed[i].loss, expected[i].loss) << "step " << i;
+    EXPECT_EQ(resumed[i].grad_norm, expected[i].grad_norm) << "step " << i;
+  }
+}
 
 TEST(CheckpointFaultTest, AFlippedByteIsNamedAndLatestFallsBack) {
   TwoCheckpoints t;

@@ -231,9 +231,6 @@ TEST(RunConfigTest, TheFamilysRefusalsComeBeforeTheRun) {
 namespace ztrain {
 namespace {
 
-// A 0 written for a size "auto" derives (n_kv_head, head_dim, intermediate_size) is no
-// model's size: refused, where it was taken as "auto" before. The resolved config (and so
-// every checkpoint's) still says "auto" with 0, and ParseConfig reads it back so.
 TEST(RunConfigTest, Bf16PaysOnlyWhenMeasuredFaster) {
   kernels::Bf16Speed speed;
   speed.available = true;
@@ -242,15 +239,20 @@ TEST(RunConfigTest, Bf16PaysOnlyWhenMeasuredFaster) {
   speed.bf16_gflops = 137.5;  // the Intel Xeon of issue 34: oneDNN 2.6 below SGEMM
   std::string why;
   EXPECT_FALSE(kernels::Bf16Pays(speed, &why));
-  EXPECT_NE(why.find("bf16 138 GFLOP/s against fp32's 230 (60 %), not enough to pay (bf16 "
-                     "needs 110 %)"),
+  EXPECT_NE(why.find("bf16 138 GFLOP/s against fp32's 230 on OpenBLAS (60 %), not enough to "
+                     "pay (bf16 needs 110 %)"),
             std::string::npos)
       << why;
   speed.bf16_gflops = 415.0;  // the AMD EPYC: 2.1x
   EXPECT_TRUE(kernels::Bf16Pays(speed, &why));
-  EXPECT_NE(why.find("bf16 415 GFLOP/s against fp32's 230 (180 %), so bf16 pays"),
+  EXPECT_NE(why.find("bf16 415 GFLOP/s against fp32's 230 on OpenBLAS (180 %), so bf16 pays"),
             std::string::npos)
       << why;
+  speed.fp32_gflops = 400.0;  // fp32 on the backend an fp32 run would use: oneDNN, faster here
+  speed.fp32_backend = "oneDNN";
+  EXPECT_FALSE(kernels::Bf16Pays(speed, &why));
+  EXPECT_NE(why.find("against fp32's 400 on oneDNN (104 %), not enough"), std::string::npos) << why;
+  speed.fp32_gflops = 230.0;
   speed.bf16_gflops = 240.0;  // within the margin: fp32 keeps its precision
   EXPECT_FALSE(kernels::Bf16Pays(speed, &why));
   speed.available = false;
@@ -259,6 +261,9 @@ TEST(RunConfigTest, Bf16PaysOnlyWhenMeasuredFaster) {
   EXPECT_EQ(why, "no AVX512-BF16");
 }
 
+// A 0 written for a size "auto" derives (n_kv_head, head_dim, intermediate_size) is no
+// model's size: refused, where it was taken as "auto" before. The resolved config (and so
+// every checkpoint's) still says "auto" with 0, and ParseConfig reads it back so.
 TEST(RunConfigTest, ZeroForADerivedSizeIsRefused) {
   for (const char* key : {"n_kv_head", "head_dim", "intermediate_size"}) {
     nlohmann::json zero = testing::TinyLlamaConfigJson();

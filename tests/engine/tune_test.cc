@@ -1,15 +1,22 @@
 // The micro-batch tuner (engine/tune.h): the largest size the estimate fits in a budget,
-// confirmed by a real step that measures within it; budgets too small; size parsing.
+// confirmed by a real step that measures within it; budgets too small; size parsing; the
+// step's GEMM shapes and their measured backends.
 #include "engine/tune.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
 
 #include "core/error.h"
 #include "engine/estimate.h"
+#include "kernels/cpu/gemm_choice.h"
+#include "kernels/cpu/onednn_matmul.h"
 #include "test_model.h"
 #include "tests/expect_error.h"
+#include "tests/scoped_env.h"
+#include "tests/temp_dir.h"
 
 namespace ztrain {
 namespace {
@@ -92,9 +99,14 @@ TEST(TuneTest, StepGemmShapesAreTheLinearsProducts) {
                           int64_t k, int64_t count) {
     EXPECT_EQ(shapes[i].linear, linear);
     EXPECT_EQ(shapes[i].pass, pass);
-    EXPECT_EQ(std::vector<int64_t>({shapes[i].m, shapes[i].n, shapes[i].k, shapes[i].count}),
+    const kernels::GemmShape& s = shapes[i].shape;
+    EXPECT_EQ(std::vector<int64_t>({s.m, s.n, s.k, shapes[i].count}),
               std::vector<int64_t>({m, n, k, count}))
         << linear << " " << pass;
+    // The transposes CpuOps's linear layer gives each pass (kernels/cpu/gemm.cc).
+    const std::string_view p = pass;
+    EXPECT_EQ(s.trans_a, p == "weight gradient") << linear << " " << pass;
+    EXPECT_EQ(s.trans_b, p == "forward") << linear << " " << pass;
   };
   expect(0, "attention q,k,v", "forward", 256, 2304, 768, 12);
   expect(1, "attention q,k,v", "input gradient", 256, 768, 2304, 12);
@@ -109,11 +121,53 @@ TEST(TuneTest, StepGemmShapesAreTheLinearsProducts) {
   const Config llama = ParseConfig(l);
   const std::vector<StepGemm> ls = StepGemmShapes(llama);
   const int64_t tokens = 2 * llama.data.seq_len, hd = llama.model.head_size();
-  EXPECT_EQ(ls[0].m, tokens);
-  EXPECT_EQ(ls[0].n, (llama.model.n_head + 2 * llama.model.kv_heads()) * hd);
+  EXPECT_EQ(ls[0].shape.m, tokens);
+  EXPECT_EQ(ls[0].shape.n, (llama.model.n_head + 2 * llama.model.kv_heads()) * hd);
   EXPECT_EQ(ls[6].linear, "mlp gate, up");
   EXPECT_EQ(ls[6].count, 2 * llama.model.n_layer);
-  EXPECT_EQ(ls[6].n, llama.model.mlp_hidden());
+  EXPECT_EQ(ls[6].shape.n, llama.model.mlp_hidden());
+}
+
+// Note [GEMMs chosen by measurement] for one process: the step's shapes of 0.1 GFLOP and more
+// are measured once and cached where ZTRAIN_CACHE_DIR says, a second start reads the same
+// choices back without measuring, ZTRAIN_FP32_GEMM set by hand measures nothing, and a model
+// whose GEMMs are all small is left on OpenBLAS without a cache file.
+TEST(TuneTest, StepGemmsAreMeasuredOnceAndCached) {
+  if (!kernels::cpu::OneDnnBuiltIn()) GTEST_SKIP() << "this build has no oneDNN";
+  const testing::TempDir dir("ztrain_tune_gemm");
+  testing::ScopedEnv cache_dir("ZTRAIN_CACHE_DIR", dir.path().c_str()),
+      by_hand("ZTRAIN_FP32_GEMM", nullptr);
+  const std::string cache = dir.File("gemm-choices.json");
+  nlohmann::json j = testing::TinyConfigJson(1, 256, 4, 11, 256);
+  j["train_micro_batch_size_per_gpu"] = 1;  // 256 tokens: the MLP's shapes are 0.13 GFLOP
+  const Config c = ParseConfig(j);
+  std::vector<kernels::GemmShape> large;
+  for (const StepGemm& g : StepGemmShapes(c)) {
+    if (g.shape.flops() >= kernels::kMeasuredFlops) large.push_back(g.shape);
+  }
+  ASSERT_FALSE(large.empty());
+
+  const kernels::GemmPlan first = ChooseStepGemms(c, nullptr);
+  ASSERT_TRUE(std::filesystem::exists(cache));
+  std::ifstream in(cache);
+  const nlohmann::json file = nlohmann::json::parse(in);
+  const nlohmann::json& mine = file.at("machines").at(kernels::GemmCacheKey());
+  EXPECT_EQ(mine.size(), large.size());
+  for (const kernels::GemmShape& s : large) {
+    ASSERT_TRUE(mine.contains(s.ToString())) << s.ToString();
+    EXPECT_EQ(mine[s.ToString()]["backend"], kernels::GemmBackendName(first.For(s)));
+  }
+  EXPECT_EQ(first.choices().size(), large.size());  // the small ones stay unnamed: OpenBLAS
+  const auto written = std::filesystem::last_write_time(cache);
+  EXPECT_EQ(ChooseStepGemms(c, nullptr), first);
+  EXPECT_EQ(std::filesystem::last_write_time(cache), written) << "the second start measured";
+
+  std::filesystem::remove(cache);
+  by_hand.Set("openblas");
+  EXPECT_TRUE(ChooseStepGemms(c, nullptr).choices().empty());
+  by_hand.Set(nullptr);
+  EXPECT_TRUE(ChooseStepGemms(SmallConfig(), nullptr).choices().empty());
+  EXPECT_FALSE(std::filesystem::exists(cache));
 }
 
 }  // namespace

@@ -9,8 +9,10 @@
 #include <vector>
 
 #include "half_test_util.h"
+#include "kernels/cpu/bf16_speed.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/onednn_matmul.h"
+#include "tests/scoped_env.h"
 
 namespace ztrain::kernels {
 namespace {
@@ -187,6 +189,19 @@ namespace {
 // oneDNN's fp32 matmul (MatmulArgs::ab_type fp32, what `ztrain tune --gemm` times against
 // SGEMM) computes the product: against a double-precision reference, with transposes and
 // leading dimensions wider than the rows, within fp32 rounding of a k-term sum.
+// Note [bf16 where it pays]: bf16 is held against the fp32 backend an fp32 run would use for
+// the shape, as ZTRAIN_FP32_GEMM names it here (unset, the faster by the margin: the rule of
+// GemmChoiceTest.OneDnnMustWinByTheMargin).
+TEST(Bf16SpeedTest, Fp32IsTimedOnTheBackendAnFp32RunWouldUse) {
+  if (!cpu::OneDnnBf16Support().available) GTEST_SKIP() << cpu::OneDnnBf16Support().detail;
+  ztrain::testing::ScopedEnv env("ZTRAIN_FP32_GEMM", "openblas");
+  EXPECT_STREQ(MeasureBf16Speed(512, 512).fp32_backend, "OpenBLAS");
+  env.Set("onednn");
+  const Bf16Speed onednn = MeasureBf16Speed(512, 512);
+  EXPECT_STREQ(onednn.fp32_backend, "oneDNN");
+  EXPECT_GT(onednn.fp32_gflops, 0.0);
+}
+
 TEST(OneDnnFp32MatmulTest, MatchesADoubleReference) {
   if (!cpu::OneDnnBuiltIn()) GTEST_SKIP() << "this build has no oneDNN";
   const int64_t m = 37, n = 53, k = 71, lda = m + 3, ldb = k + 5, ldc = n + 2;

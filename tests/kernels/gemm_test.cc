@@ -6,6 +6,7 @@
 #include "frozen_test_util.h"
 #include "kernel_test_util.h"
 #include "kernels/cpu/onednn_matmul.h"
+#include "tests/scoped_env.h"
 
 namespace ztrain::kernels {
 namespace {
@@ -72,10 +73,7 @@ TEST(GemmTest, MatchesDoubleReferenceForEveryTransposeAndBeta) {
 // (ZTRAIN_FP32_GEMM=onednn), and a value it does not know refused by name.
 TEST(GemmTest, OneDnnFp32GemmsMatchTheReferenceWhenChosen) {
   if (!cpu::OneDnnBuiltIn()) GTEST_SKIP() << "this build has no oneDNN";
-  struct Unset {
-    ~Unset() { ::unsetenv("ZTRAIN_FP32_GEMM"); }  // whatever fails below: other tests use OpenBLAS
-  } unset;
-  ::setenv("ZTRAIN_FP32_GEMM", "onednn", 1);
+  ztrain::testing::ScopedEnv env("ZTRAIN_FP32_GEMM", "onednn");
   ExpectGemmsMatchTheReference("oneDNN");
   auto ops = MakeCpuOps();
   const int64_t rows = 9, ch = 21, oc = 11;
@@ -85,10 +83,42 @@ TEST(GemmTest, OneDnnFp32GemmsMatchTheReferenceWhenChosen) {
   const std::vector<double> xd(x.begin(), x.end()), wd(w.begin(), w.end()),
       bd(bias.begin(), bias.end());
   ExpectClose(y, RefLinear(xd, wd, &bd, rows, ch, oc), 1e-5, "oneDNN linear");
-  ::setenv("ZTRAIN_FP32_GEMM", "mkl", 1);
-  ExpectErrorMentions([&] { ops->LinearForward(View(x, {rows, ch}), View(w, {oc, ch}),
-                                               View(bias, {oc}), View(y, {rows, oc})); },
-                      {"ZTRAIN_FP32_GEMM is 'mkl'", "openblas (the default) or onednn"});
+  env.Set("mkl");
+  ExpectErrorMentions(
+      [&] {
+        ops->LinearForward(View(x, {rows, ch}), View(w, {oc, ch}), View(bias, {oc}),
+                           View(y, {rows, oc}));
+      },
+      {"ZTRAIN_FP32_GEMM is 'mkl'", "give auto (the default", "openblas or onednn"});
+}
+
+// Note [GEMMs chosen by measurement]: a plan that names a shape oneDNN sends that shape's
+// products to oneDNN (the same bits as ZTRAIN_FP32_GEMM=onednn gives, which differ from
+// OpenBLAS's here) and leaves every other shape on OpenBLAS.
+TEST(GemmTest, APlanSendsTheShapesItNamesToOneDnn) {
+  if (!cpu::OneDnnBuiltIn()) GTEST_SKIP() << "this build has no oneDNN";
+  ztrain::testing::ScopedEnv env("ZTRAIN_FP32_GEMM", nullptr);
+  const int64_t rows = 48, ch = 512, oc = 40;
+  auto x = Random(rows * ch, 7), w = Random(oc * ch, 8);
+  const auto linear = [&](const GemmPlan& plan, const char* choice) {
+    env.Set(choice);
+    auto ops = MakeCpuOps();
+    ops->UseGemmPlan(plan);
+    std::vector<float> y(rows * oc);
+    ops->LinearForward(View(x, {rows, ch}), View(w, {oc, ch}), Tensor(), View(y, {rows, oc}));
+    return y;
+  };
+  const auto openblas = linear(GemmPlan(), "openblas"), onednn = linear(GemmPlan(), "onednn");
+  ASSERT_NE(openblas, onednn) << "the two backends agree bit for bit on this shape: the test "
+                                 "cannot tell them apart";
+  GemmPlan plan;
+  plan.Choose({false, true, rows, oc, ch}, GemmBackend::kOneDnn);
+  EXPECT_EQ(linear(plan, "auto"), onednn);
+  EXPECT_EQ(linear(GemmPlan(), "auto"), openblas);
+  GemmPlan other;  // another shape named: this one stays on OpenBLAS
+  other.Choose({false, true, rows + 1, oc, ch}, GemmBackend::kOneDnn);
+  EXPECT_EQ(linear(other, "auto"), openblas);
+  EXPECT_EQ(linear(plan, "openblas"), openblas);  // the environment overrides the plan
 }
 
 TEST(GemmTest, EmptyInnerDimensionScalesC) {

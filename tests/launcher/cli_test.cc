@@ -217,6 +217,58 @@ TEST_F(CliTest, TuneFindsTheLargestMicroBatchOrSaysNothingFits) {
   }
 }
 
+// Note [GEMMs chosen by measurement] as a user meets it: the first run measures the step's
+// large shapes, logs what it chose and caches it; the checkpoint records the plan; a resumed
+// run reads the cache and measures nothing. `tune --gemm` says which backend a train run keeps.
+TEST_F(CliTest, TheFirstRunMeasuresItsGemmsAndLaterRunsReadTheCache) {
+  nlohmann::json j = DefaultConfigJson();
+  j["model"]["n_layer"] = 1;
+  j["model"]["n_embd"] = 256;  // 2 x 256 tokens: shapes of 0.13-0.27 GFLOP
+  j["model"]["max_seq_len"] = 256;
+  j["train_micro_batch_size_per_gpu"] = 2;
+  j["training"]["steps"] = 1;
+  j["training"]["eval_interval"] = 0;
+  j["training"]["output_dir"] = dir_ + "/out";
+  j["checkpoint"] = {{"dir", dir_ + "/ck"}};
+  const std::string config = WriteConfig(j);
+  const std::string env = kNoGpus + " ZTRAIN_FP32_GEMM= ZTRAIN_CACHE_DIR=" + dir_ + "/cache";
+  const Result first = RunZtrain("train --config " + config, "2>&1", env);
+  ASSERT_EQ(first.code, 0) << first.out;
+  const std::string cache = dir_ + "/cache/gemm-choices.json";
+  if (first.out.find("this build has no oneDNN") != std::string::npos) {
+    EXPECT_FALSE(fs::exists(cache));
+    GTEST_SKIP() << "this build has no oneDNN: OpenBLAS, nothing measured";
+  }
+  for (const char* part : {"fp32 GEMMs: oneDNN on ", " of 15 shapes",
+                           "12 measured now, 0 from the cache, 3 too small", "delete "}) {
+    EXPECT_NE(first.out.find(part), std::string::npos) << part << " not in: " << first.out;
+  }
+  std::ifstream in(cache);
+  const nlohmann::json file = nlohmann::json::parse(in);
+  const nlohmann::json machines = file.at("machines");
+  ASSERT_EQ(machines.size(), 1u);
+  const nlohmann::json entries = machines.begin().value();
+  EXPECT_EQ(entries.size(), 12u);
+  std::ifstream meta_in(dir_ + "/ck/step1/meta.json");
+  const std::string plan = nlohmann::json::parse(meta_in).at("gemm_plan");
+  for (const auto& [shape, entry] : entries.items()) {  // the checkpoint holds the measured plan
+    const std::string named = shape + " " + entry.at("backend").get<std::string>();
+    EXPECT_NE(plan.find(named), std::string::npos) << named << " not in " << plan;
+  }
+  j["training"]["steps"] = 2;
+  const Result resumed = RunZtrain("train --resume --config " + WriteConfig(j), "2>&1", env);
+  ASSERT_EQ(resumed.code, 0) << resumed.out;
+  EXPECT_NE(resumed.out.find("0 measured now, 12 from the cache"), std::string::npos)
+      << resumed.out;
+  const Result tune = RunZtrain("tune --gemm --config " + config, "2>&1", env);
+  ASSERT_EQ(tune.code, 0) << tune.out;
+  for (const char* part :
+       {"OpenBLAS*", "chosen: oneDNN where its fp32 matmul is at least 5 % faster",
+        "caches the choice in "}) {
+    EXPECT_NE(tune.out.find(part), std::string::npos) << part << " not in: " << tune.out;
+  }
+}
+
 // Without GPUs the default "auto" trains on the CPU and says why; "cuda" is a config error
 // that names the key and the fix.
 TEST_F(CliTest, DeviceIsChosenAndLoggedOrRefusedWithTheFix) {

@@ -22,30 +22,21 @@
 #include "offload/io/io_engine.h"
 #include "offload/io/swap_file.h"
 #include "tests/expect_error.h"
+#include "tests/temp_dir.h"
 
 namespace ztrain::offload::test_util {
 
 // A fresh directory under $ZTRAIN_TEST_IO_DIR (default /tmp), removed with its contents.
-class TempDir {
+class TempDir : public ztrain::testing::TempDir {
  public:
-  explicit TempDir(const std::string& parent = "") {
-    const char* env = std::getenv("ZTRAIN_TEST_IO_DIR");
-    const std::string base = !parent.empty() ? parent : env ? env : "/tmp";
-    std::string tmpl = base + "/ztrain_io_test_XXXXXX";
-    if (::mkdtemp(tmpl.data()) == nullptr) ADD_FAILURE() << "mkdtemp in " << base << " failed";
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  std::string File(const std::string& name) const { return path_ + "/" + name; }
-  const std::string& path() const { return path_; }
+  explicit TempDir(const std::string& parent = "")
+      : ztrain::testing::TempDir("ztrain_io_test", Base(parent)) {}
 
  private:
-  std::string path_;
+  static std::string Base(const std::string& parent) {
+    const char* env = std::getenv("ZTRAIN_TEST_IO_DIR");
+    return !parent.empty() ? parent : env ? env : "/tmp";
+  }
 };
 
 inline std::vector<char> RandomBytes(int64_t n, uint64_t seed) {
