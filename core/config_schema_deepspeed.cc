@@ -179,8 +179,10 @@ std::vector<ConfigKey> PrecisionKeys() {
       Key("bf16.enabled", T::kBool, false,
           "Train in bf16 (`\"auto\"`: true where the hardware computes bf16 fast -- a GPU of "
           "compute capability 8.0 or later; a CPU where oneDNN's bf16 matmul measures at least "
-          "1.1x SGEMM on the model's MLP GEMM -- and fp16 is not enabled; else false). Not "
-          "together with `fp16.enabled`.")
+          "1.1x the fp32 GEMM an fp32 run would use on the model's MLP GEMM -- or, on a CPU, "
+          "where the fp32 run's estimated peak does not fit 90 % of the rank's memory and the "
+          "bf16 run's does; and fp16 is not enabled; else false. The log says which and why). "
+          "Not together with `fp16.enabled`.")
           .Auto(),
       Key("bf16.immediate_grad_update", T::kBool, true,
           "Accumulate gradients into fp32 right after each backward."),

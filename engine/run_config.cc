@@ -13,6 +13,7 @@
 #include "core/memory_tracker.h"
 #include "data/token_source.h"
 #include "engine/device_select.h"
+#include "engine/estimate.h"
 #include "engine/tune.h"
 #include "kernels/cpu/bf16_speed.h"
 #include "kernels/ops.h"
@@ -194,7 +195,43 @@ json* Bf16Section(json& j) {
   return nullptr;
 }
 
-void ResolveBf16(json& j, const DeviceChoice& device, Resolution& r) {
+// A rank's share of its device's memory, and its description for the reason.
+int64_t MemoryBudget(const DeviceChoice& device, const LaunchEnv& launch, std::string* what) {
+  if (!device.device.is_cpu()) {
+    const kernels::CudaDeviceInfo info = kernels::GetCudaDeviceInfo(device.device.index);
+    *what = StrCat(FormatBytes(info.total_bytes), " of ", device.device.ToString(), " (", info.name,
+                   ")");
+    return static_cast<int64_t>(kAutoMemoryShare * static_cast<double>(info.total_bytes));
+  }
+  const int64_t physical = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
+  const int64_t ranks = std::max(1, launch.local_size);
+  *what = StrCat(FormatBytes(physical / ranks), ", this rank's share of the node's ",
+                 FormatBytes(physical), ranks > 1 ? StrCat(" (", ranks, " ranks)") : "");
+  return static_cast<int64_t>(kAutoMemoryShare * static_cast<double>(physical / ranks));
+}
+
+// The estimated peaks of `j` in fp32 and in bf16 at its micro-batch (1 where it is "auto");
+// zeros where the config has problems (step 3 names them).
+Bf16Memory EstimateBothPrecisions(const json& j, int world_size, const DeviceChoice& device,
+                                  const LaunchEnv& launch) {
+  Bf16Memory m;
+  m.budget = MemoryBudget(device, launch, &m.memory);
+  for (const bool bf16 : {false, true}) {
+    json probe_json = j;
+    (*Bf16Section(probe_json))["enabled"] = bf16;
+    if (probe_json.value("train_micro_batch_size_per_gpu", json()) == "auto") {
+      probe_json["train_micro_batch_size_per_gpu"] = 1;
+    }
+    Config probe;
+    if (!ConfigProblems(probe_json, world_size, &probe).empty()) return Bf16Memory{};
+    probe.device = device.device.ToString();
+    (bf16 ? m.bf16_peak : m.fp32_peak) = EstimateMemory(probe).device_total_peak;
+  }
+  return m;
+}
+
+void ResolveBf16(json& j, const DeviceChoice& device, int world_size, const LaunchEnv& launch,
+                 Resolution& r) {
   json* section = Bf16Section(j);
   if (!section || !section->is_object() || section->value("enabled", json()) != "auto") return;
   const bool fp16 = j.contains("fp16") && j["fp16"].is_object() &&
@@ -218,23 +255,11 @@ void ResolveBf16(json& j, const DeviceChoice& device, Resolution& r) {
         StrCat(device.device.ToString(), " (", info.name, ") has compute capability ", info.major,
                ".", info.minor, bf16 ? ": bf16 tensor cores" : ", below 8.0: no bf16 tensor cores");
   }
+  if (!fp16 && !bf16 && device.device.is_cpu()) {  // a GPU below 8.0 has no bf16 GEMMs to fall to
+    bf16 = Bf16ForTheRun(false, why, EstimateBothPrecisions(j, world_size, device, launch), &why);
+  }
   (*section)["enabled"] = bf16;
   r.choices.push_back({"bf16.enabled", bf16, why});
-}
-
-// A rank's share of its device's memory, and its description for the reason.
-int64_t MemoryBudget(const DeviceChoice& device, const LaunchEnv& launch, std::string* what) {
-  if (!device.device.is_cpu()) {
-    const kernels::CudaDeviceInfo info = kernels::GetCudaDeviceInfo(device.device.index);
-    *what = StrCat(FormatBytes(info.total_bytes), " of ", device.device.ToString(), " (", info.name,
-                   ")");
-    return static_cast<int64_t>(kAutoMemoryShare * static_cast<double>(info.total_bytes));
-  }
-  const int64_t physical = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
-  const int64_t ranks = std::max(1, launch.local_size);
-  *what = StrCat(FormatBytes(physical / ranks), ", this rank's share of the node's ",
-                 FormatBytes(physical), ranks > 1 ? StrCat(" (", ranks, " ranks)") : "");
-  return static_cast<int64_t>(kAutoMemoryShare * static_cast<double>(physical / ranks));
 }
 
 // The largest micro-batch one batch of the training and validation data allows (the loader's
@@ -315,7 +340,7 @@ void HardwareAutos(json& j, int world_size, const LaunchEnv& launch, Resolution&
                                 "depend on the device)"));
     return;
   }
-  ResolveBf16(j, device, r);
+  ResolveBf16(j, device, world_size, launch, r);
   ResolveMicroBatch(j, world_size, device, launch, r);
 }
 
@@ -339,6 +364,23 @@ std::vector<std::string> ZeroSizes(const json& j) {
 }
 
 }  // namespace
+
+bool Bf16ForTheRun(bool fast, const std::string& speed_why, const Bf16Memory& m, std::string* why) {
+  const bool fp32_fits = m.fp32_peak <= m.budget, bf16_fits = m.bf16_peak <= m.budget;
+  if (fast || m.fp32_peak == 0 || fp32_fits || !bf16_fits) {
+    *why = speed_why;
+    if (!fast && m.fp32_peak > 0 && !fp32_fits) {
+      *why += StrCat("; in bf16 it would not fit either (", FormatBytes(m.bf16_peak),
+                     " by the estimate, more than 90 % of ", m.memory, ")");
+    }
+    return fast;
+  }
+  *why = StrCat("only bf16 fits: the fp32 run needs ", FormatBytes(m.fp32_peak),
+                " by the estimate, more than ", FormatBytes(m.budget), " (90 % of ", m.memory,
+                "), the bf16 run ", FormatBytes(m.bf16_peak),
+                " (bf16 does not pay for speed here: ", speed_why, ", but it runs)");
+  return true;
+}
 
 Config ResolveRunConfig(json j, int world_size, const LaunchEnv& launch) {
   Resolution r;

@@ -261,6 +261,66 @@ TEST(RunConfigTest, Bf16PaysOnlyWhenMeasuredFaster) {
   EXPECT_EQ(why, "no AVX512-BF16");
 }
 
+// Note [bf16 where it pays] with the memory the run needs: slower bf16 is taken only where the
+// fp32 run does not fit and the bf16 run does.
+TEST(RunConfigTest, Bf16IsTakenWhereOnlyItFits) {
+  constexpr int64_t kGiB = int64_t{1} << 30;
+  const std::string slow = "bf16 138 GFLOP/s against fp32's 230 on OpenBLAS";
+  Bf16Memory m{20 * kGiB, 12 * kGiB, 16 * kGiB, "17.78 GiB, this rank's share"};
+  std::string why;
+  EXPECT_TRUE(Bf16ForTheRun(false, slow, m, &why));
+  EXPECT_NE(why.find("only bf16 fits: the fp32 run needs 20.00 GiB by the estimate, more than "
+                     "16.00 GiB (90 % of 17.78 GiB, this rank's share), the bf16 run 12.00 GiB "
+                     "(bf16 does not pay for speed here: " +
+                     slow + ", but it runs)"),
+            std::string::npos)
+      << why;
+  EXPECT_TRUE(Bf16ForTheRun(true, "so bf16 pays", m, &why));  // fast: memory need not decide
+  EXPECT_EQ(why, "so bf16 pays");
+  m.fp32_peak = 15 * kGiB;  // fp32 fits: it keeps its precision
+  EXPECT_FALSE(Bf16ForTheRun(false, slow, m, &why));
+  EXPECT_EQ(why, slow);
+  m.fp32_peak = 40 * kGiB, m.bf16_peak = 24 * kGiB;  // neither fits: fp32, and say so
+  EXPECT_FALSE(Bf16ForTheRun(false, slow, m, &why));
+  EXPECT_NE(why.find("; in bf16 it would not fit either (24.00 GiB"), std::string::npos) << why;
+  EXPECT_FALSE(Bf16ForTheRun(false, slow, Bf16Memory{}, &why));  // not estimated
+  EXPECT_EQ(why, slow);
+}
+
+// The same through a whole config on this machine: a micro-batch whose fp32 estimate exceeds
+// 90 % of this machine's memory and whose bf16 estimate does not resolves bf16 "auto" to true,
+// whatever bf16's speed here.
+TEST(RunConfigTest, Bf16AutoTakesBf16WhereOnlyItFits) {
+  json j = testing::SmallConfigJson(1, 1);
+  j["device"] = "cpu";
+  j["bf16"] = {{"enabled", "auto"}};
+  const int64_t budget =
+      static_cast<int64_t>(0.9 * static_cast<double>(static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) *
+                                                     sysconf(_SC_PAGESIZE)));
+  const auto peak = [&](int64_t micro, bool bf16) {
+    json p = j;
+    p["train_micro_batch_size_per_gpu"] = micro;
+    p.erase("train_batch_size");
+    p["bf16"]["enabled"] = bf16;
+    return EstimateMemory(ParseConfig(p)).device_total_peak;
+  };
+  int64_t micro = 1;
+  while (peak(micro, false) <= budget) micro *= 2;
+  for (int64_t step = micro / 4; step >= 1; step /= 2) {  // the smallest that does not fit
+    if (peak(micro - step, false) > budget) micro -= step;
+  }
+  ASSERT_GT(peak(micro, false), budget);
+  ASSERT_LE(peak(micro, true), budget) << "bf16's activations are half of fp32's";
+  j["train_micro_batch_size_per_gpu"] = micro;
+  j.erase("train_batch_size");
+  const Config c = ResolveRunConfig(j, 1, kAlone);
+  EXPECT_TRUE(c.precision.bf16) << Chosen(c).at("bf16.enabled").reason;
+  const std::string reason = Chosen(c).at("bf16.enabled").reason;
+  if (reason.find("so bf16 pays") == std::string::npos) {  // bf16 is slow here: memory decided
+    EXPECT_NE(reason.find("only bf16 fits"), std::string::npos) << reason;
+  }
+}
+
 // A 0 written for a size "auto" derives (n_kv_head, head_dim, intermediate_size) is no
 // model's size: refused, where it was taken as "auto" before. The resolved config (and so
 // every checkpoint's) still says "auto" with 0, and ParseConfig reads it back so.
