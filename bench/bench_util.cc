@@ -1,5 +1,7 @@
 #include "bench/bench_util.h"
 
+#include <sys/vfs.h>
+
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -91,6 +93,26 @@ double FioGBs(const std::string& args, const std::string& rw, std::string* error
   } catch (const std::exception& e) {
     *error = std::string("cannot parse fio's JSON: ") + e.what();
     return -1;
+  }
+}
+
+std::string FileSystemName(const std::string& dir) {
+  struct statfs st;
+  if (statfs(dir.c_str(), &st) != 0) return "unknown";
+  switch (static_cast<uint32_t>(st.f_type)) {
+    case 0xEF53:
+      return "ext4";
+    case 0x01021994:
+      return "tmpfs";
+    case 0x58465342:
+      return "xfs";
+    case 0x9123683E:
+      return "btrfs";
+    default: {
+      char hex[32];
+      std::snprintf(hex, sizeof hex, "fs type 0x%x", static_cast<unsigned>(st.f_type));
+      return hex;
+    }
   }
 }
 

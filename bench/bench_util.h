@@ -70,6 +70,11 @@ bool HaveFio();
 // ("read" or "write") in GB/s, or < 0 with *error set (fio failed, or its JSON is broken).
 double FioGBs(const std::string& args, const std::string& rw, std::string* error);
 
+// The file system holding `dir`, by statfs's magic: "ext4", "tmpfs", "xfs", "btrfs",
+// "fs type 0x..." for another, "unknown" where statfs fails. The I/O benches print it and
+// warn on tmpfs, where files live in memory and figures say nothing of a disk.
+std::string FileSystemName(const std::string& dir);
+
 // The median of `v` (the mean of the middle two for an even count); v must not be empty.
 inline double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());

@@ -34,7 +34,6 @@
 // second engine's parameters are compared bit for bit with the first's.
 #include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -84,26 +83,6 @@ bool ParseArgs(int argc, char** argv, Args* a) {
     }
   }
   return argc % 2 == 1 && (a->model == "small" || a->model == "124m") && a->reps > 0;
-}
-
-std::string FileSystemName(const std::string& dir) {
-  struct statfs st;
-  if (statfs(dir.c_str(), &st) != 0) return "unknown";
-  switch (static_cast<uint32_t>(st.f_type)) {
-    case 0xEF53:
-      return "ext4";
-    case 0x01021994:
-      return "tmpfs";
-    case 0x58465342:
-      return "xfs";
-    case 0x9123683E:
-      return "btrfs";
-    default: {
-      char hex[32];
-      std::snprintf(hex, sizeof hex, "fs type 0x%x", static_cast<unsigned>(st.f_type));
-      return hex;
-    }
-  }
 }
 
 Config MakeConfig(const Args& a, const std::string& root) {

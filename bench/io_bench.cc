@@ -13,7 +13,6 @@
 // the median of the paired ratios (each ztrain pass over the fio pass right after it).
 // ztrain's io_uring buffer is registered with the ring, as the swappers' are. The files are
 // deleted at the end. Run on an idle disk; on tmpfs the figures measure memory, not a disk.
-#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -76,26 +75,6 @@ bool ParseArgs(int argc, char** argv, Args* a) {
   }
   return argc % 2 == 1 && a->size_mib > 0 && a->block_kib > 0 && a->block_kib % 4 == 0 &&
          a->queue_depth > 0 && a->reps > 0;
-}
-
-std::string FileSystemName(const std::string& dir) {
-  struct statfs st;
-  if (statfs(dir.c_str(), &st) != 0) return "unknown";
-  switch (static_cast<uint32_t>(st.f_type)) {
-    case 0xEF53:
-      return "ext4";
-    case 0x01021994:
-      return "tmpfs";
-    case 0x58465342:
-      return "xfs";
-    case 0x9123683E:
-      return "btrfs";
-    default: {
-      char hex[32];
-      std::snprintf(hex, sizeof hex, "fs type 0x%x", static_cast<unsigned>(st.f_type));
-      return hex;
-    }
-  }
 }
 
 // One engine and one file, written and read whole in requests of one buffer each, all issued

@@ -24,7 +24,6 @@
 // Swap files go to DIR/ztrain-offload_bench_<variant>/; the engines remove them, and the
 // bench says whether any were left. On tmpfs the swap files live in memory (O_DIRECT falls
 // back to buffered I/O before Linux 6.6), so the figures say little about a disk.
-#include <sys/vfs.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -250,8 +249,7 @@ struct Steps {
 };
 
 void PrintDirectory(const Options& o) {
-  struct statfs fs {};
-  const bool tmpfs = statfs(o.dir.c_str(), &fs) == 0 && fs.f_type == 0x01021994;  // TMPFS_MAGIC
+  const bool tmpfs = FileSystemName(o.dir) == "tmpfs";
   std::printf("swap directory %s (%s)%s\n", o.dir.c_str(), tmpfs ? "tmpfs" : "not tmpfs",
               tmpfs ? ": the swap files live in memory, O_DIRECT or not, so these figures say "
                       "little about a disk (use --dir on a real disk, e.g. /var/tmp)"

@@ -356,6 +356,12 @@ struct CudaOpsOptions {
 // The CUDA implementation on device `device` (kernels/cuda/cuda_ops.h). Throws ztrain::Error
 // when the build has no CUDA or the device does not exist.
 std::unique_ptr<Ops> MakeCudaOps(int device, const CudaOpsOptions& options = {});
+// The product Ops::Gemm computes for these operands (their dtypes and devices are each
+// backend's to check): a, b and c 2-D, op(b)'s K equal to op(a)'s, c [M, N]; otherwise
+// ztrain::Error naming `op`, the shapes and what was expected.
+GemmShape CheckGemmShapes(bool trans_a, bool trans_b, const Tensor& a, const Tensor& b,
+                          const Tensor& c, const char* op);
+
 // CUDA devices visible to this process; 0 without CUDA (the build or the machine).
 int CudaDeviceCount();
 // What a config's "auto"s need to know of a CUDA device (engine/run_config.h).

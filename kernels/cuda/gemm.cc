@@ -190,18 +190,8 @@ void CudaOps::Gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, con
   CheckFloat(a, device(), kOp, "a");
   CheckOnDevice(b, device(), a.dtype(), kOp, "b");
   CheckOnDevice(c, device(), c.dtype() == DType::kF32 ? DType::kF32 : a.dtype(), kOp, "c");
-  ZTRAIN_CHECK(a.dim() == 2 && b.dim() == 2 && c.dim() == 2, kOp,
-               ": a, b and c must be 2-D, got a ", ShapeToString(a.shape()), ", b ",
-               ShapeToString(b.shape()), ", c ", ShapeToString(c.shape()));
-  const int64_t m = trans_a ? a.size(1) : a.size(0);
-  const int64_t k = trans_a ? a.size(0) : a.size(1);
-  const int64_t n = trans_b ? b.size(0) : b.size(1);
-  const int64_t kb = trans_b ? b.size(1) : b.size(0);
-  ZTRAIN_CHECK(kb == k, kOp, ": b has shape ", ShapeToString(b.shape()), " but op(a) ",
-               ShapeToString(a.shape()), (trans_a ? " (transposed)" : ""), " has K = ", k,
-               (trans_b ? "; expected b [N, K]" : "; expected b [K, N]"));
-  ZTRAIN_CHECK(c.size(0) == m && c.size(1) == n, kOp, ": c has shape ",
-               ShapeToString(c.shape()), ", expected ", ShapeToString({m, n}));
+  const GemmShape s = CheckGemmShapes(trans_a, trans_b, a, b, c, kOp);
+  const int64_t m = s.m, n = s.n, k = s.k;
   const RowMajorGemmArgs g{trans_a,
                            trans_b,
                            CheckInt32(m, kOp, "M"),

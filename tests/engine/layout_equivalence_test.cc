@@ -27,14 +27,15 @@
 #include "engine/engine.h"
 #include "engine/estimate.h"
 #include "estimate_check.h"
+#include "kernels/ops.h"
 #include "nn/family.h"
 #include "parallel/comm/mpi/mpi_communicator.h"
 #include "parallel/process_grid.h"
 #include "parallel/tensor/megatron_linears.h"
-#include "kernels/ops.h"
 #include "side_by_side.h"
 #include "staging_communicator.h"
 #include "test_model.h"
+#include "tests/parallel/rank_output.h"
 
 namespace ztrain {
 namespace {
@@ -280,10 +281,7 @@ int main(int argc, char** argv) {
     ztrain::g_nvme_dir = "/tmp/ztrain_layout_nvme_" + std::to_string(pid);
     std::filesystem::create_directories(ztrain::g_nvme_dir);
   }
-  if (world->rank() != 0) {  // only rank 0 prints; every rank's result counts below
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-  }
+  ztrain::testing::PrintFromRankZero(world->rank());  // every rank's result counts below
   int failed = RUN_ALL_TESTS();
   world->Barrier()->Wait();
   if (!ztrain::g_nvme_dir.empty() && world->rank() == 0) {

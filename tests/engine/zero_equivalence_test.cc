@@ -11,17 +11,16 @@
 // r on GPU r mod count; NCCL refuses two ranks on one GPU), their dp group staged through the
 // host over MPI (staging_communicator.h). It exits 77 (skipped) without a GPU.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <map>
 #include <memory>
-
-#include <unistd.h>
 
 #include "engine/engine.h"
 #include "nn/family.h"
@@ -31,6 +30,7 @@
 #include "side_by_side.h"
 #include "staging_communicator.h"
 #include "test_model.h"
+#include "tests/parallel/rank_output.h"
 
 namespace ztrain {
 namespace {
@@ -328,11 +328,7 @@ int main(int argc, char** argv) {
     std::filesystem::create_directories(ztrain::g_nvme_dir);
   }
 
-  // Only rank 0 prints; every rank's result counts through the exit code.
-  if (world->rank() != 0) {
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-  }
+  ztrain::testing::PrintFromRankZero(world->rank());
   int failed = RUN_ALL_TESTS();
   world->Barrier()->Wait();
   if (!ztrain::g_nvme_dir.empty() && world->rank() == 0) {

@@ -11,6 +11,7 @@
 #include "parallel/comm/nccl/nccl_communicator.h"
 #include "parallel/launch_env.h"
 #include "tests/parallel/nccl_test_env.h"
+#include "tests/parallel/rank_output.h"
 
 namespace ztrain::comm::test {
 namespace {
@@ -22,19 +23,6 @@ std::unique_ptr<Communicator> nccl_world;
 int device = -1;
 std::string skip_reason;
 std::string create_error;
-
-class RankFailurePrinter : public ::testing::EmptyTestEventListener {
- public:
-  explicit RankFailurePrinter(int rank) : rank_(rank) {}
-  void OnTestPartResult(const ::testing::TestPartResult& r) override {
-    if (!r.failed()) return;
-    std::fprintf(stderr, "[rank %d] %s:%d: Failure\n%s\n", rank_,
-                 r.file_name() ? r.file_name() : "?", r.line_number(), r.summary());
-  }
-
- private:
-  int rank_;
-};
 
 // Why this rank cannot run the tests, or "" when it can. NCCL refuses two ranks of one
 // communicator on one GPU, so each rank on a node needs its own.
@@ -82,11 +70,7 @@ int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
   test::mpi_world = MakeMpiWorld(std::chrono::seconds(60));
   const int rank = test::mpi_world->rank();
-  if (rank != 0) {
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-    listeners.Append(new test::RankFailurePrinter(rank));
-  }
+  ztrain::testing::PrintFromRankZero(rank);
   test::MakeNcclWorld();
   if (rank == 0 && !test::skip_reason.empty()) {
     std::printf("SKIPPED on every rank: %s\n", test::skip_reason.c_str());
