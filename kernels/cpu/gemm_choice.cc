@@ -6,12 +6,11 @@
 #include <sys/file.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string_view>
 
 #include "core/error.h"
