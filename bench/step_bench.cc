@@ -389,12 +389,8 @@ PrecisionRun RunPrecision(const StepBenchOptions& o, const std::string& precisio
     if (engine.device().is_cpu() && !cfg.precision.bf16) {
       // As the trainer does (Note [GEMMs chosen by measurement]).
       engine.UseGemmPlan(ChooseStepGemms(cfg, nullptr));
-      int onednn = 0;
-      for (const auto& [shape, backend] : engine.gemm_plan().choices()) {
-        onednn += backend == kernels::GemmBackend::kOneDnn ? 1 : 0;
-      }
       std::printf("  fp32 GEMMs: oneDNN on %d of the step's %zu shapes, OpenBLAS on the rest\n",
-                  onednn, StepGemmShapes(cfg).size());
+                  engine.gemm_plan().OnOneDnn(), StepGemmShapes(cfg).size());
     }
     TimeSteps(engine, batch.mb, o.steps, onednn.get(), run);
     PrintRun(o, engine, run);

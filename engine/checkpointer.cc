@@ -49,9 +49,7 @@ void RestoreGemmPlan(Engine& engine, const nlohmann::json& saved, const std::str
       "fp32 GEMMs: the backends of checkpoint {} (oneDNN on {} of its {} shapes) replace "
       "this run's measured ones, so that the resumed run computes as the saved one",
       dir,
-      std::count_if(plan.choices().begin(), plan.choices().end(),
-                    [](const auto& c) { return c.second == kernels::GemmBackend::kOneDnn; }),
-      plan.choices().size());
+      plan.OnOneDnn(), plan.choices().size());
   engine.UseGemmPlan(plan);
 }
 

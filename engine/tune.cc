@@ -220,10 +220,7 @@ kernels::GemmPlan ChooseStepGemms(const Config& config, comm::Communicator* worl
           shapes.size(), cache.empty() ? "nothing: no HOME" : cache);
       const kernels::GemmChoice c = kernels::ChooseFp32Gemms(shapes, cache);
       if (!c.cache_problem.empty()) Log().warn("fp32 GEMMs: {}", c.cache_problem);
-      int onednn = 0;
-      for (const auto& [shape, backend] : c.plan.choices()) {
-        onednn += backend == kernels::GemmBackend::kOneDnn ? 1 : 0;
-      }
+      const int onednn = c.plan.OnOneDnn();
       Log().info(
           "fp32 GEMMs: oneDNN on {} of {} shapes, OpenBLAS on the rest ({} measured now, "
           "{} from the cache, {} too small to measure): the step's GEMMs take {:.1f} % "

@@ -33,6 +33,12 @@ class GemmPlan {
     return it == choices_.end() ? GemmBackend::kOpenBlas : it->second;
   }
   const std::map<GemmShape, GemmBackend>& choices() const { return choices_; }
+  // How many of the named shapes run on oneDNN.
+  int OnOneDnn() const {
+    int n = 0;
+    for (const auto& [shape, backend] : choices_) n += backend == GemmBackend::kOneDnn ? 1 : 0;
+    return n;
+  }
   bool operator==(const GemmPlan&) const = default;
 
   std::string ToText() const;
