@@ -156,6 +156,25 @@ bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
+// Both vector kernels are optim/adam_simd.h's one loop: the same fused operations in the same
+// order give the same bits, on whole vectors and on every length of masked tail.
+TEST(AdamTest, Avx2AndAvx512GiveTheSameBits) {
+  if (!AdamImplAvailable(AdamImpl::kAvx2) || !AdamImplAvailable(AdamImpl::kAvx512)) {
+    GTEST_SKIP() << "needs AVX2 and AVX-512";
+  }
+  for (const Variant& variant : Variants()) {
+    for (int64_t n : {1, 7, 8, 9, 15, 16, 17, 31, 33, 1000003}) {
+      SCOPED_TRACE(std::string(variant.name) + " n=" + std::to_string(n));
+      State avx2(n, 11), avx512(n, 11);
+      RunSteps(variant.args, avx2, AdamImpl::kAvx2);
+      RunSteps(variant.args, avx512, AdamImpl::kAvx512);
+      EXPECT_TRUE(SameBits(avx2.p, avx512.p));
+      EXPECT_TRUE(SameBits(avx2.m, avx512.m));
+      EXPECT_TRUE(SameBits(avx2.v, avx512.v));
+    }
+  }
+}
+
 TEST(AdamTest, ResultDoesNotDependOnThreadsOrSplit) {
   const AdamStepArgs args = Variants()[1].args;
   for (AdamImpl impl : AvailableImpls()) {
