@@ -5,12 +5,10 @@
 #include <string>
 #include <utility>
 
+#include "parallel/zero/flat_layout.h"
+
 namespace ztrain::bench {
 namespace {
-
-constexpr int64_t kParamAlignment = 16;  // elements, as the engine aligns each parameter
-
-int64_t AlignUp(int64_t x, int64_t unit) { return (x + unit - 1) / unit * unit; }
 
 Tensor View(const FloatArray& a) {
   return Tensor(a.data(), DType::kF32, {static_cast<int64_t>(a.size())});
@@ -23,17 +21,17 @@ LayerLayout LayoutOf(const Engine& engine, int dp) {
   std::map<std::string, size_t> owner;
   const auto& layers = engine.layers();
   for (size_t l = 0; l < layers.size(); ++l) {
-    int64_t m = 0;
     zero::UnitUse units;
+    std::vector<zero::FlatParam> flat;
     for (const nn::ParamSpec& s : layers[l]->Params()) {
-      if (s.tied_to.empty()) {
-        owner[s.name] = l;
-        m = AlignUp(m + NumElements(s.shape), kParamAlignment);
-      }
+      if (s.tied_to.empty()) owner[s.name] = l;
+      flat.push_back({s.name, NumElements(s.shape), s.trainable, s.packed, s.tied_to.empty()});
       const size_t u = owner.at(s.tied_to.empty() ? s.name : s.tied_to);
       if (std::find(units.begin(), units.end(), u) == units.end()) units.push_back(u);
     }
-    out.padded.push_back(AlignUp(m, kParamAlignment * dp));
+    zero::FlatLayoutOptions options;
+    options.dp = dp;
+    out.padded.push_back(zero::LayOut(flat, options).padded);
     out.units.push_back(std::move(units));
   }
   return out;

@@ -2,13 +2,13 @@
 // The communication of one data-parallel train step, replayed without the compute, for
 // bench/dp_bench: what the engine would spend communicating if nothing overlapped or slowed it.
 //
-// LayoutOf reproduces the engine's per-layer flat buffers from the layers alone (Note [ZeRO in
-// the engine] in engine/engine.cc); StepCollectives issues the collectives a TrainStep with one
-// micro-batch issues at a ZeRO stage, in the engine's order, on the given communicator. The
-// bench checks the bytes they move against the engine's own step, so a change in the engine
-// shows as a mismatch rather than as a wrong figure. StepCollectives owns fp32 buffers as large
-// as the layers (gradients, and at stages 1-3 parameters and both shards); it is used from one
-// thread, collectively on every rank, and throws what the communicator throws.
+// LayoutOf lays out the engine's per-layer flat buffers from the layers alone, as the engine
+// does (Note [ZeRO flat layout], parallel/zero/flat_layout.h); StepCollectives issues the
+// collectives a TrainStep with one micro-batch issues at a ZeRO stage, in the engine's order, on
+// the given communicator. The bench checks the bytes they move against the engine's own step, so a
+// change in the engine shows as a mismatch rather than as a wrong figure. StepCollectives owns fp32
+// buffers as large as the layers (gradients, and at stages 1-3 parameters and both shards); it is
+// used from one thread, collectively on every rank, and throws what the communicator throws.
 #include <cstdint>
 #include <vector>
 

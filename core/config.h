@@ -103,6 +103,20 @@ struct CheckpointConfig {
   bool slurm_requeue = true;  // SIGUSR1 in a SLURM job: save, then `scontrol requeue` the job
 };
 
+// optimizer.param_groups: one rule of Note [Parameter groups] (optim/param_groups.h). A
+// parameter belongs to the first rule that matches it, else to the group "default".
+struct ParamGroupRule {
+  std::string name;
+  std::vector<std::string> params;     // globs over parameter names (fnmatch); empty: any name
+  int ndim = 0;                        // > 0: only parameters of that many dimensions
+  std::optional<double> weight_decay;  // unset: optimizer.params.weight_decay
+  double lr_scale = 1.0;               // times the scheduler's learning rate
+};
+
+// What ztrain does without optimizer.param_groups: every 1-dimensional parameter (biases and
+// norm weights) takes no weight decay, as Megatron and the Hugging Face Trainer do.
+std::vector<ParamGroupRule> DefaultParamGroupRules();
+
 struct OptimizerConfig {
   std::string type = "AdamW";  // "Adam" or "AdamW" as DeepSpeed spells them
   double lr = 1e-3;
@@ -112,6 +126,7 @@ struct OptimizerConfig {
   double weight_decay = 0.0;
   bool adam_w_mode = true;  // false only for "Adam" with adam_w_mode: false (L2 decay)
   bool bias_correction = true;
+  std::vector<ParamGroupRule> param_groups = DefaultParamGroupRules();
 };
 
 struct SchedulerConfig {

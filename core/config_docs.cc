@@ -45,6 +45,24 @@ config: every key below with its default or derived value filled in.
   `adam_w_mode: true` (the default), decay weights decoupled from the gradient (AdamW);
   `Adam` with `adam_w_mode: false` adds `weight_decay · w` to the gradient (Adam + L2).
   Without an `optimizer` section ztrain uses AdamW with DeepSpeed's FusedAdam defaults.
+- **Parameter groups.** Every parameter belongs to one group, whose settings the optimizer
+  step uses: `optimizer.param_groups` is a list of rules, tried in order; a parameter joins
+  the first whose `params` globs (fnmatch over ztrain's parameter names, as checkpoints list
+  them: `layers.3.mlp.up_proj.weight`, `h.0.ln_1.bias`) match its name and whose `ndim` is
+  its number of dimensions (each condition only when given), else the group `default`
+  (`optimizer.params` as they are). Frozen parameters (LoRA's base) are the group `frozen`
+  and take no step. A group sets `weight_decay` (left out: `optimizer.params.weight_decay`)
+  and `lr_scale` (the scheduler's lr times it; 0 holds the group still). **By default
+  ztrain decays every parameter but the 1-dimensional ones** (biases and norm weights), as
+  Megatron's `no_weight_decay_cond` and the Hugging Face Trainer's
+  `get_decay_parameter_names` do: `[{"name": "no_decay", "ndim": 1, "weight_decay": 0.0}]`.
+  Set `"param_groups": []` to decay everything; for example, for a Llama,
+  `[{"name": "no_decay", "ndim": 1, "weight_decay": 0.0}, {"name": "embeddings", "params":
+  ["embed_tokens.weight"], "lr_scale": 0.1}]` also trains the embeddings at a tenth of the
+  lr (GPT-2 calls them `wte`). A glob that matches no parameter of the model is an error
+  naming it. The run's log lists each group's settings, tensors and elements. Gradient
+  clipping and the gradient norm are over all groups together, each element counted once;
+  ZeRO shards, offload and checkpoints treat every group alike.
 - **Scheduler.** `WarmupLR` warms from `warmup_min_lr` to `warmup_max_lr` (which replaces
   the optimizer lr) and stays there; `WarmupDecayLR` then decays linearly back to
   `warmup_min_lr` at `total_num_steps`; `WarmupCosineLR` scales the optimizer lr: warmup from

@@ -25,6 +25,7 @@ class ConfigErrors {
  public:
   void Add(std::string_view path, std::string_view message);
   bool empty() const { return lines_.empty(); }
+  size_t size() const { return lines_.size(); }
   const std::vector<std::string>& lines() const { return lines_; }
 
  private:

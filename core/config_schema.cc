@@ -30,6 +30,8 @@ std::string_view ConfigTypeName(ConfigType type) {
       return "boolean or string";
     case ConfigType::kDataSources:
       return "string or array of {\"path\", \"weight\"} objects";
+    case ConfigType::kParamGroups:
+      return "array of parameter-group objects";
     case ConfigType::kSection:
       return "object";
     case ConfigType::kFreeObject:

@@ -31,6 +31,9 @@ enum class ConfigType {
   // data.train: a glob, or an array of {"path": glob, "weight": number > 0} (weight defaults
   // to 1; resolved to both keys).
   kDataSources,
+  // optimizer.param_groups: an array of {"name", "params", "ndim", "weight_decay", "lr_scale"}
+  // objects (core/config.h ParamGroupRule; resolved to all five keys).
+  kParamGroups,
   kSection,     // object whose keys are themselves in the schema
   kFreeObject,  // object with DeepSpeed-defined free-form content (checked only for refusals)
 };

@@ -70,7 +70,8 @@ std::vector<ConfigKey> OptimizerKeys() {
           "with `adam_w_mode` false adds `weight_decay * w` to the gradient (L2)."),
       Key("optimizer.legacy_fusion", T::kBool, false, "DeepSpeed fp16 legacy fusion; no effect."),
       Key("optimizer.params", T::kSection, nullptr, "Arguments of DeepSpeed's FusedAdam."),
-      Key("optimizer.params.lr", T::kNumber, 1e-3, "Learning rate (`\"auto\"`: 5e-5, the HF Trainer's).")
+      Key("optimizer.params.lr", T::kNumber, 1e-3,
+          "Learning rate (`\"auto\"`: 5e-5, the HF Trainer's).")
           .Auto(),
       Key("optimizer.params.betas", T::kNumberPair, nlohmann::json::array({0.9, 0.999}),
           "[beta1, beta2], each in [0, 1) (`\"auto\"`: [0.9, 0.999], the HF Trainer's).")
@@ -78,8 +79,9 @@ std::vector<ConfigKey> OptimizerKeys() {
       Key("optimizer.params.eps", T::kNumber, 1e-8, "Denominator epsilon, > 0 (`\"auto\"`: 1e-8).")
           .Auto(),
       Key("optimizer.params.weight_decay", T::kNumber, 0.0,
-          "Weight decay, applied to the parameters whose layer marks them for decay "
-          "(`\"auto\"`: 0, the HF Trainer's).")
+          "Weight decay of the groups that set none of their own (`optimizer.param_groups`: "
+          "by default every parameter but biases and norm weights) (`\"auto\"`: 0, the HF "
+          "Trainer's).")
           .Auto(),
       Key("optimizer.params.bias_correction", T::kBool, true, "Adam bias correction."),
       Key("optimizer.params.adam_w_mode", T::kBool, true,
@@ -90,6 +92,23 @@ std::vector<ConfigKey> OptimizerKeys() {
       Key("optimizer.params.amsgrad", T::kBool, false, "AMSGrad variant."),
       Key("optimizer.params.max_grad_norm", T::kNumber, 0.0,
           "Legacy clipping argument; use top-level `gradient_clipping`."),
+      Key("optimizer.param_groups", T::kParamGroups,
+          nlohmann::json::array({{{"name", "no_decay"},
+                                  {"params", nlohmann::json::array()},
+                                  {"ndim", 1},
+                                  {"weight_decay", 0.0},
+                                  {"lr_scale", 1.0}}}),
+          "ztrain: optimizer settings by group of parameters (torch's param groups, as rules). "
+          "Each group is `{\"name\", \"params\": [globs over parameter names], \"ndim\": "
+          "dimensions, \"weight_decay\", \"lr_scale\"}`; a parameter belongs to the first "
+          "group whose globs (if given) match its name and whose `ndim` (if given) is its "
+          "number of dimensions, else to the group `default`, which takes "
+          "`optimizer.params`. `weight_decay` left out is `optimizer.params.weight_decay`; "
+          "`lr_scale` (default 1) multiplies the scheduler's learning rate. The default keeps "
+          "weight decay off every 1-dimensional parameter (biases and norm weights), as "
+          "Megatron and the Hugging Face Trainer do; `[]` decays every trainable parameter. "
+          "A glob that matches no parameter is an error. The run's log lists the groups "
+          "(`parameter groups:`); docs/config.md, \"Parameter groups\"."),
   };
 }
 

@@ -142,6 +142,101 @@ std::optional<json> DataSources(const ConfigKey& key, const json& v, ConfigError
   return out;
 }
 
+// One optimizer.param_groups entry normalised to all five keys (core/config.h
+// ParamGroupRule), or nullopt after recording what is wrong with it.
+std::optional<json> ParamGroup(const std::string& at, const json& e, size_t index,
+                               ConfigErrors& errors) {
+  if (!e.is_object()) {
+    errors.Add(at,
+               "expected {\"name\", \"params\": [globs], \"ndim\", \"weight_decay\", "
+               "\"lr_scale\"}, got " +
+                   Describe(e));
+    return std::nullopt;
+  }
+  const size_t before = errors.size();
+  for (const auto& [k, value] : e.items()) {
+    if (k != "name" && k != "params" && k != "ndim" && k != "weight_decay" && k != "lr_scale") {
+      errors.Add(at + "." + k,
+                 "unknown key (a parameter group has \"name\", \"params\", "
+                 "\"ndim\", \"weight_decay\" and \"lr_scale\")");
+    }
+  }
+  const json name = e.value("name", json("group" + std::to_string(index)));
+  if (!name.is_string() || name.get<std::string>().empty()) {
+    errors.Add(at + ".name", "expected a non-empty string, got " + Describe(name));
+  } else if (name == "default" || name == "frozen") {
+    errors.Add(at + ".name", name.dump() +
+                                 " names the group of the parameters no rule matches, or the "
+                                 "frozen ones; choose another name");
+  }
+  json params = e.value("params", json::array());
+  if (params.is_string()) params = json::array({params});
+  bool globs_ok = params.is_array();
+  for (const json& p : params)
+    globs_ok = globs_ok && p.is_string() && !p.get<std::string>().empty();
+  if (!globs_ok) {
+    errors.Add(at + ".params",
+               "expected a glob or an array of globs over parameter names "
+               "(\"*.bias\", \"layers.*.mlp.*\"), got " +
+                   Describe(params));
+  }
+  const json ndim = e.value("ndim", json(0));
+  const auto ndim_int = AsInteger(ndim);
+  if (!ndim_int || ndim_int->get<int64_t>() < 0) {
+    errors.Add(at + ".ndim",
+               "expected an integer >= 1 (the parameters' number of dimensions), "
+               "got " +
+                   Describe(ndim));
+  }
+  if (globs_ok && params.empty() && ndim_int && ndim_int->get<int64_t>() == 0) {
+    errors.Add(at,
+               "matches nothing: give \"params\" (globs over parameter names), \"ndim\", or "
+               "both");
+  }
+  const json decay = e.value("weight_decay", json());
+  if (!decay.is_null() &&
+      !(decay.is_number() && decay.get<double>() >= 0 && std::isfinite(decay.get<double>()))) {
+    errors.Add(at + ".weight_decay",
+               "expected a number >= 0 (or leave it out for "
+               "optimizer.params.weight_decay), got " +
+                   Describe(decay));
+  }
+  const json scale = e.value("lr_scale", json(1.0));
+  if (!(scale.is_number() && scale.get<double>() >= 0 && std::isfinite(scale.get<double>()))) {
+    errors.Add(at + ".lr_scale",
+               "expected a number >= 0 (the group's learning rate is the "
+               "scheduler's times this), got " +
+                   Describe(scale));
+  }
+  if (errors.size() != before) return std::nullopt;
+  return json{{"name", name},
+              {"params", params},
+              {"ndim", *ndim_int},
+              {"weight_decay", decay},
+              {"lr_scale", scale.get<double>()}};
+}
+
+std::optional<json> ParamGroups(const ConfigKey& key, const json& v, ConfigErrors& errors) {
+  json out = json::array();
+  bool ok = true;
+  std::vector<json> names;
+  for (size_t i = 0; i < v.size(); ++i) {
+    const std::string at = key.path + "[" + std::to_string(i) + "]";
+    const json name = v[i].is_object() ? v[i].value("name", json()) : json();
+    if (name.is_string() && std::find(names.begin(), names.end(), name) != names.end()) {
+      errors.Add(at + ".name",
+                 name.dump() + " names an earlier group too; give each group its own");
+      ok = false;
+    }
+    names.push_back(name);
+    std::optional<json> group = ParamGroup(at, v[i], i, errors);
+    if (group) out.push_back(std::move(*group));
+    ok = ok && group.has_value();
+  }
+  if (!ok) return std::nullopt;
+  return out;
+}
+
 // The value normalised to the key's type, or nullopt after recording why it is wrong.
 std::optional<json> Normalise(const ConfigKey& key, const json& v, ConfigErrors& errors) {
   if (v.is_null() && key.nullable) return v;
@@ -197,6 +292,9 @@ std::optional<json> Normalise(const ConfigKey& key, const json& v, ConfigErrors&
     case ConfigType::kDataSources:
       if (v.is_string()) return v;
       if (v.is_array()) return DataSources(key, v, errors);
+      break;
+    case ConfigType::kParamGroups:
+      if (v.is_array()) return ParamGroups(key, v, errors);
       break;
     case ConfigType::kSection:
     case ConfigType::kFreeObject:

@@ -9,7 +9,6 @@
 
 #include "core/logging.h"
 #include "engine/engine_state.h"
-#include "engine/param_layout.h"
 #include "engine/shape_only.h"
 #include "kernels/cuda_memory.h"
 #include "nn/init.h"
@@ -19,6 +18,7 @@
 #include "offload/swap_dir.h"
 #include "optim/adam.h"
 #include "optim/grad_clip.h"
+#include "parallel/zero/flat_layout.h"
 
 namespace ztrain {
 
@@ -78,11 +78,13 @@ Engine::Engine(Config config, std::vector<std::unique_ptr<nn::Layer>> layers, Pa
                   ? std::make_unique<optim::LossScaler>(LossScalerOptionsFrom(config_.precision))
                   : nullptr),
       ops_(MakeOps()),
-      schedule_(optim::MakeLrSchedule(config_.scheduler, config_.optimizer.lr)) {
+      schedule_(optim::MakeLrSchedule(config_.scheduler, config_.optimizer.lr)),
+      param_groups_(config_.optimizer) {
   ZTRAIN_CHECK(!layers.empty(), "the model has no layers");
   ZTRAIN_CHECK(stage_ >= 0 && stage_ <= 3, "zero_optimization.stage is ", stage_,
                "; use 0, 1, 2 or 3");
   SelectStage(std::move(layers));
+  CheckParamGroups();
   SetUpCheckpointing();
   BuildStorage();
   SetUpOffload();
@@ -166,38 +168,32 @@ void Engine::BuildStorage() {
       }
       if (tie && spec.tied_to.empty() && spec.name == tie->name) first = i;
     }
-    std::vector<int64_t> offsets(specs.size(), -1);
     // Trainable parameters in elements of the flat buffers, frozen ones in elements of the
     // compute dtype in the frozen region (a quantized one's blob too: a multiple of 4 bytes).
-    detail::ParamPacker packer, frozen_packer;
-    size_t last_placed = specs.size();
-    auto place = [&](size_t i) {
-      ZTRAIN_CHECK(slot_by_name_.count(specs[i].name) == 0, "parameter name '", specs[i].name,
-                   "' is used twice; parameter names must be unique in the model");
-      ZTRAIN_ASSERT(!specs[i].packed || (i > 0 && last_placed == i - 1 &&
-                                         specs[i - 1].trainable == specs[i].trainable),
-                    "layer ", layers_[l]->Name(), ": packed parameter '", specs[i].name,
-                    "' does not follow an owned parameter of its kind");
-      const auto es = static_cast<int64_t>(DTypeSize(act_dtype_));
-      offsets[i] = specs[i].trainable
-                       ? packer.Place(specs[i])
-                       : frozen_packer.Place(specs[i], FrozenBytes(specs[i]) / es) * es;
-      last_placed = i;
-    };
-    if (first < specs.size()) place(first);
-    for (size_t i = 0; i < specs.size(); ++i) {
-      if (specs[i].tied_to.empty() && i != first) place(i);
+    const auto es = static_cast<int64_t>(DTypeSize(act_dtype_));
+    std::vector<zero::FlatParam> flat;
+    for (const nn::ParamSpec& spec : specs) {
+      ZTRAIN_CHECK(!spec.tied_to.empty() || slot_by_name_.count(spec.name) == 0, "parameter name '",
+                   spec.name, "' is used twice; parameter names must be unique in the model");
+      flat.push_back({spec.name, spec.trainable ? NumElements(spec.shape) : FrozenBytes(spec) / es,
+                      spec.trainable, spec.packed, spec.tied_to.empty()});
     }
-    state->padded = std::max(packer.size(), min_padded_[l]);
+    zero::FlatLayoutOptions options;
+    options.dp = static_cast<int>(n_dp);
+    options.rank = dp_->rank();
+    options.shard_optimizer = stage_ >= 1;
+    options.first = first;
+    options.min_padded = min_padded_[l];
+    options.frozen_element_bytes = es;
+    const zero::FlatLayout layout = zero::LayOut(flat, options);
+    const std::vector<int64_t>& offsets = layout.offsets;
     LayerState& st = *state;
-    st.frozen_padded =
-        detail::AlignUp(frozen_packer.size() * static_cast<int64_t>(DTypeSize(act_dtype_)),
-                        detail::kFrozenAlignment * n_dp);
-    st.frozen_shard = st.frozen_padded / n_dp;
-    st.padded = detail::AlignUp(st.padded, detail::kParamAlignment * n_dp);
-    st.shard = st.padded / n_dp;
-    st.opt_begin = stage_ >= 1 ? dp_->rank() * st.shard : 0;
-    st.opt_len = stage_ >= 1 ? st.shard : st.padded;
+    st.padded = layout.padded;
+    st.shard = layout.shard;
+    st.frozen_padded = layout.frozen_padded;
+    st.frozen_shard = layout.frozen_shard;
+    st.opt_begin = layout.opt_begin;
+    st.opt_len = layout.opt_len;
     st.sharded = stage_ == 3;
     // Where state lives (Note [Offload in the engine], Note [Devices in the engine]).
     const OffloadParamConfig& op = config_.zero.offload_param;
@@ -255,7 +251,8 @@ void Engine::BuildStorage() {
       } else {
         slot_by_name_[spec.name] = slot;
         st.owned.push_back(slot);
-        slots_.push_back({spec, l, offsets[i], copies[i]});
+        slots_.push_back({spec, l, offsets[i], copies[i],
+                          param_groups_.Assign(spec.name, spec.shape.size(), spec.trainable)});
       }
       st.bound.push_back(slot);
       const size_t unit = slots_[slot].layer;

@@ -71,6 +71,7 @@
 #include "nn/layer.h"
 #include "optim/loss_scaler.h"
 #include "optim/lr_schedule.h"
+#include "optim/param_groups.h"
 #include "parallel/comm/communicator.h"
 #include "parallel/zero/gather_plan.h"
 
@@ -222,6 +223,13 @@ class Engine {
   // run's adapter).
   void ForEachModelParameter(const std::function<void(const std::string&, const Tensor&)>& fn,
                              bool trainable_only = false);
+  // The parameter groups (Note [Parameter groups]) with the whole model's tensors and
+  // elements in each (every stage's, each tied weight once), in group order.
+  struct ParamGroupUse {
+    optim::ParamGroup group;
+    int64_t tensors = 0, elements = 0;
+  };
+  std::vector<ParamGroupUse> ParamGroupUses() const;
   int64_t NumParameters() const;                    // owned elements, without padding
   // The owned elements that train (the rest are frozen: Note [Frozen parameters in the
   // engine], engine_frozen.cc).
@@ -339,6 +347,8 @@ class Engine {
   void DeviceAdamStep(const std::vector<Part>& parts, double lr, float coef, int64_t adam_step);
   void HostAdamStep(const std::vector<Part>& parts, double lr, float coef, int64_t adam_step);
   void SelectStage(std::vector<std::unique_ptr<nn::Layer>> model);
+  // Throws ConfigError for a glob of optimizer.param_groups that selects nothing.
+  void CheckParamGroups() const;
   void BuildStorage();
   void SetUpOffload();
   void MakeSwapDirs(int64_t param_bytes, int64_t opt_bytes, std::string* param_file,
@@ -482,6 +492,7 @@ class Engine {
   std::unique_ptr<kernels::Ops> ops_;
   kernels::GemmPlan gemm_plan_;
   std::unique_ptr<optim::LrSchedule> schedule_;
+  optim::ParamGroups param_groups_;  // Note [Parameter groups]; each slot names its group
   std::vector<std::unique_ptr<LayerState>> states_;
   std::vector<Slot> slots_;
   std::unordered_map<std::string, size_t> slot_by_name_;

@@ -166,10 +166,10 @@ void Engine::DeviceAdamStep(const std::vector<Part>& parts, double lr, float coe
     const Tensor param = st.sharded ? st.Flat(st.params, st.shard).Flat(local, {n})
                                     : st.Flat(st.params, st.padded).Flat(p.begin, {n});
     const Tensor grad = st.Reduced().Flat(local, {n});  // (local == p.begin at stage 0)
-    optim::AdamStep(*ops_, optim::AdamArgsFor(config_.optimizer, lr, adam_step, coef,
-                                              s.spec.weight_decay),
-                    param, grad, st.Flat(st.exp_avg, st.opt_len).Flat(local, {n}),
-                    st.Flat(st.exp_avg_sq, st.opt_len).Flat(local, {n}));
+    optim::AdamStep(
+        *ops_, optim::AdamArgsFor(config_.optimizer, param_groups_[s.group], lr, adam_step, coef),
+        param, grad, st.Flat(st.exp_avg, st.opt_len).Flat(local, {n}),
+        st.Flat(st.exp_avg_sq, st.opt_len).Flat(local, {n}));
   }
 }
 
@@ -230,7 +230,7 @@ void Engine::HostAdamStep(const std::vector<Part>& parts, double lr, float coef,
     float* param = master(s.layer) + local;  // (stages and swaps the layer's master)
     if (!computes_) return;
     const optim::AdamStepArgs args =
-        optim::AdamArgsFor(config_.optimizer, lr, adam_step, coef, s.spec.weight_decay);
+        optim::AdamArgsFor(config_.optimizer, param_groups_[s.group], lr, adam_step, coef);
     optim::AdamStep(args, param, grad, m, v, end - begin);
   };
   ForEachOptimizerRange(parts, adam, /*save=*/true);

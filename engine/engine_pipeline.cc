@@ -38,14 +38,24 @@
 #include "core/logging.h"
 #include "engine/engine.h"
 #include "engine/engine_state.h"
-#include "engine/param_layout.h"
 #include "parallel/pipeline/partition.h"
 #include "parallel/pipeline/schedule.h"
+#include "parallel/zero/flat_layout.h"
 
 namespace ztrain {
 namespace {
 
 constexpr int kTieTag = 30000;  // above every activation tag 2m, 2m+1 of a step
+
+// A layer's parameters as the flat layout sees them (sizes of the trainable ones only matter
+// to TiedLayoutSize).
+std::vector<zero::FlatParam> FlatParamsOf(const std::vector<nn::ParamSpec>& specs) {
+  std::vector<zero::FlatParam> out;
+  for (const nn::ParamSpec& s : specs) {
+    out.push_back({s.name, NumElements(s.shape), s.trainable, s.packed, s.tied_to.empty()});
+  }
+  return out;
+}
 
 int ActivationTag(int micro_batch) { return 2 * micro_batch; }
 int GradTag(int micro_batch) { return 2 * micro_batch + 1; }
@@ -98,8 +108,8 @@ void Engine::SelectStage(std::vector<std::unique_ptr<nn::Layer>> model) {
                      "pipeline stages; ztrain ties one weight per layer across stages");
       }
       const int64_t elements = NumElements(s.shape);
-      const int64_t size = std::max(detail::TiedLayoutSize(model_specs_[o], s.tied_to),
-                                    detail::TiedLayoutSize(model_specs_[l], s.name));
+      const int64_t size = std::max(zero::TiedLayoutSize(FlatParamsOf(model_specs_[o]), s.tied_to),
+                                    zero::TiedLayoutSize(FlatParamsOf(model_specs_[l]), s.name));
       if (sl == stage) {
         stage_ties_.push_back({l - begin, elements, so, /*copy=*/true, s.tied_to});
         min_padded_[l - begin] = std::max(min_padded_[l - begin], size);
@@ -308,6 +318,31 @@ std::vector<std::pair<std::string, Shape>> Engine::ModelParameters() const {
     }
   }
   return out;
+}
+
+void Engine::CheckParamGroups() const {
+  std::vector<std::string> trainable, frozen;
+  for (const auto& specs : model_specs_) {
+    for (const nn::ParamSpec& s : specs) {
+      if (s.tied_to.empty()) (s.trainable ? trainable : frozen).push_back(s.name);
+    }
+  }
+  param_groups_.CheckEveryGlobMatches(trainable, frozen);
+}
+
+std::vector<Engine::ParamGroupUse> Engine::ParamGroupUses() const {
+  std::vector<ParamGroupUse> uses;
+  for (size_t g = 0; g < param_groups_.size(); ++g) uses.push_back({param_groups_[g], 0, 0});
+  for (const auto& specs : model_specs_) {
+    for (const nn::ParamSpec& s : specs) {
+      if (!s.tied_to.empty()) continue;
+      const Shape full = FullShape(s);
+      ParamGroupUse& use = uses[param_groups_.Assign(s.name, full.size(), s.trainable)];
+      ++use.tensors;
+      use.elements += NumElements(full);
+    }
+  }
+  return uses;
 }
 
 void Engine::ForEachModelParameter(const std::function<void(const std::string&, const Tensor&)>& fn,

@@ -43,6 +43,7 @@ struct Engine::Slot {
   size_t layer = 0;
   int64_t offset = 0;
   bool stage_copy = false;  // this stage's copy of a weight another stage owns (pipeline)
+  size_t group = 0;         // in Engine::param_groups_ (Note [Parameter groups])
   bool frozen() const { return !spec.trainable; }
 };
 
@@ -82,6 +83,7 @@ struct Engine::MicroBatchRun {
 // Each layer has one flat parameter buffer and a mirroring full gradient buffer of `padded`
 // elements, a multiple of dp * 16, so the layer splits into dp equal shards of `shard`
 // elements; rank r's shard is [r * shard, (r + 1) * shard). Padding is zero and stays zero.
+// zero::LayOut decides all of it (Note [ZeRO flat layout], parallel/zero/flat_layout.h).
 // The optimizer owns the range `opt_begin` + [0, opt_len): the whole layer at stage 0, the
 // rank's shard at stage >= 1; m and v cover only that range. At stage >= 1 the reduced
 // gradient of the range lands in `grad_shard` (reduce-scatter) and, at stages 1 and 2, the

@@ -2,16 +2,16 @@
 #include "engine/estimate_layers.h"
 
 #include <map>
-#include <tuple>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "core/buffer.h"
 #include "core/error.h"
-#include "engine/param_layout.h"
 #include "engine/shape_only.h"
+#include "parallel/zero/flat_layout.h"
 
 namespace ztrain::detail {
 namespace {
@@ -140,9 +140,11 @@ LayerEvents MeasuredLayer::MeasureOn(kernels::Ops& ops, const Shape& input_shape
     return keep.back().AsTensor(dtype, shape);
   };
   const std::vector<nn::ParamSpec> specs = layer_->Params();
-  ParamPacker packer;
+  zero::ParamPacker packer;
   std::vector<int64_t> offsets;
-  for (const nn::ParamSpec& spec : specs) offsets.push_back(packer.Place(spec));
+  for (const nn::ParamSpec& spec : specs) {
+    offsets.push_back(packer.Place(NumElements(spec.shape), spec.packed));
+  }
   const Tensor flat = tensor(act, {std::max<int64_t>(packer.size(), 1)});
   const Tensor flat_grads = tensor(grad_dtype_, {std::max<int64_t>(packer.size(), 1)});
   std::vector<Tensor> params, grads;

@@ -365,6 +365,16 @@ void Trainer::LogStart() const {
              adam_on_cpu ? std::string(optim::AdamImplName(optim::BestAdamImpl())) + " CPU"
                          : std::string("CUDA"),
              config_.scheduler.type.empty() ? "constant lr" : config_.scheduler.type);
+  std::string groups;
+  for (const Engine::ParamGroupUse& u : engine_->ParamGroupUses()) {
+    if (!u.group.trainable && u.tensors == 0) continue;
+    groups += fmt::format("{}{} ", groups.empty() ? "" : "; ", u.group.name);
+    groups += u.group.trainable ? fmt::format("(weight_decay {:g}, lr x{:g})", u.group.weight_decay,
+                                              u.group.lr_scale)
+                                : std::string("(no step)");
+    groups += fmt::format(": {} tensors, {} elements", u.tensors, u.elements);
+  }
+  Log().info("parameter groups: {}", groups);
   const PrecisionConfig& p = config_.precision;
   if (p.bf16 || p.fp16) {
     Log().info(

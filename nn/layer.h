@@ -54,7 +54,6 @@ struct ParamSpec {
   Shape shape;
   Init init = Init::kNormal;
   float init_std = 0.02f;
-  bool weight_decay = true;
   TensorSlice tp;  // the tensor-parallel slice this rank holds (default: the whole parameter)
   // Non-empty: this parameter IS the named parameter of an earlier layer (tied weights, e.g.
   // the LM head and the token embedding). It gets no storage of its own: the engine binds the

@@ -9,13 +9,12 @@
 namespace ztrain::nn {
 namespace {
 
-ParamSpec Spec(std::string name, Shape shape, Init init, float std, bool decay) {
+ParamSpec Spec(std::string name, Shape shape, Init init, float std) {
   ParamSpec s;
   s.name = std::move(name);
   s.shape = std::move(shape);
   s.init = init;
   s.init_std = std;
-  s.weight_decay = decay;
   return s;
 }
 
@@ -27,15 +26,15 @@ int ParamTable::Add(ParamSpec spec) {
 }
 
 ParamSpec Weight(std::string name, Shape shape, float std) {
-  return Spec(std::move(name), std::move(shape), Init::kNormal, std, true);
+  return Spec(std::move(name), std::move(shape), Init::kNormal, std);
 }
 
 ParamSpec Bias(std::string name, int64_t n) {
-  return Spec(std::move(name), {n}, Init::kZeros, 0.0f, false);
+  return Spec(std::move(name), {n}, Init::kZeros, 0.0f);
 }
 
 ParamSpec NormWeight(std::string name, int64_t n) {
-  return Spec(std::move(name), {n}, Init::kOnes, 0.0f, false);
+  return Spec(std::move(name), {n}, Init::kOnes, 0.0f);
 }
 
 // ---- Norm ----------------------------------------------------------------------------------

@@ -154,14 +154,14 @@ void AdamStep(const AdamStepArgs& args, float* param, const float* grad, float* 
   }
 }
 
-AdamStepArgs AdamArgsFor(const OptimizerConfig& config, double lr, int64_t step, float grad_scale,
-                         bool decay_this_param) {
+AdamStepArgs AdamArgsFor(const OptimizerConfig& config, const ParamGroup& group, double lr,
+                         int64_t step, float grad_scale) {
   AdamStepArgs args;
-  args.lr = static_cast<float>(lr);
+  args.lr = static_cast<float>(lr * group.lr_scale);
   args.beta1 = static_cast<float>(config.beta1);
   args.beta2 = static_cast<float>(config.beta2);
   args.eps = static_cast<float>(config.eps);
-  args.weight_decay = decay_this_param ? static_cast<float>(config.weight_decay) : 0.0f;
+  args.weight_decay = static_cast<float>(group.weight_decay);
   args.adam_w_mode = config.adam_w_mode;
   args.bias_correction = config.bias_correction;
   args.step = step;

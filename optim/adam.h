@@ -15,6 +15,7 @@
 #include "core/config.h"
 #include "core/tensor.h"
 #include "kernels/ops.h"
+#include "optim/param_groups.h"
 
 namespace ztrain::optim {
 
@@ -82,11 +83,11 @@ bool AdamImplAvailable(AdamImpl impl);
 // "auto", "scalar", "avx2", "avx512".
 const char* AdamImplName(AdamImpl impl);
 
-// The step arguments for one parameter group: `lr` from the schedule, `step` 1-based,
-// `grad_scale` from ClipCoefficient (and loss scaling); weight decay only where
-// `decay_this_param` (DeepSpeed/GPT practice: no decay on biases and norms).
-AdamStepArgs AdamArgsFor(const OptimizerConfig& config, double lr, int64_t step, float grad_scale,
-                         bool decay_this_param);
+// The step arguments for the parameters of `group` (Note [Parameter groups]): `lr` from the
+// schedule (times the group's lr_scale), the group's weight decay, `step` 1-based,
+// `grad_scale` from ClipCoefficient (and loss scaling).
+AdamStepArgs AdamArgsFor(const OptimizerConfig& config, const ParamGroup& group, double lr,
+                         int64_t step, float grad_scale);
 
 namespace detail {
 // `impl`, or BestAdamImpl() for kAuto; throws ztrain::Error if this CPU cannot run it.

@@ -27,8 +27,7 @@ class ChannelGate final : public ztrain::nn::Layer {
     ztrain::nn::ParamSpec g;
     g.name = "gate.logit";
     g.shape = {c_};
-    g.init = ztrain::nn::Init::kZeros;
-    g.weight_decay = false;
+    g.init = ztrain::nn::Init::kZeros;  // 1-dimensional: no weight decay by default
     return {g};
   }
   Shape OutputShape(const Shape& in) const override { return in; }

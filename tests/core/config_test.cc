@@ -138,6 +138,60 @@ TEST(ConfigParseTest, DataTrainMayBeAWeightedList) {
             std::string::npos);
 }
 
+// optimizer.param_groups (Note [Parameter groups]): absent is the no_decay rule over 1-D
+// parameters; given, each entry resolves to all five keys; every malformed entry is named.
+TEST(ConfigParseTest, ParamGroupsDefaultParseAndErrors) {
+  const Config plain = ParseConfig(DefaultConfigJson());
+  ASSERT_EQ(plain.optimizer.param_groups.size(), 1u);
+  EXPECT_EQ(plain.optimizer.param_groups[0].name, "no_decay");
+  EXPECT_EQ(plain.optimizer.param_groups[0].ndim, 1);
+  EXPECT_EQ(plain.optimizer.param_groups[0].weight_decay, 0.0);
+  EXPECT_TRUE(plain.optimizer.param_groups[0].params.empty());
+
+  const json groups = json::array({{{"name", "emb"}, {"params", "wte.*"}, {"lr_scale", 0.5}},
+                                   {{"params", json::array({"*.bias", "h.*.ln_?.weight"})},
+                                    {"ndim", 1.0},
+                                    {"weight_decay", 0.01}}});
+  const Config c = ParseConfig(With(DefaultConfigJson(), "/optimizer/param_groups", groups));
+  ASSERT_EQ(c.optimizer.param_groups.size(), 2u);
+  const ParamGroupRule &a = c.optimizer.param_groups[0], &b = c.optimizer.param_groups[1];
+  EXPECT_EQ(a.params, std::vector<std::string>{"wte.*"});
+  EXPECT_EQ(a.ndim, 0);
+  EXPECT_FALSE(a.weight_decay.has_value());
+  EXPECT_EQ(a.lr_scale, 0.5);
+  EXPECT_EQ(b.name, "group1");
+  EXPECT_EQ(b.params.size(), 2u);
+  EXPECT_EQ(b.ndim, 1);
+  EXPECT_EQ(b.weight_decay, 0.01);
+  EXPECT_EQ(c.resolved["optimizer"]["param_groups"][0]["weight_decay"], nullptr);
+  EXPECT_TRUE(ParseConfig(With(DefaultConfigJson(), "/optimizer/param_groups", json::array()))
+                  .optimizer.param_groups.empty());
+
+  const json bad = json::array({{{"name", "x"}, {"params", "*.bias"}, {"lr_scale", -1}},
+                                {{"name", "x"}, {"ndim", 1}},
+                                {{"name", "default"}, {"ndim", 1}},
+                                {{"name", "y"}},
+                                {{"name", "z"}, {"params", json::array({""})}},
+                                {{"name", "w"}, {"ndim", 2}, {"wieght_decay", 0.1}},
+                                {{"name", "v"}, {"ndim", 2}, {"weight_decay", "none"}},
+                                "no_decay"});
+  const std::string e = ErrorOf(With(DefaultConfigJson(), "/optimizer/param_groups", bad));
+  for (const char* part :
+       {"optimizer.param_groups[0].lr_scale: expected a number >= 0",
+        "optimizer.param_groups[1].name: \"x\" names an earlier group too",
+        "optimizer.param_groups[2].name: \"default\" names the group of the parameters no rule",
+        "optimizer.param_groups[3]: matches nothing: give \"params\"",
+        "optimizer.param_groups[4].params: expected a glob or an array of globs",
+        "optimizer.param_groups[5].wieght_decay: unknown key",
+        "optimizer.param_groups[6].weight_decay: expected a number >= 0",
+        "optimizer.param_groups[7]: expected {"}) {
+    EXPECT_NE(e.find(part), std::string::npos) << part << " not in: " << e;
+  }
+  EXPECT_NE(ErrorOf(With(DefaultConfigJson(), "/optimizer/param_groups", "no_decay"))
+                .find("optimizer.param_groups: expected array of parameter-group objects"),
+            std::string::npos);
+}
+
 TEST(ConfigParseTest, FullRangeSeedIsAccepted) {
   const Config c =
       ParseConfig(With(DefaultConfigJson(), "/training/seed", 18446744073709551615ULL));

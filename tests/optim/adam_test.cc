@@ -261,7 +261,8 @@ TEST(AdamTest, ArgsForConfig) {
   c.weight_decay = 0.1;
   c.adam_w_mode = false;
   c.bias_correction = false;
-  const AdamStepArgs a = AdamArgsFor(c, 2.5e-4, 7, 0.5f, true);
+  const ParamGroups groups(c);  // default, no_decay (1-dimensional), frozen
+  const AdamStepArgs a = AdamArgsFor(c, groups[0], 2.5e-4, 7, 0.5f);
   EXPECT_FLOAT_EQ(a.lr, 2.5e-4f);  // the schedule's lr, not config.lr
   EXPECT_FLOAT_EQ(a.beta1, 0.85f);
   EXPECT_FLOAT_EQ(a.beta2, 0.95f);
@@ -271,7 +272,17 @@ TEST(AdamTest, ArgsForConfig) {
   EXPECT_FALSE(a.bias_correction);
   EXPECT_EQ(a.step, 7);
   EXPECT_FLOAT_EQ(a.grad_scale, 0.5f);
-  EXPECT_EQ(AdamArgsFor(c, 2.5e-4, 7, 0.5f, false).weight_decay, 0.0f);
+  EXPECT_EQ(AdamArgsFor(c, groups[1], 2.5e-4, 7, 0.5f).weight_decay, 0.0f);
+  ParamGroupRule slow;
+  slow.name = "slow";
+  slow.params = {"wte.*"};
+  slow.weight_decay = 0.25;
+  slow.lr_scale = 0.5;
+  c.param_groups = {slow};
+  const ParamGroups scaled(c);
+  const AdamStepArgs s = AdamArgsFor(c, scaled[1], 2.5e-4, 7, 0.5f);
+  EXPECT_EQ(s.lr, static_cast<float>(1.25e-4));
+  EXPECT_EQ(s.weight_decay, 0.25f);
 }
 
 }  // namespace

@@ -191,7 +191,6 @@ TEST(TensorParallelTest, ParamsKeepNamesAndDescribeTheirSlices) {
         EXPECT_EQ(g.tied_to, w.tied_to);
         EXPECT_EQ(g.init, w.init);
         EXPECT_EQ(g.init_std, w.init_std);
-        EXPECT_EQ(g.weight_decay, w.weight_decay);
         const std::string key =
             w.name.rfind("h.", 0) == 0 ? w.name.substr(w.name.find('.', 2) + 1) : w.name;
         const auto it = split.find(key);
