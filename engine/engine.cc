@@ -87,6 +87,7 @@ Engine::Engine(Config config, std::vector<std::unique_ptr<nn::Layer>> layers, Pa
   CheckParamGroups();
   SetUpCheckpointing();
   BuildStorage();
+  SetUpReducer();
   SetUpOffload();
   if (initial == InitialParameters::kRandom) InitParameters();
 }
@@ -130,9 +131,10 @@ std::unique_ptr<kernels::Ops> Engine::MakeOps() const {
 
 Engine::~Engine() {
   // Ops in flight write into buffers about to be freed: let them finish (errors were or will
-  // be reported elsewhere; a destructor must not throw).
+  // be reported elsewhere; a destructor must not throw). reducer_, destroyed before the
+  // layers' buffers, waits for its own.
   for (auto& st : states_) {
-    for (comm::WorkPtr* w : {&st->gather, &st->frozen_gather, &st->reduction}) {
+    for (comm::WorkPtr* w : {&st->gather, &st->frozen_gather}) {
       if (!*w) continue;
       try {
         (*w)->Wait();
@@ -621,12 +623,12 @@ Buffer Engine::RunBackward(const nn::MicroBatch& mb, Buffer dout, MicroBatchRun&
     layers_[i]->Backward(mb, layer_in, dout.AsTensor(out.dtype(), out.shape()), din_view,
                          run.ctx[i]);
     if (stage_ == 3) ReleaseAfterUse();
-    if (reduce) OnGradientsReady(i);
+    if (reduce) reducer_->Ready(i);
     run.ctx[i].Release();
     run.outputs[i].Reset();
     dout = std::move(din);
   }
-  if (reduce) FinishReductions();
+  if (reduce) reducer_->Finish();
   if (stage_ >= 2) {
     // The full gradient (and gathered parameter) buffers are gone: no layer may keep a view.
     for (size_t l = 0; l < n_layers; ++l) BindLayer(l);

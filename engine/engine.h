@@ -74,6 +74,7 @@
 #include "optim/param_groups.h"
 #include "parallel/comm/communicator.h"
 #include "parallel/zero/gather_plan.h"
+#include "parallel/zero/gradient_reducer.h"
 
 namespace ztrain {
 
@@ -408,10 +409,8 @@ class Engine {
   void BindLayer(size_t layer);
   void AllocateFullGradients(size_t layer);
   void WaitFor(comm::Work& work);
-  // Gradient buckets.
-  void OnGradientsReady(size_t layer);
-  void LaunchBucket();
-  void FinishReductions();
+  // Builds reducer_ for the stage (Note [Gradient reducer]).
+  void SetUpReducer();
   void GatherParameters();
   // Stage 3 parameter gathering.
   void StartGatherPlan(int micro_batches, bool backward);
@@ -500,8 +499,7 @@ class Engine {
   double comm_wait_seconds_ = 0.0;  // blocked in WaitFor, since construction
   double swap_wait_seconds_ = 0.0;  // blocked on the swappers, since construction
   // Gradient buckets: layers waiting to be reduced, and layers whose reduction is in flight.
-  std::vector<size_t> pending_, launched_;
-  int64_t pending_elements_ = 0;
+  std::unique_ptr<zero::GradientReducer> reducer_;  // the gradient buckets
   // Stage 3: gather plans by the step's phases, the one running and its position.
   std::map<std::vector<bool>, zero::GatherPlan> plans_;
   const zero::GatherPlan* plan_ = nullptr;

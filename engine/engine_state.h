@@ -95,7 +95,9 @@ struct Engine::MicroBatchRun {
 // tied uses sit in later layers, whose backward came first) joins the pending bucket, which
 // is launched once it holds reduce_bucket_size elements or backward reached layer 0. Stage 0
 // reduces during the last micro-batch's backward and always overlaps; stages 1-3 wait for
-// each bucket at once unless overlap_comm.
+// each bucket at once unless overlap_comm. zero::GradientReducer (Note [Gradient reducer],
+// parallel/zero/gradient_reducer.h) does all of this, its stage policy chosen once in
+// Engine::SetUpReducer.
 //
 // Stages 2 and 3 keep no full gradient buffers between micro-batches: a layer's full buffer is
 // allocated (zeroed) just before its backward, reduce-scattered in its bucket, added into
@@ -142,9 +144,6 @@ struct Engine::LayerState {
   // fp32: this rank's reduced gradient range (stages >= 1, and stage 0 when gradients
   // accumulate in 16 bits: then the whole layer, reduced in fp32).
   Buffer grad_shard;
-  Buffer grad_recv;           // stages 2, 3: a micro-batch's reduced range, added to grad_shard
-  Buffer grads32;             // stages 1-3, 16-bit gradients: their fp32 copy being reduced
-  comm::WorkPtr reduction;    // the gradient reduction in flight
   // Frozen parameters (Note [Frozen parameters in the engine]): a region of frozen_padded
   // bytes in the compute dtype, no gradient, no optimizer state; the whole region at stages
   // 0-2, the rank's frozen_shard bytes of it at stage 3, gathered with the layer.

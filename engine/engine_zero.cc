@@ -1,12 +1,14 @@
-// The engine's ZeRO communication: gradient buckets (all stages) and the stage 3 parameter
-// gathers that follow a zero::PlanGathers plan, plus the stage 1/2 parameter all-gather
-// after the step (Note [ZeRO in the engine], engine_state.h).
+// The engine's ZeRO parameter communication: the stage 3 gathers that follow a
+// zero::PlanGathers plan and the stage 1/2 parameter all-gather after the step (Note [ZeRO in
+// the engine], engine_state.h). Gradients are reduced by zero::GradientReducer (Note
+// [Gradient reducer]), which SetUpReducer builds for the stage.
 #include <algorithm>
 #include <deque>
 
 #include "engine/engine.h"
 #include "engine/engine_state.h"
 #include "offload/param_swapper.h"
+#include "parallel/zero/gradient_reducer.h"
 
 namespace ztrain {
 
@@ -104,66 +106,28 @@ void Engine::ReleaseAllGathered() {
   plan_ = nullptr;
 }
 
-// --- Gradient reduction in buckets ----------------------------------------------------------
-
-void Engine::OnGradientsReady(size_t l) {
-  if (states_[l]->padded > 0) {  // a layer of frozen parameters only has no gradient
-    pending_.push_back(l);
-    pending_elements_ += states_[l]->padded;
-  }
-  if (pending_elements_ >= config_.zero.reduce_bucket_size || l == 0) LaunchBucket();
-}
-
-void Engine::LaunchBucket() {
-  // Stages 2 and 3: the previous bucket finishes (and frees its full gradients) before the
-  // next one launches, so at most two buckets' full gradients exist at a time.
-  if (stage_ >= 2) FinishReductions();
-  for (size_t l : pending_) {
-    LayerState& st = *states_[l];
-    // 16-bit gradients are reduced in fp32 (stage 0: in grad_shard itself).
-    const Tensor grads = Fp32Gradients(l, st.grads32);
-    if (stage_ == 0 || !config_.zero.reduce_scatter) {
-      st.reduction = dp_->AllReduce(grads);
-    } else if (stage_ == 1) {
-      st.reduction = dp_->ReduceScatter(grads, st.Flat(st.grad_shard, st.shard));
-    } else {
-      st.grad_recv = Buffer(activations_, DType::kF32, {st.shard}, MemoryCategory::kCommunication);
-      st.reduction = dp_->ReduceScatter(grads, st.Flat(st.grad_recv, st.shard));
-    }
-    launched_.push_back(l);
-  }
-  pending_.clear();
-  pending_elements_ = 0;
-  if (!overlap_) FinishReductions();
-}
-
-// Waits for the launched reductions and moves each result into the rank's gradient shard.
-void Engine::FinishReductions() {
-  for (size_t l : launched_) {
-    LayerState& st = *states_[l];
-    WaitFor(*st.reduction);
-    st.reduction.reset();
-    if (stage_ == 0) continue;
-    // With reduce_scatter off the whole layer was all-reduced: the rank's range is a slice.
-    const Buffer& full = st.grads32.data() != nullptr ? st.grads32 : st.grads;
-    const Tensor reduced = config_.zero.reduce_scatter
-                               ? st.Flat(stage_ == 1 ? st.grad_shard : st.grad_recv, st.shard)
-                               : st.Flat(full, st.padded).Flat(st.opt_begin, {st.shard});
-    if (stage_ == 1) {
-      if (!config_.zero.reduce_scatter) ops_->Copy(reduced, st.Flat(st.grad_shard, st.shard));
-      st.grads32.Reset();
-      continue;
-    }
-    ops_->AddInPlace(st.Flat(st.grad_shard, st.shard), reduced);
-    st.grad_recv.Reset();
-    st.grads32.Reset();
-    st.grads.Reset();
-  }
-  launched_.clear();
-}
-
 // Stages 1 and 2: all-gathers every layer's updated shard back into the full parameters,
 // with at most allgather_bucket_size gathered elements in flight.
+void Engine::SetUpReducer() {
+  std::vector<zero::ReduceRange> ranges;
+  for (const auto& st : states_) ranges.push_back({st->padded, st->shard, st->opt_begin});
+  zero::GradientReducer::Options o;
+  o.policy = zero::ReducePolicyFor(stage_, config_.zero.reduce_scatter);
+  o.accumulate = stage_ >= 2;  // every micro-batch reduces; the shard accumulates
+  o.overlap = overlap_;
+  o.bucket_elements = config_.zero.reduce_bucket_size;
+  o.wait_seconds = &comm_wait_seconds_;
+  zero::ReducerHooks hooks;
+  hooks.gradients = [this](size_t l, Buffer& staging) { return Fp32Gradients(l, staging); };
+  hooks.shard = [this](size_t l) {
+    const LayerState& st = *states_[l];
+    return st.Flat(st.grad_shard, st.shard);
+  };
+  hooks.release = [this](size_t l) { states_[l]->grads.Reset(); };
+  reducer_ = std::make_unique<zero::GradientReducer>(o, std::move(ranges), *dp_, *ops_,
+                                                     activations_, std::move(hooks));
+}
+
 void Engine::GatherParameters() {
   struct InFlight {
     Buffer send;
