@@ -9,7 +9,8 @@ namespace ztrain::nn {
 std::unique_ptr<Layer> Gpt2Embedding(const ModelConfig& m,
                                      std::shared_ptr<const LinearProvider> provider) {
   return std::make_unique<Embedding>(
-      EmbeddingSpec{m.padded_vocab_size, m.n_embd, m.max_seq_len, "wte", "wpe"},
+      EmbeddingSpec{m.padded_vocab_size, m.n_embd, m.max_seq_len, std::string(Gpt2Names::kTokens),
+                    std::string(Gpt2Names::kPositions)},
       std::move(provider));
 }
 
@@ -19,26 +20,38 @@ std::unique_ptr<Layer> Gpt2Block(const ModelConfig& m, int index,
                ") must be divisible by model.n_head (", m.n_head, ")");
   const float proj_std = 0.02f / std::sqrt(2.0f * static_cast<float>(m.n_layer));
   BlockSpec s;
-  s.prefix = "h." + std::to_string(index) + ".";
+  using N = Gpt2Names;
+  s.prefix = N::Block(index);
   s.index = index;
   s.channels = m.n_embd;
   s.norm = {NormKind::kLayerNorm, 1e-5f};
-  s.norm1 = "ln_1";
-  s.norm2 = "ln_2";
+  s.norm1 = N::kNorm1;
+  s.norm2 = N::kNorm2;
   s.attention.n_head = s.attention.n_kv_head = m.n_head;
   s.attention.head_dim = m.n_embd / m.n_head;
-  s.attention.qkv = "attn.c_attn";
-  s.attention.o = "attn.c_proj";
+  s.attention.qkv = N::kQkv;
+  s.attention.o = N::kAttnOut;
   s.attention.qkv_bias = s.attention.o_bias = true;
   s.attention.o_std = proj_std;
-  s.mlp = {MlpKind::kGelu, 4 * int64_t{m.n_embd}, "", "mlp.c_fc", "mlp.c_proj", true, proj_std};
+  s.mlp = {MlpKind::kGelu,
+           4 * int64_t{m.n_embd},
+           "",
+           std::string(N::kMlpUp),
+           std::string(N::kMlpDown),
+           true,
+           proj_std};
   return std::make_unique<TransformerBlock>(s, std::move(provider));
 }
 
 std::unique_ptr<Layer> Gpt2Head(const ModelConfig& m,
                                 std::shared_ptr<const LinearProvider> provider) {
-  HeadSpec s{m.vocab_size, m.padded_vocab_size, m.n_embd, {NormKind::kLayerNorm, 1e-5f},
-             "ln_f", "lm_head.weight", "wte"};
+  HeadSpec s{m.vocab_size,
+             m.padded_vocab_size,
+             m.n_embd,
+             {NormKind::kLayerNorm, 1e-5f},
+             std::string(Gpt2Names::kFinalNorm),
+             std::string(Gpt2Names::kHead),
+             std::string(Gpt2Names::kTokens)};
   return std::make_unique<LmHead>(s, std::move(provider));
 }
 
@@ -91,7 +104,7 @@ ModelFamily Gpt2Family() {
           &ConfigProblems,
           &TensorParallelProblems,
           Gpt2HfFamily(),
-          {"c_attn"}};
+          {Gpt2Names::kLoraTargets.begin(), Gpt2Names::kLoraTargets.end()}};
 }
 
 LayerList BuildGpt2(const ModelConfig& model) { return BuildModel(model); }

@@ -1,6 +1,9 @@
 // GPT-2's Hugging Face adapter (GPT2LMHeadModel): config.json keys, and tensor names with the
 // "transformer." prefix, Conv1D weights [in, out] (ztrain and llm.c store [out, in]), wte
 // without the padding rows, and no lm_head.weight (tied to wte).
+#include <memory>
+#include <string_view>
+
 #include "nn/gpt2.h"
 
 namespace ztrain::nn {
@@ -58,35 +61,34 @@ json WriteConfig(const ModelConfig& m, DType dtype) {
 
 }  // namespace
 
+// The builder's parameters, in model order (HF's state_dict order), named and shaped by the
+// name table (Note [Family name tables]).
 std::vector<HfTensor> HfGpt2Layout(const ModelConfig& m) {
-  const int64_t c = m.n_embd;
+  using N = Gpt2Names;
+  auto conv1d = [](const std::string& name) {
+    for (std::string_view module : N::kConv1d) {
+      const std::string_view weight = ".weight";
+      if (name.ends_with(weight) &&
+          std::string_view(name).substr(0, name.size() - weight.size()).ends_with(module)) {
+        return true;
+      }
+    }
+    return false;
+  };
   std::vector<HfTensor> out;
-  auto plain = [&out](const std::string& name, const Shape& shape) {
-    out.push_back({"transformer." + name, shape, name, shape, false});
-  };
-  // A Conv1D: weight [in, out] from ztrain's [out, in], and bias [out].
-  auto conv1d = [&out](const std::string& name, int64_t in, int64_t n_out) {
-    out.push_back(
-        {"transformer." + name + ".weight", {in, n_out}, name + ".weight", {n_out, in}, true});
-    out.push_back({"transformer." + name + ".bias", {n_out}, name + ".bias", {n_out}, false});
-  };
-  // Only the first vocab_size rows of the padded embedding.
-  out.push_back(
-      {"transformer.wte.weight", {m.vocab_size, c}, "wte", {m.padded_vocab_size, c}, false});
-  out.push_back({"transformer.wpe.weight", {m.max_seq_len, c}, "wpe", {m.max_seq_len, c}, false});
-  for (int l = 0; l < m.n_layer; ++l) {
-    const std::string p = "h." + std::to_string(l) + ".";
-    plain(p + "ln_1.weight", {c});
-    plain(p + "ln_1.bias", {c});
-    conv1d(p + "attn.c_attn", c, 3 * c);
-    conv1d(p + "attn.c_proj", c, c);
-    plain(p + "ln_2.weight", {c});
-    plain(p + "ln_2.bias", {c});
-    conv1d(p + "mlp.c_fc", c, 4 * c);
-    conv1d(p + "mlp.c_proj", 4 * c, c);
+  for (const std::unique_ptr<Layer>& layer : BuildGpt2(m)) {
+    for (const ParamSpec& p : layer->Params()) {
+      if (!p.tied_to.empty()) continue;
+      std::string hf_name = std::string(N::kHfPrefix) + p.name;
+      Shape hf_shape = p.shape;
+      const bool embedding = p.name == N::kTokens || p.name == N::kPositions;
+      if (embedding) hf_name += N::kHfEmbeddingSuffix;
+      if (p.name == N::kTokens) hf_shape[0] = m.vocab_size;  // without the padding rows
+      const bool transposed = conv1d(p.name);
+      if (transposed) hf_shape = {p.shape[1], p.shape[0]};
+      out.push_back({hf_name, hf_shape, p.name, p.shape, transposed});
+    }
   }
-  plain("ln_f.weight", {c});
-  plain("ln_f.bias", {c});
   return out;
 }
 
@@ -98,7 +100,7 @@ HfFamily Gpt2HfFamily() {
           &ReadConfig,
           &WriteConfig,
           &HfGpt2Layout,
-          {".attn.bias", ".attn.masked_bias", "lm_head.weight"},
+          {".attn.bias", ".attn.masked_bias", std::string(Gpt2Names::kHead)},
           {{"n_layer", "n_layer"},
            {"n_head", "n_head"},
            {"n_embd", "n_embd"},

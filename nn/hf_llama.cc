@@ -135,10 +135,11 @@ std::vector<HfTensor> Layout(const ModelConfig& m) {
   for (const std::unique_ptr<Layer>& layer : BuildModel(m)) {
     for (const ParamSpec& p : layer->Params()) {
       if (!p.tied_to.empty()) continue;
-      const bool head = p.name == "lm_head.weight";
+      const bool head = p.name == LlamaNames::kHead;
       Shape hf_shape = p.shape;
-      if (head || p.name == "embed_tokens.weight") hf_shape[0] = m.vocab_size;
-      out.push_back({head ? p.name : "model." + p.name, hf_shape, p.name, p.shape, false});
+      if (head || p.name == LlamaNames::kTokens) hf_shape[0] = m.vocab_size;
+      out.push_back({head ? p.name : std::string(LlamaNames::kHfPrefix) + p.name, hf_shape, p.name,
+                     p.shape, false});
     }
   }
   return out;

@@ -27,42 +27,49 @@ std::unique_ptr<Layer> Block(const ModelConfig& m, int index,
                              std::shared_ptr<const LinearProvider> provider,
                              const std::vector<float>& inv_freq) {
   BlockSpec s;
-  s.prefix = "layers." + std::to_string(index) + ".";
+  using N = LlamaNames;
+  s.prefix = N::Block(index);
   s.index = index;
   s.channels = m.n_embd;
   s.norm = {NormKind::kRmsNorm, static_cast<float>(m.norm_eps)};
-  s.norm1 = "input_layernorm";
-  s.norm2 = "post_attention_layernorm";
+  s.norm1 = N::kNorm1;
+  s.norm2 = N::kNorm2;
   AttentionSpec& a = s.attention;
   a.n_head = m.n_head;
   a.n_kv_head = m.kv_heads();
   a.head_dim = m.head_size();
-  a.q = "self_attn.q_proj";
-  a.k = "self_attn.k_proj";
-  a.v = "self_attn.v_proj";
-  a.o = "self_attn.o_proj";
+  a.q = N::kQ;
+  a.k = N::kK;
+  a.v = N::kV;
+  a.o = N::kO;
   a.qkv_bias = m.attention_bias || m.qkv_bias;
   a.o_bias = m.attention_bias;
   a.rope_inv_freq = inv_freq;
-  s.mlp = {MlpKind::kSwiGlu, m.mlp_hidden(), "mlp.gate_proj", "mlp.up_proj",
-           "mlp.down_proj", m.mlp_bias, 0.02f};
+  s.mlp = {MlpKind::kSwiGlu,
+           m.mlp_hidden(),
+           std::string(N::kGate),
+           std::string(N::kUp),
+           std::string(N::kDown),
+           m.mlp_bias,
+           0.02f};
   return std::make_unique<TransformerBlock>(s, std::move(provider));
 }
 
 LayerList Build(const ModelConfig& m, std::shared_ptr<const LinearProvider> provider) {
   LayerList layers;
-  layers.push_back(std::make_unique<Embedding>(
-      EmbeddingSpec{m.padded_vocab_size, m.n_embd, m.max_seq_len, "embed_tokens.weight", ""},
-      provider));
+  layers.push_back(
+      std::make_unique<Embedding>(EmbeddingSpec{m.padded_vocab_size, m.n_embd, m.max_seq_len,
+                                                std::string(LlamaNames::kTokens), ""},
+                                  provider));
   const std::vector<float> inv_freq = RopeInverseFrequencies(m);
   for (int l = 0; l < m.n_layer; ++l) layers.push_back(Block(m, l, provider, inv_freq));
   HeadSpec head{m.vocab_size,
                 m.padded_vocab_size,
                 m.n_embd,
                 {NormKind::kRmsNorm, static_cast<float>(m.norm_eps)},
-                "norm",
-                "lm_head.weight",
-                m.tie_word_embeddings ? "embed_tokens.weight" : ""};
+                std::string(LlamaNames::kFinalNorm),
+                std::string(LlamaNames::kHead),
+                m.tie_word_embeddings ? std::string(LlamaNames::kTokens) : ""};
   layers.push_back(std::make_unique<LmHead>(head, std::move(provider)));
   return layers;
 }
@@ -120,7 +127,7 @@ ModelFamily LlamaFamily() {
           &ConfigProblems,
           &TensorParallelProblems,
           LlamaHfFamily(),
-          {"q_proj", "v_proj"}};
+          {LlamaNames::kLoraTargets.begin(), LlamaNames::kLoraTargets.end()}};
 }
 
 }  // namespace ztrain::nn

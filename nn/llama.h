@@ -9,13 +9,31 @@
 // "layers.3.self_attn.q_proj.weight", "norm.weight"; the head "lm_head.weight"), so the
 // Hugging Face adapter maps them by a prefix. Initialisation as transformers does it: normal
 // std 0.02 (initializer_range) for every matrix and embedding, biases 0, norm weights 1.
-// Weight decay as GPT-2: matrices and embeddings only.
+// Weight decay as GPT-2: matrices and embeddings only (the default parameter groups).
+#include <array>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/config.h"
 #include "nn/family.h"
 
 namespace ztrain::nn {
+
+// The family's tensor names (Note [Family name tables], nn/gpt2.h).
+struct LlamaNames {
+  static constexpr std::string_view kTokens = "embed_tokens.weight";
+  static constexpr std::string_view kFinalNorm = "norm", kHead = "lm_head.weight";
+  static constexpr std::string_view kNorm1 = "input_layernorm", kNorm2 = "post_attention_layernorm";
+  static constexpr std::string_view kQ = "self_attn.q_proj", kK = "self_attn.k_proj",
+                                    kV = "self_attn.v_proj", kO = "self_attn.o_proj";
+  static constexpr std::string_view kGate = "mlp.gate_proj", kUp = "mlp.up_proj",
+                                    kDown = "mlp.down_proj";
+  // Hugging Face prefixes every name but the head's with this.
+  static constexpr std::string_view kHfPrefix = "model.";
+  static constexpr std::array<std::string_view, 2> kLoraTargets = {"q_proj", "v_proj"};
+  static std::string Block(int index) { return "layers." + std::to_string(index) + "."; }
+};
 
 ModelFamily LlamaFamily();
 // The Hugging Face adapter (hf_llama.cc): config.json of LlamaForCausalLM, MistralForCausalLM

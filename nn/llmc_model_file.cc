@@ -1,5 +1,7 @@
 #include "nn/llmc_model_file.h"
 
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/sizes.h"
@@ -8,11 +10,6 @@
 
 namespace ztrain::nn {
 namespace {
-
-constexpr const char* kBlockParams[] = {
-    "ln_1.weight",        "ln_1.bias",        "attn.c_attn.weight", "attn.c_attn.bias",
-    "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight",        "ln_2.bias",
-    "mlp.c_fc.weight",    "mlp.c_fc.bias",    "mlp.c_proj.weight",  "mlp.c_proj.bias"};
 
 constexpr int64_t kHeaderBytes = 256 * sizeof(int32_t);
 
@@ -90,12 +87,18 @@ void CheckSizes(const ModelConfig& h, const ModelConfig& m, const std::string& p
 
 }  // namespace
 
+// llm.c's order: the embeddings, then each block parameter kind (Gpt2Names::kBlockModules,
+// weight then bias) for every layer, then the final norm.
 std::vector<std::string> LlmcParamOrder(int n_layer) {
-  std::vector<std::string> names = {"wte", "wpe"};
-  for (const char* kind : kBlockParams)
-    for (int l = 0; l < n_layer; ++l) names.push_back("h." + std::to_string(l) + "." + kind);
-  names.push_back("ln_f.weight");
-  names.push_back("ln_f.bias");
+  using N = Gpt2Names;
+  std::vector<std::string> names = {std::string(N::kTokens), std::string(N::kPositions)};
+  for (std::string_view module : N::kBlockModules) {
+    for (const char* part : {".weight", ".bias"}) {
+      for (int l = 0; l < n_layer; ++l) names.push_back(N::Block(l) + std::string(module) + part);
+    }
+  }
+  names.push_back(std::string(N::kFinalNorm) + ".weight");
+  names.push_back(std::string(N::kFinalNorm) + ".bias");
   return names;
 }
 

@@ -19,8 +19,9 @@ namespace ztrain::nn {
 
 struct EmbeddingSpec {
   int64_t padded_vocab = 0, channels = 0, max_seq_len = 0;
-  std::string tokens = "wte";     // the token table's name
-  std::string positions = "wpe";  // the position table's name; empty: no position table
+  // Names come from the family's table (Note [Family name tables], nn/gpt2.h).
+  std::string tokens;     // the token table's name
+  std::string positions;  // the position table's name; empty: no position table
 };
 
 class Embedding final : public Layer {
@@ -85,9 +86,9 @@ class TransformerBlock final : public Layer {
 struct HeadSpec {
   int64_t vocab = 0, padded_vocab = 0, channels = 0;
   NormSpec norm;
-  std::string norm_name = "ln_f";
-  std::string weight = "lm_head.weight";
-  std::string tied_to = "wte";  // the token table it shares; empty: a weight of its own
+  std::string norm_name;  // names from the family's table
+  std::string weight;
+  std::string tied_to;  // the token table it shares; empty: a weight of its own
 };
 
 // The output is the per-token loss [B,T]; its backward takes d(objective)/d(loss) per token.
