@@ -105,14 +105,26 @@ ModelConfig ModelFrom(const json& m) {
   return c;
 }
 
+// optimizer.param_groups as normalised by config_validate.cc (every entry has all five keys).
+std::vector<ParamGroupRule> ParamGroupRulesFrom(const json& groups) {
+  std::vector<ParamGroupRule> rules;
+  for (const json& g : groups) {
+    ParamGroupRule r;
+    r.name = g["name"];
+    r.params = g["params"].get<std::vector<std::string>>();
+    r.ndim = g["ndim"];
+    if (!g["weight_decay"].is_null()) r.weight_decay = g["weight_decay"].get<double>();
+    r.lr_scale = g["lr_scale"];
+    rules.push_back(std::move(r));
+  }
+  return rules;
+}
+
 }  // namespace
 
+// The schema's default (config_schema_deepspeed.cc) is the one spelling of the rule.
 std::vector<ParamGroupRule> DefaultParamGroupRules() {
-  ParamGroupRule no_decay;
-  no_decay.name = "no_decay";
-  no_decay.ndim = 1;
-  no_decay.weight_decay = 0.0;
-  return {no_decay};
+  return ParamGroupRulesFrom(ConfigSchema::Get().Find("optimizer.param_groups")->default_value);
 }
 
 namespace {
@@ -129,16 +141,7 @@ OptimizerConfig OptimizerFrom(const json& o) {
   // DeepSpeed: type AdamW always decouples; Adam decouples unless adam_w_mode is false.
   c.adam_w_mode = c.type == "AdamW" || p["adam_w_mode"].get<bool>();
   c.bias_correction = p["bias_correction"];
-  c.param_groups.clear();
-  for (const json& g : o["param_groups"]) {  // normalised by config_validate.cc
-    ParamGroupRule r;
-    r.name = g["name"];
-    r.params = g["params"].get<std::vector<std::string>>();
-    r.ndim = g["ndim"];
-    if (!g["weight_decay"].is_null()) r.weight_decay = g["weight_decay"].get<double>();
-    r.lr_scale = g["lr_scale"];
-    c.param_groups.push_back(std::move(r));
-  }
+  c.param_groups = ParamGroupRulesFrom(o["param_groups"]);
   return c;
 }
 

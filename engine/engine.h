@@ -498,7 +498,6 @@ class Engine {
   int64_t step_ = 0;
   double comm_wait_seconds_ = 0.0;  // blocked in WaitFor, since construction
   double swap_wait_seconds_ = 0.0;  // blocked on the swappers, since construction
-  // Gradient buckets: layers waiting to be reduced, and layers whose reduction is in flight.
   std::unique_ptr<zero::GradientReducer> reducer_;  // the gradient buckets
   // Stage 3: gather plans by the step's phases, the one running and its position.
   std::map<std::vector<bool>, zero::GatherPlan> plans_;

@@ -116,7 +116,7 @@ void Engine::SetUpReducer() {
   o.accumulate = stage_ >= 2;  // every micro-batch reduces; the shard accumulates
   o.overlap = overlap_;
   o.bucket_elements = config_.zero.reduce_bucket_size;
-  o.wait_seconds = &comm_wait_seconds_;
+  o.wait = [this](comm::Work& work) { WaitFor(work); };
   zero::ReducerHooks hooks;
   hooks.gradients = [this](size_t l, Buffer& staging) { return Fp32Gradients(l, staging); };
   hooks.shard = [this](size_t l) {

@@ -65,13 +65,12 @@ json WriteConfig(const ModelConfig& m, DType dtype) {
 // name table (Note [Family name tables]).
 std::vector<HfTensor> HfGpt2Layout(const ModelConfig& m) {
   using N = Gpt2Names;
-  auto conv1d = [](const std::string& name) {
+  auto conv1d = [](std::string_view name) {  // a Conv1D module's weight
+    constexpr std::string_view kWeight = ".weight";
+    if (!name.ends_with(kWeight)) return false;
+    name.remove_suffix(kWeight.size());
     for (std::string_view module : N::kConv1d) {
-      const std::string_view weight = ".weight";
-      if (name.ends_with(weight) &&
-          std::string_view(name).substr(0, name.size() - weight.size()).ends_with(module)) {
-        return true;
-      }
+      if (name.ends_with(module)) return true;
     }
     return false;
   };

@@ -1,6 +1,5 @@
 #include "parallel/zero/gradient_reducer.h"
 
-#include <chrono>
 #include <utility>
 
 #include "core/error.h"
@@ -31,15 +30,6 @@ GradientReducer::~GradientReducer() {
       layer.work->Wait();
     } catch (const std::exception&) {
     }
-  }
-}
-
-void GradientReducer::Wait(comm::Work& work) {
-  const auto start = std::chrono::steady_clock::now();
-  work.Wait();
-  if (options_.wait_seconds) {
-    *options_.wait_seconds +=
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
 }
 
@@ -86,24 +76,30 @@ void GradientReducer::Finish() {
   for (size_t l : launched_) {
     const ReduceRange& r = ranges_[l];
     Layer& layer = layers_[l];
-    Wait(*layer.work);
-    layer.work.reset();
-    if (options_.policy == ReducePolicy::kAllReduce) {
-      layer = Layer();
-      continue;
-    }
-    // kAllReduceSlice: the whole layer was reduced; the rank's range is a slice of it.
-    const Tensor reduced = options_.policy == ReducePolicy::kScatterAdd
-                               ? layer.received.AsTensor(DType::kF32, {r.shard})
-                           : options_.policy == ReducePolicy::kAllReduceSlice
-                               ? layer.whole.Flat(r.opt_begin, {r.shard})
-                               : Tensor();
-    if (!options_.accumulate) {
-      if (options_.policy == ReducePolicy::kAllReduceSlice) ops_.Copy(reduced, hooks_.shard(l));
+    if (options_.wait) {
+      options_.wait(*layer.work);
     } else {
-      ops_.AddInPlace(hooks_.shard(l), reduced);
-      hooks_.release(l);
+      layer.work->Wait();
     }
+    // kAllReduce and kScatterInto reduced where the result belongs; the other two land it.
+    Tensor reduced;
+    switch (options_.policy) {
+      case ReducePolicy::kAllReduce:
+      case ReducePolicy::kScatterInto:
+        break;
+      case ReducePolicy::kScatterAdd:
+        reduced = layer.received.AsTensor(DType::kF32, {r.shard});
+        break;
+      case ReducePolicy::kAllReduceSlice:  // the whole layer: the rank's range is a slice
+        reduced = layer.whole.Flat(r.opt_begin, {r.shard});
+        break;
+    }
+    if (reduced.data() != nullptr && options_.accumulate) {
+      ops_.AddInPlace(hooks_.shard(l), reduced);
+    } else if (reduced.data() != nullptr) {
+      ops_.Copy(reduced, hooks_.shard(l));
+    }
+    if (options_.accumulate) hooks_.release(l);
     layer = Layer();
   }
   launched_.clear();

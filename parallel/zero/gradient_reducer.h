@@ -50,7 +50,7 @@ struct ReducerHooks {
   std::function<Tensor(size_t l, Buffer& staging)> gradients;
   // Layer l's reduced range (fp32, `shard` elements; unused with kAllReduce).
   std::function<Tensor(size_t l)> shard;
-  // kScatterAdd, kAllReduceSlice at stages 2-3: layer l's full gradients are no longer needed.
+  // With Options::accumulate (stages 2, 3): layer l's full gradients are no longer needed.
   std::function<void(size_t l)> release;
 };
 
@@ -61,7 +61,8 @@ class GradientReducer {
     bool accumulate = false;         // add into the shard (stages 2, 3), else replace it
     bool overlap = true;             // leave reductions running until Finish
     int64_t bucket_elements = 0;     // a bucket is launched once it holds this many
-    double* wait_seconds = nullptr;  // time blocked waiting is added here, when set
+    // Waits for one reduction (the engine's WaitFor, which times it); unset: Work::Wait.
+    std::function<void(comm::Work&)> wait;
   };
   // `scratch` gives the receive and staging buffers (MemoryCategory::kCommunication).
   GradientReducer(Options options, std::vector<ReduceRange> ranges, comm::Communicator& dp,
@@ -87,7 +88,6 @@ class GradientReducer {
     comm::WorkPtr work;  // the reduction in flight
   };
   void Launch();
-  void Wait(comm::Work& work);
 
   const Options options_;
   const std::vector<ReduceRange> ranges_;
