@@ -89,6 +89,7 @@ Engine::Engine(Config config, std::vector<std::unique_ptr<nn::Layer>> layers, Pa
   BuildStorage();
   SetUpReducer();
   SetUpOffload();
+  SetUpGatherer();
   if (initial == InitialParameters::kRandom) InitParameters();
 }
 
@@ -130,18 +131,8 @@ std::unique_ptr<kernels::Ops> Engine::MakeOps() const {
 }
 
 Engine::~Engine() {
-  // Ops in flight write into buffers about to be freed: let them finish (errors were or will
-  // be reported elsewhere; a destructor must not throw). reducer_, destroyed before the
-  // layers' buffers, waits for its own.
-  for (auto& st : states_) {
-    for (comm::WorkPtr* w : {&st->gather, &st->frozen_gather}) {
-      if (!*w) continue;
-      try {
-        (*w)->Wait();
-      } catch (const std::exception&) {
-      }
-    }
-  }
+  // Ops in flight write into buffers about to be freed: gatherer_ and reducer_, destroyed
+  // before the layers' buffers, wait for their own.
 }
 
 void Engine::BuildStorage() {
@@ -271,17 +262,23 @@ void Engine::BuildStorage() {
 // into (its own, or an earlier layer's for tied parameters). At stages 2 and 3 it runs again
 // before each use, once the buffers exist; views of absent buffers stay undefined.
 void Engine::BindLayer(size_t l) {
+  const Buffer none;  // stage 3 before the gatherer exists (construction)
   std::vector<Tensor> params, grads;
   for (size_t slot : states_[l]->bound) {
     const Slot& s = slots_[slot];
     const LayerState& owner = *states_[s.layer];
     if (s.frozen()) {  // no gradient (Note [Frozen parameters in the engine])
-      params.push_back(FrozenView(owner.sharded ? owner.frozen_gathered : owner.frozen, s));
+      params.push_back(FrozenView(!owner.sharded ? owner.frozen
+                                  : gatherer_    ? gatherer_->FrozenWhole(s.layer)
+                                                 : none,
+                                  s));
       grads.emplace_back();
       continue;
     }
     // Layers compute with the compute-dtype copy under mixed precision (gathered at stage 3).
-    const Buffer& whole = owner.sharded ? owner.gathered : mixed() ? owner.lp : owner.params;
+    const Buffer& whole = !owner.sharded ? (mixed() ? owner.lp : owner.params)
+                          : gatherer_    ? gatherer_->Whole(s.layer)
+                                         : none;
     params.push_back(whole.data() == nullptr
                          ? Tensor()
                          : whole.AsTensor(act_dtype_, {owner.padded}).Flat(s.offset, s.spec.shape));
@@ -458,7 +455,7 @@ class CopyBesideWork final : public comm::Work {
 // ops, so the copy for a layer the plan prefetches runs while the layer before it computes.
 // Across ranks the all-gather takes the host shard itself and copies it on the group's
 // stream before gathering (communicator.h), where NCCL orders it after the ops issued before
-// it; GatherForUse waits for the whole gather as for any other. On one rank there is nothing
+// it; the gatherer waits for the whole gather as for any other. On one rank there is nothing
 // to gather: the copy goes beside the ops (Ops::CopyBeside), the gather's Work is its ticket,
 // and waiting for it makes the layer's ops wait on the device, not the host. A frozen base
 // offloaded to the host (LoRA) is gathered the same way (LaunchFrozenGather).
@@ -521,7 +518,7 @@ void Engine::ZeroGrad() {
 
 double Engine::ForwardBackward(const nn::MicroBatch& mb, float loss_weight, StepStats* stats) {
   const StagedBatches staged = StageBatches({&mb, 1});
-  if (stage_ == 3) StartGatherPlan(1, /*backward=*/true);
+  if (gatherer_) gatherer_->Start(1, /*backward=*/true);
   return ForwardBackwardImpl(staged.batches[0], loss_weight, stats, /*reduce=*/false);
 }
 
@@ -580,12 +577,12 @@ void Engine::RunForward(const nn::MicroBatch& mb, const Tensor& input, MicroBatc
     const DType dtype = layers_[i]->OutputDType(act_dtype_);
     run.outputs[i] = Buffer(activations_, dtype, shape, MemoryCategory::kActivations);
     run.out_views[i] = run.outputs[i].AsTensor(dtype, shape);
-    if (stage_ == 3) {
-      GatherForUse(i);
+    if (gatherer_) {
+      gatherer_->BeforeLayer(i);
       BindLayer(i);
     }
     layers_[i]->Forward(mb, x, run.out_views[i], run.ctx[i]);
-    if (stage_ == 3) ReleaseAfterUse();
+    if (gatherer_) gatherer_->AfterLayer();
     if (checkpointed_[i]) KeepOnlyInput(i, run);
     x = run.out_views[i];
   }
@@ -608,7 +605,7 @@ Buffer Engine::RunBackward(const nn::MicroBatch& mb, Buffer dout, MicroBatchRun&
       RestoreInput(i, run);  // a checkpointed block's input kept in host memory or in parts
     }
     const Tensor layer_in = i == 0 ? run.input : run.out_views[i - 1];
-    if (stage_ == 3) GatherForUse(i);
+    if (gatherer_) gatherer_->BeforeLayer(i);
     if (stage_ >= 2) AllocateFullGradients(i);
     if (stage_ >= 2) BindLayer(i);
     // The model's first layer takes token ids: it has no input gradient.
@@ -622,7 +619,7 @@ Buffer Engine::RunBackward(const nn::MicroBatch& mb, Buffer dout, MicroBatchRun&
     if (checkpointed_[i]) Recompute(mb, i, run);
     layers_[i]->Backward(mb, layer_in, dout.AsTensor(out.dtype(), out.shape()), din_view,
                          run.ctx[i]);
-    if (stage_ == 3) ReleaseAfterUse();
+    if (gatherer_) gatherer_->AfterLayer();
     if (reduce) reducer_->Ready(i);
     run.ctx[i].Release();
     run.outputs[i].Reset();
@@ -641,7 +638,7 @@ double Engine::EvalLoss(const nn::MicroBatch& host_mb) {
   const StagedBatches staged = StageBatches({&host_mb, 1});
   const nn::MicroBatch& mb = staged.batches[0];
   if (pp_->size() > 1) return EvalLossPipelined(mb);
-  if (stage_ == 3) StartGatherPlan(1, /*backward=*/false);
+  if (gatherer_) gatherer_->Start(1, /*backward=*/false);
   Tensor input = mb.tokens;
   Buffer previous;
   for (size_t i = 0; i < layers_.size(); ++i) {
@@ -651,16 +648,16 @@ double Engine::EvalLoss(const nn::MicroBatch& host_mb) {
     const DType dtype = layer.OutputDType(act_dtype_);
     Buffer out(activations_, dtype, shape, MemoryCategory::kActivations);
     const Tensor out_view = out.AsTensor(dtype, shape);
-    if (stage_ == 3) {
-      GatherForUse(i);
+    if (gatherer_) {
+      gatherer_->BeforeLayer(i);
       BindLayer(i);
     }
     layer.Forward(mb, input, out_view, ctx);
-    if (stage_ == 3) ReleaseAfterUse();
+    if (gatherer_) gatherer_->AfterLayer();
     previous = std::move(out);  // frees the input of this layer
     input = out_view;
   }
-  if (stage_ == 3) {
+  if (gatherer_) {
     for (size_t l = 0; l < layers_.size(); ++l) BindLayer(l);
   }
   return MeanOf(ToHost(input));
@@ -675,7 +672,7 @@ StepStats Engine::TrainStep(std::span<const nn::MicroBatch> host_batches) {
   const double wait_before = comm_wait_seconds_, swap_before = swap_wait_seconds_;
   StepStats stats;
   ZeroGrad();
-  if (stage_ == 3) StartGatherPlan(static_cast<int>(micro_batches.size()), /*backward=*/true);
+  if (gatherer_) gatherer_->Start(static_cast<int>(micro_batches.size()), /*backward=*/true);
   const float weight = 1.0f / static_cast<float>(micro_batches.size() * dp_->size());
   double loss_sum = 0.0;
   for (size_t i = 0; i < micro_batches.size(); ++i) {

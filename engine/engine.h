@@ -54,7 +54,6 @@
 // The engine knows nothing of the CLI, files or data sources: it is the piece research code
 // embeds (examples/custom_layer). Not thread safe; one step at a time. Errors throw.
 #include <functional>
-#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -73,8 +72,8 @@
 #include "optim/lr_schedule.h"
 #include "optim/param_groups.h"
 #include "parallel/comm/communicator.h"
-#include "parallel/zero/gather_plan.h"
 #include "parallel/zero/gradient_reducer.h"
+#include "parallel/zero/param_gatherer.h"
 
 namespace ztrain {
 
@@ -409,17 +408,11 @@ class Engine {
   void BindLayer(size_t layer);
   void AllocateFullGradients(size_t layer);
   void WaitFor(comm::Work& work);
-  // Builds reducer_ for the stage (Note [Gradient reducer]).
+  // Build reducer_ and, at stage 3, gatherer_ (Notes [Gradient reducer], [Parameter
+  // gatherer]).
   void SetUpReducer();
+  void SetUpGatherer();
   void GatherParameters();
-  // Stage 3 parameter gathering.
-  void StartGatherPlan(int micro_batches, bool backward);
-  // The plan for a step whose phases (per micro-batch forward = false, backward = true) run
-  // in this order.
-  void StartGatherPlan(const std::vector<bool>& phases);
-  void GatherForUse(size_t layer);
-  void ReleaseAfterUse();
-  void ReleaseAllGathered();
   const Slot& FindSlot(const std::string& name) const;
   double ReplicatedSquares();
   static Shape FullShape(const nn::ParamSpec& spec);
@@ -499,10 +492,7 @@ class Engine {
   double comm_wait_seconds_ = 0.0;  // blocked in WaitFor, since construction
   double swap_wait_seconds_ = 0.0;  // blocked on the swappers, since construction
   std::unique_ptr<zero::GradientReducer> reducer_;  // the gradient buckets
-  // Stage 3: gather plans by the step's phases, the one running and its position.
-  std::map<std::vector<bool>, zero::GatherPlan> plans_;
-  const zero::GatherPlan* plan_ = nullptr;
-  size_t position_ = 0;
+  std::unique_ptr<zero::ParamGatherer> gatherer_;   // stage 3's gathers; null below
   // Offload (Note [Offload in the engine]): the I/O engine, swap directories, and where
   // parameter shards and optimizer state live when they are on NVMe.
   std::unique_ptr<offload::IoEngine> io_;

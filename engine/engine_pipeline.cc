@@ -168,7 +168,7 @@ StepStats Engine::TrainStepPipelined(std::span<const nn::MicroBatch> micro_batch
   }
   StepStats stats;
   ZeroGrad();
-  if (stage_ == 3) StartGatherPlan(phases);
+  if (gatherer_) gatherer_->Start(phases);
   const float weight = 1.0f / static_cast<float>(m * dp_->size());
   std::vector<MicroBatchRun> runs(static_cast<size_t>(m));
   std::vector<Buffer> received_grads(static_cast<size_t>(m));
@@ -270,7 +270,7 @@ StepStats Engine::TrainStepPipelined(std::span<const nn::MicroBatch> micro_batch
 
 double Engine::EvalLossPipelined(const nn::MicroBatch& mb) {
   const int stages = pp_->size(), stage = pp_->rank();
-  if (stage_ == 3) StartGatherPlan(1, /*backward=*/false);
+  if (gatherer_) gatherer_->Start(1, /*backward=*/false);
   MicroBatchRun run;
   Tensor input = mb.tokens;
   if (stage > 0) {

@@ -107,10 +107,10 @@ struct Engine::MicroBatchRun {
 //
 // Stage 3 also keeps only the shard of the parameters (`params` is shard-sized and is the
 // fp32 master the optimizer updates). The whole layer exists only while it is gathered
-// (`gathered`), as planned by zero::PlanGathers over the step's positions: forward 0..n-1
-// then backward n-1..0 per micro-batch, each layer needing its own buffer and those of the
-// layers it ties to. Gathers the plan prefetches run on the communicator while earlier
-// layers compute.
+// (zero::ParamGatherer's Whole), as planned by zero::PlanGathers over the step's positions:
+// forward 0..n-1 then backward n-1..0 per micro-batch, each layer needing its own buffer and
+// those of the layers it ties to. Gathers the plan prefetches run on the communicator while
+// earlier layers compute (Note [Parameter gatherer], parallel/zero/param_gatherer.h).
 // Note [Offload in the engine]
 // offload_optimizer {device: cpu} and offload_param {device: cpu} keep the state in host
 // memory, as the CPU backend always does; with pin_memory it comes from the pinned (mlock)
@@ -134,8 +134,6 @@ struct Engine::LayerState {
   // at stage 3 with offload_param cpu on a device, the shard's copy in host memory, which
   // the gathers move (Note [Offloaded shards beside compute] in engine.cc).
   Buffer lp;
-  Buffer gathered;            // stage 3: the whole layer while gathered (compute dtype)
-  comm::WorkPtr gather;       // stage 3: the all-gather filling `gathered`
   Buffer grads, exp_avg, exp_avg_sq;
   // CUDA with AdamW on the host (Note [Devices in the engine]): the fp32 master of the
   // optimizer range and the gradient range's copy, in pinned host memory (master absent when
@@ -149,8 +147,6 @@ struct Engine::LayerState {
   // 0-2, the rank's frozen_shard bytes of it at stage 3, gathered with the layer.
   int64_t frozen_padded = 0, frozen_shard = 0;
   Buffer frozen;
-  Buffer frozen_gathered;
-  comm::WorkPtr frozen_gather;
   std::vector<size_t> owned;  // indices into slots_
   std::vector<size_t> bound;  // the slot of each of the layer's Params() (ties resolved)
   std::vector<size_t> units;  // layers whose buffers hold the bound parameters, no repeats

@@ -1,7 +1,7 @@
-// The engine's ZeRO parameter communication: the stage 3 gathers that follow a
-// zero::PlanGathers plan and the stage 1/2 parameter all-gather after the step (Note [ZeRO in
-// the engine], engine_state.h). Gradients are reduced by zero::GradientReducer (Note
-// [Gradient reducer]), which SetUpReducer builds for the stage.
+// The engine's ZeRO parts: zero::ParamGatherer runs the stage 3 gathers (Note [Parameter
+// gatherer]), zero::GradientReducer reduces gradients (Note [Gradient reducer]), each built
+// here for the stage; and the stage 1/2 parameter all-gather after the step (Note [ZeRO in
+// the engine], engine_state.h).
 #include <algorithm>
 #include <deque>
 
@@ -9,105 +9,37 @@
 #include "engine/engine_state.h"
 #include "offload/param_swapper.h"
 #include "parallel/zero/gradient_reducer.h"
+#include "parallel/zero/param_gatherer.h"
 
 namespace ztrain {
 
-// --- Stage 3: gathering parameters by plan (Note [ZeRO in the engine]) -------------------
-
-void Engine::StartGatherPlan(int micro_batches, bool backward) {
-  std::vector<bool> phases;
-  for (int m = 0; m < micro_batches; ++m) {
-    phases.push_back(false);
-    if (backward) phases.push_back(true);
-  }
-  StartGatherPlan(phases);
+// Stage 3: the gatherer runs the gather plan (Note [Parameter gatherer]); the shards come
+// from LaunchGather and LaunchFrozenGather, wherever they live, and NVMe reads ahead.
+void Engine::SetUpGatherer() {
+  if (stage_ != 3) return;
+  std::vector<zero::GatherUnit> units;
+  for (const auto& st : states_) units.push_back({st->padded, st->frozen_padded, st->units});
+  const ZeroConfig& z = config_.zero;
+  zero::ParamGatherer::Options o;
+  o.dtype = act_dtype_;
+  o.limits = {.prefetch_bucket = z.stage3_prefetch_bucket_size,
+              .max_live = z.stage3_max_live_parameters,
+              .max_reuse_distance = z.stage3_max_reuse_distance,
+              .persistence_threshold = z.stage3_param_persistence_threshold};
+  o.read_ahead = static_cast<int>(z.offload_param.buffer_count);
+  zero::GatherHooks hooks;
+  hooks.gather = [this](size_t u, const Buffer& whole) {
+    return LaunchGather(u, whole, act_dtype_);
+  };
+  hooks.gather_frozen = [this](size_t u, const Buffer& whole) {
+    return LaunchFrozenGather(u, whole);
+  };
+  if (param_swap_) hooks.read_ahead = [this](size_t u) { param_swap_->Prefetch(u); };
+  hooks.wait = [this](comm::Work& work) { WaitFor(work); };
+  gatherer_ =
+      std::make_unique<zero::ParamGatherer>(o, std::move(units), activations_, std::move(hooks));
 }
 
-void Engine::StartGatherPlan(const std::vector<bool>& phases) {
-  ReleaseAllGathered();
-  auto it = plans_.find(phases);
-  if (it == plans_.end()) {
-    // Gathers move the trained and the frozen parameters (Note [Frozen parameters in the
-    // engine]): the limits count both, the frozen ones in elements of the compute dtype.
-    std::vector<int64_t> sizes;
-    for (const auto& st : states_) {
-      sizes.push_back(st->padded + st->frozen_padded / static_cast<int64_t>(DTypeSize(act_dtype_)));
-    }
-    std::vector<zero::UnitUse> uses;
-    const size_t n = layers_.size();
-    for (const bool backward : phases) {
-      for (size_t i = 0; i < n; ++i) uses.push_back(states_[backward ? n - 1 - i : i]->units);
-    }
-    const ZeroConfig& z = config_.zero;
-    const zero::GatherLimits limits{.prefetch_bucket = z.stage3_prefetch_bucket_size,
-                                    .max_live = z.stage3_max_live_parameters,
-                                    .max_reuse_distance = z.stage3_max_reuse_distance,
-                                    .persistence_threshold = z.stage3_param_persistence_threshold};
-    it = plans_.emplace(phases, zero::PlanGathers(sizes, uses, limits)).first;
-  }
-  plan_ = &it->second;
-  position_ = 0;
-}
-
-// Launches the plan's gathers for the next position and waits for the units layer l needs.
-void Engine::GatherForUse(size_t l) {
-  ZTRAIN_ASSERT(plan_ != nullptr && position_ < plan_->actions.size());
-  for (size_t u : plan_->actions[position_].fetch) {
-    LayerState& st = *states_[u];
-    if (st.padded > 0) {
-      st.gathered = Buffer(activations_, act_dtype_, {st.padded}, MemoryCategory::kParameters);
-      st.gather = LaunchGather(u, st.gathered, act_dtype_);
-    }
-    if (st.frozen_padded > 0) {
-      st.frozen_gathered =
-          Buffer(activations_, DType::kU8, {st.frozen_padded}, MemoryCategory::kParameters);
-      st.frozen_gather = LaunchFrozenGather(u, st.frozen_gathered);
-    }
-  }
-  if (param_swap_) {
-    // Read the shards of the next planned gathers while this layer computes.
-    int ahead = static_cast<int>(config_.zero.offload_param.buffer_count);
-    for (size_t q = position_ + 1; q < plan_->actions.size() && ahead > 0; ++q) {
-      for (size_t u : plan_->actions[q].fetch) {
-        if (ahead-- > 0) param_swap_->Prefetch(u);
-      }
-    }
-  }
-  for (size_t u : states_[l]->units) {
-    LayerState& st = *states_[u];
-    ZTRAIN_ASSERT(st.padded == 0 || st.gathered.data() != nullptr);
-    for (comm::WorkPtr* w : {&st.gather, &st.frozen_gather}) {
-      if (!*w) continue;
-      WaitFor(**w);
-      w->reset();
-    }
-  }
-}
-
-void Engine::ReleaseAfterUse() {
-  for (size_t u : plan_->actions[position_].release) {
-    ZTRAIN_ASSERT(!states_[u]->gather && !states_[u]->frozen_gather);
-    states_[u]->gathered.Reset();
-    states_[u]->frozen_gathered.Reset();
-  }
-  if (++position_ == plan_->actions.size()) plan_ = nullptr;
-}
-
-// Drops every gathered layer (after an error left a plan half done).
-void Engine::ReleaseAllGathered() {
-  for (auto& st : states_) {
-    for (comm::WorkPtr* w : {&st->gather, &st->frozen_gather}) {
-      if (*w) WaitFor(**w);
-      w->reset();
-    }
-    st->gathered.Reset();
-    st->frozen_gathered.Reset();
-  }
-  plan_ = nullptr;
-}
-
-// Stages 1 and 2: all-gathers every layer's updated shard back into the full parameters,
-// with at most allgather_bucket_size gathered elements in flight.
 void Engine::SetUpReducer() {
   std::vector<zero::ReduceRange> ranges;
   for (const auto& st : states_) ranges.push_back({st->padded, st->shard, st->opt_begin});
@@ -128,6 +60,8 @@ void Engine::SetUpReducer() {
                                                      activations_, std::move(hooks));
 }
 
+// Stages 1 and 2: all-gathers every layer's updated shard back into the full parameters,
+// with at most allgather_bucket_size gathered elements in flight.
 void Engine::GatherParameters() {
   struct InFlight {
     Buffer send;

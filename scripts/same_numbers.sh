@@ -6,7 +6,7 @@
 # (train.csv, printed with 9 significant digits: every fp32 value exactly) and the saved final
 # weights, byte for byte. For a refactor that must not change a bit (issue 35): build the
 # commit before it beside the one after, on the same machine, and give both binaries.
-#   scripts/same_numbers.sh OLD_ZTRAIN NEW_ZTRAIN [CASE...]
+#   scripts/same_numbers.sh OLD_ZTRAIN NEW_ZTRAIN [CASE_NAME...]
 # Environment: MPIEXEC (default mpirun), KEEP=1 keeps the work directory. Prints one row per
 # run and exits 1 if any differ (the first differing step or file named), 2 if a run failed.
 set -euo pipefail
@@ -41,7 +41,16 @@ all_cases=(
   llama_qlora_zero3_dp2:2:llama:3:1:1:none:bf16:qlora
   gpt2_resume_zero2_dp2:2:gpt2:2:1:1:none:fp32:resume
 )
-cases=("$@")
+cases=()
+for want in "$@"; do  # a case by its name
+  found=""
+  for c in "${all_cases[@]}"; do
+    [ "${c%%:*}" != "$want" ] || found=$c
+  done
+  [ -n "$found" ] || { echo "same_numbers: no case named $want; the cases:"; \
+                       printf '  %s\n' "${all_cases[@]%%:*}"; exit 2; }
+  cases+=("$found")
+done
 [ ${#cases[@]} -gt 0 ] || cases=("${all_cases[@]}")
 
 config() {  # case fields, output dir, steps -> JSON
@@ -127,7 +136,9 @@ for c in "${cases[@]}"; do
     mkdir -p "$work/$side/$name"
     if ! run_case "$bin" "$c" "$work/$side/$name"; then
       echo "same_numbers: $name failed with the $side binary ($bin); its log:"
-      tail -20 "$work/$side/$name/log" "$work/$side/$name/first.log" 2> /dev/null || true
+      for log in "$work/$side/$name/first.log" "$work/$side/$name/log"; do
+        [ ! -f "$log" ] || tail -20 "$log"
+      done
       status=failed
     fi
   done

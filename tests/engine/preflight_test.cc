@@ -105,7 +105,7 @@ TEST(PreflightTest, EveryUnwritableOutputIsNamedWithItsFix) {
   j["training"]["output_dir"] = dir.File("final/run");
   j["checkpoint"] = {{"dir", dir.File("final/../final/ckpt")}};
   const std::string inside = Joined(PreflightProblems(ParseConfig(j), {}));
-  for (const std::string& key : {"training.output_dir '", "checkpoint.dir '"}) {
+  for (const char* key : {"training.output_dir '", "checkpoint.dir '"}) {
     EXPECT_NE(inside.find("training.save_final: '" + dir.File("final/") + "' holds " + key),
               std::string::npos)
         << inside;

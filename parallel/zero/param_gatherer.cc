@@ -1,0 +1,129 @@
+// Note [Parameter gatherer] (param_gatherer.h).
+#include "parallel/zero/param_gatherer.h"
+
+#include <exception>
+#include <utility>
+
+#include "core/error.h"
+
+namespace ztrain::zero {
+
+ParamGatherer::ParamGatherer(Options options, std::vector<GatherUnit> units, Allocator& memory,
+                             GatherHooks hooks)
+    : options_(std::move(options)), memory_(memory), hooks_(std::move(hooks)) {
+  ZTRAIN_ASSERT(hooks_.gather && hooks_.gather_frozen);
+  units_.reserve(units.size());
+  for (GatherUnit& u : units) {
+    for (size_t need : u.needs) ZTRAIN_ASSERT(need < units.size(), "unit ", need);
+    units_.emplace_back().spec = std::move(u);
+  }
+}
+
+ParamGatherer::~ParamGatherer() {
+  for (Unit& u : units_) {
+    for (comm::WorkPtr* w : {&u.work, &u.frozen_work}) {
+      if (!*w) continue;
+      try {
+        (*w)->Wait();
+      } catch (const std::exception&) {
+      }
+    }
+  }
+}
+
+void ParamGatherer::Start(int micro_batches, bool backward) {
+  std::vector<bool> phases;
+  for (int m = 0; m < micro_batches; ++m) {
+    phases.push_back(false);
+    if (backward) phases.push_back(true);
+  }
+  Start(phases);
+}
+
+void ParamGatherer::Start(const std::vector<bool>& phases) {
+  ReleaseAll();
+  auto it = plans_.find(phases);
+  if (it == plans_.end()) {
+    // The limits count the trained and the frozen parameters, the frozen ones in elements of
+    // the compute dtype.
+    std::vector<int64_t> sizes;
+    for (const Unit& u : units_) {
+      sizes.push_back(u.spec.elements +
+                      u.spec.frozen_bytes / static_cast<int64_t>(DTypeSize(options_.dtype)));
+    }
+    std::vector<UnitUse> uses;
+    const size_t n = units_.size();
+    for (const bool backward : phases) {
+      for (size_t i = 0; i < n; ++i) uses.push_back(units_[backward ? n - 1 - i : i].spec.needs);
+    }
+    it = plans_.emplace(phases, PlanGathers(sizes, uses, options_.limits)).first;
+  }
+  plan_ = &it->second;
+  position_ = 0;
+}
+
+void ParamGatherer::BeforeLayer(size_t l) {
+  ZTRAIN_ASSERT(plan_ != nullptr && position_ < plan_->actions.size());
+  for (size_t u : plan_->actions[position_].fetch) {
+    Unit& unit = units_[u];
+    if (unit.spec.elements > 0) {
+      unit.whole =
+          Buffer(memory_, options_.dtype, {unit.spec.elements}, MemoryCategory::kParameters);
+      unit.work = hooks_.gather(u, unit.whole);
+    }
+    if (unit.spec.frozen_bytes > 0) {
+      unit.frozen_whole =
+          Buffer(memory_, DType::kU8, {unit.spec.frozen_bytes}, MemoryCategory::kParameters);
+      unit.frozen_work = hooks_.gather_frozen(u, unit.frozen_whole);
+    }
+  }
+  if (hooks_.read_ahead) {
+    // The shards of the next planned gathers, read while this layer computes.
+    int ahead = options_.read_ahead;
+    for (size_t q = position_ + 1; q < plan_->actions.size() && ahead > 0; ++q) {
+      for (size_t u : plan_->actions[q].fetch) {
+        if (ahead-- > 0) hooks_.read_ahead(u);
+      }
+    }
+  }
+  for (size_t u : units_[l].spec.needs) {
+    Unit& unit = units_[u];
+    ZTRAIN_ASSERT(unit.spec.elements == 0 || unit.whole.data() != nullptr, "unit ", u,
+                  " is not gathered for layer ", l);
+    Wait(unit.work);
+    Wait(unit.frozen_work);
+  }
+}
+
+void ParamGatherer::AfterLayer() {
+  ZTRAIN_ASSERT(plan_ != nullptr && position_ < plan_->actions.size());
+  for (size_t u : plan_->actions[position_].release) {
+    Unit& unit = units_[u];
+    ZTRAIN_ASSERT(!unit.work && !unit.frozen_work);
+    unit.whole.Reset();
+    unit.frozen_whole.Reset();
+  }
+  if (++position_ == plan_->actions.size()) plan_ = nullptr;
+}
+
+void ParamGatherer::ReleaseAll() {
+  for (Unit& u : units_) {
+    Wait(u.work);
+    Wait(u.frozen_work);
+    u.whole.Reset();
+    u.frozen_whole.Reset();
+  }
+  plan_ = nullptr;
+}
+
+void ParamGatherer::Wait(comm::WorkPtr& work) {
+  if (!work) return;
+  if (hooks_.wait) {
+    hooks_.wait(*work);
+  } else {
+    work->Wait();
+  }
+  work.reset();
+}
+
+}  // namespace ztrain::zero

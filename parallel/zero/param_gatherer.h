@@ -1,0 +1,100 @@
+#pragma once
+// Note [Parameter gatherer]
+// ZeRO stage 3's parameter gathering as it runs (Note [ZeRO in the engine],
+// engine/engine_state.h, has the whole story): it executes the zero::PlanGathers plan
+// (gather_plan.h) of a step through two hooks around each position, a layer's forward or its
+// backward (whose recomputation runs inside it):
+//   - BeforeLayer(l) launches the gathers the plan fetches at this position — a unit's
+//     trained parameters, `elements` of the compute dtype, and its frozen region of
+//     `frozen_bytes`, each into a whole buffer the gatherer allocates — then lets the source
+//     read ahead the shards of the next `read_ahead` planned gathers (NVMe), then waits for
+//     the gathers of the units layer l needs;
+//   - AfterLayer() releases what the plan releases after this position, and moves on.
+// Start(phases) begins a step, releasing anything an earlier, failed step left gathered; the
+// plan of each phase list is made once and kept. Whole(u) and FrozenWhole(u) are a unit's
+// gathered buffers (empty while it is not gathered): what the caller binds the layer's
+// parameter views to.
+// The gatherer owns the gathered buffers and the work in flight, nothing else: where a shard
+// lives and how it reaches the collective is the source's business (GatherHooks).
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <vector>
+
+#include "core/allocator.h"
+#include "core/buffer.h"
+#include "core/tensor.h"
+#include "parallel/comm/communicator.h"
+#include "parallel/zero/gather_plan.h"
+
+namespace ztrain::zero {
+
+// One layer's flat buffers as gathered.
+struct GatherUnit {
+  int64_t elements = 0;      // trained parameters, padded (0: none)
+  int64_t frozen_bytes = 0;  // the frozen region, padded (0: none)
+  UnitUse needs;             // the units whose buffers the layer binds, itself included
+};
+
+struct GatherHooks {
+  // Launches the all-gather of unit u's trained shard into `whole` (`elements` of the compute
+  // dtype), and of its frozen shard into `whole` (`frozen_bytes`).
+  std::function<comm::WorkPtr(size_t u, const Buffer& whole)> gather;
+  std::function<comm::WorkPtr(size_t u, const Buffer& whole)> gather_frozen;
+  // Unit u's trained shard will be gathered soon: start reading it (optional).
+  std::function<void(size_t u)> read_ahead;
+  // Waits for one gather (the engine's WaitFor, which times it); unset: Work::Wait.
+  std::function<void(comm::Work&)> wait;
+};
+
+class ParamGatherer {
+ public:
+  struct Options {
+    DType dtype = DType::kF32;  // the compute dtype the trained parameters are gathered in
+    GatherLimits limits;
+    int read_ahead = 0;  // planned gathers whose shards the source reads ahead
+  };
+  // `memory` gives the gathered buffers (MemoryCategory::kParameters).
+  ParamGatherer(Options options, std::vector<GatherUnit> units, Allocator& memory,
+                GatherHooks hooks);
+  // Waits for the gathers in flight (they write into the gatherer's buffers), reporting no
+  // error: those were or will be reported elsewhere.
+  ~ParamGatherer();
+  ParamGatherer(const ParamGatherer&) = delete;
+  ParamGatherer& operator=(const ParamGatherer&) = delete;
+
+  // Begins a step whose phases run in this order: per micro-batch its forward (false) and,
+  // when it trains, its backward (true); forward visits the layers 0..n-1, backward n-1..0.
+  void Start(const std::vector<bool>& phases);
+  // `micro_batches` forwards, each followed by its backward when `backward`.
+  void Start(int micro_batches, bool backward);
+  void BeforeLayer(size_t l);
+  void AfterLayer();
+  // Waits for every gather in flight and drops every gathered buffer (after an error left a
+  // plan half done). Start does it too.
+  void ReleaseAll();
+
+  const Buffer& Whole(size_t u) const { return units_[u].whole; }
+  const Buffer& FrozenWhole(size_t u) const { return units_[u].frozen_whole; }
+  // The plan running, or null between steps.
+  const GatherPlan* plan() const { return plan_; }
+
+ private:
+  struct Unit {
+    GatherUnit spec;
+    Buffer whole, frozen_whole;
+    comm::WorkPtr work, frozen_work;
+  };
+  void Wait(comm::WorkPtr& work);
+
+  const Options options_;
+  Allocator& memory_;
+  const GatherHooks hooks_;
+  std::vector<Unit> units_;
+  std::map<std::vector<bool>, GatherPlan> plans_;
+  const GatherPlan* plan_ = nullptr;
+  size_t position_ = 0;
+};
+
+}  // namespace ztrain::zero
