@@ -70,8 +70,7 @@ Engine::Engine(Config config, std::vector<std::unique_ptr<nn::Layer>> layers, Pa
       tp_(groups.tp ? groups.tp : self_tp_.get()),
       stage_(config_.zero.stage),
       overlap_(stage_ == 0 || config_.zero.overlap_comm),
-      host_adam_(device_.is_cpu() || config_.zero.offload_optimizer.device != "none" ||
-                 (stage_ == 3 && config_.zero.offload_param.device != "none")),
+      placement_(offload::PlaceState(config_.zero, !device_.is_cpu())),
       act_dtype_(ComputeDType(config_)),
       grad_dtype_(GradAccumDType(config_)),
       scaler_(config_.precision.fp16
@@ -188,43 +187,35 @@ void Engine::BuildStorage() {
     st.opt_begin = layout.opt_begin;
     st.opt_len = layout.opt_len;
     st.sharded = stage_ == 3;
-    // Where state lives (Note [Offload in the engine], Note [Devices in the engine]).
-    const OffloadParamConfig& op = config_.zero.offload_param;
-    const OffloadOptimizerConfig& oo = config_.zero.offload_optimizer;
-    const bool param_offload = st.sharded && op.device != "none";
-    const Place param_place = op.device == "cpu" && op.pin_memory ? Place::kPinned
-                              : param_offload                     ? Place::kHost
-                                                                  : Place::kDevice;
-    const Place opt_place = oo.device == "cpu" && oo.pin_memory ? Place::kPinned
-                            : host_adam_                        ? Place::kHost
-                                                                : Place::kDevice;
-    if (!(st.sharded && op.device == "nvme")) {  // on NVMe the ParamSwapper holds the shard
+    // Where state lives (Note [State placement], offload/placement.h).
+    const offload::Placement& at = placement_;
+    if (at.params != Place::kNvme) {  // on NVMe the ParamSwapper holds the shard
       st.params =
-          StateBuffer(param_place, st.sharded ? st.shard : st.padded, MemoryCategory::kParameters);
+          StateBuffer(at.params, st.sharded ? st.shard : st.padded, MemoryCategory::kParameters);
     }
-    // The frozen shards are not swapped: with offload_param on NVMe they stay in host memory.
-    st.frozen = StateBuffer(param_place, st.sharded ? st.frozen_shard : st.frozen_padded,
+    st.frozen = StateBuffer(at.frozen, st.sharded ? st.frozen_shard : st.frozen_padded,
                             MemoryCategory::kParameters, DType::kU8);
     if (mixed() && !st.sharded) {
       st.lp = StateBuffer(Place::kDevice, st.padded, MemoryCategory::kParameters, act_dtype_);
-    } else if (mixed() && on_device() && param_offload && op.device == "cpu") {
+    } else if (mixed() && on_device() &&
+               (at.params == Place::kHost || at.params == Place::kPinned)) {
       // Note [Offloaded shards beside compute]: the shard's compute-dtype copy, where it is.
-      st.lp = StateBuffer(param_place, st.shard, MemoryCategory::kParameters, act_dtype_);
+      st.lp = StateBuffer(at.params, st.shard, MemoryCategory::kParameters, act_dtype_);
     }
     if (stage_ <= 1) {
       st.grads = StateBuffer(Place::kDevice, st.padded, MemoryCategory::kGradients, grad_dtype_);
     }
-    if (oo.device != "nvme") {  // on NVMe the OptimizerSwapper holds m and v
-      st.exp_avg = StateBuffer(opt_place, st.opt_len, MemoryCategory::kOptimizerState);
-      st.exp_avg_sq = StateBuffer(opt_place, st.opt_len, MemoryCategory::kOptimizerState);
+    if (at.optimizer != Place::kNvme) {  // on NVMe the OptimizerSwapper holds m and v
+      st.exp_avg = StateBuffer(at.optimizer, st.opt_len, MemoryCategory::kOptimizerState);
+      st.exp_avg_sq = StateBuffer(at.optimizer, st.opt_len, MemoryCategory::kOptimizerState);
     }
     if (stage_ >= 1 || grad_dtype_ != DType::kF32) {
       st.grad_shard = StateBuffer(Place::kDevice, st.opt_len, MemoryCategory::kGradients);
     }
-    if (on_device() && host_adam_) {
+    if (on_device() && at.host_adam) {
       ZTRAIN_ASSERT(stage_ >= 1);  // offload needs ZeRO 1-3 (config validation)
       st.grad_host = StateBuffer(Place::kPinned, st.opt_len, MemoryCategory::kGradients);
-      if (!param_offload) {
+      if (at.host_master) {
         st.master = StateBuffer(Place::kPinned, st.opt_len, MemoryCategory::kOptimizerState);
       }
     }
@@ -306,16 +297,17 @@ void Engine::WaitFor(comm::Work& work) {
 void Engine::SetUpOffload() {
   const OffloadParamConfig& op = config_.zero.offload_param;
   const OffloadOptimizerConfig& oo = config_.zero.offload_optimizer;
-  const bool param_nvme = stage_ == 3 && op.device == "nvme";
-  const bool opt_nvme = oo.device == "nvme";
-  if ((op.device == "cpu" || oo.device == "cpu") && computes_) {
+  const bool param_nvme = placement_.params == Place::kNvme;
+  const bool opt_nvme = placement_.optimizer == Place::kNvme;
+  const bool param_host = placement_.params == Place::kHost || placement_.params == Place::kPinned;
+  const bool opt_host = oo.device == "cpu";
+  if ((param_host || opt_host) && computes_) {
     // Pinned state so far: the CPU backend's mlock'ed allocations, or CUDA's pinned memory.
     const auto* locked = dynamic_cast<const PinnedHostAllocator*>(pinned_.get());
     const int64_t unpinned = device_.is_cpu() && locked ? locked->unpinned_bytes() : 0;
     const int64_t pinned = pinned_tracker_.TotalCurrent() - unpinned;
-    Log().info("offload: {}{}{} in host memory{}", oo.device == "cpu" ? "optimizer state" : "",
-               op.device == "cpu" && oo.device == "cpu" ? " and " : "",
-               op.device == "cpu" ? "parameter shards" : "",
+    Log().info("offload: {}{}{} in host memory{}", opt_host ? "optimizer state" : "",
+               param_host && opt_host ? " and " : "", param_host ? "parameter shards" : "",
                pinned + unpinned == 0
                    ? " (pin_memory off)"
                    : fmt::format(", {} pinned{}", FormatBytes(pinned),
@@ -357,8 +349,10 @@ void Engine::SetUpOffload() {
     opt_swap_ = std::make_unique<offload::OptimizerSwapper>(io_.get(), opt_file, opt_elements,
                                                             options, *pinned_);
   }
+  // Note [Deferred optimizer step]: so far the CPU backend with m and v in memory.
+  defer_steps_ = param_swap_ && !on_device() && !opt_swap_;
   if (!computes_) return;
-  Log().info("offload: {}{}{}; I/O through {}",
+  Log().info("offload: {}{}{}; I/O through {}{}",
              param_nvme ? fmt::format("parameter shards on NVMe ({} swapped, {} kept in memory)",
                                       FormatBytes(param_bytes),
                                       FormatBytes(4 * param_swap_->resident_elements()))
@@ -369,7 +363,8 @@ void Engine::SetUpOffload() {
                                     FormatBytes(opt_bytes), opt_swap_->tile_elements(),
                                     opt_swap_->buffers())
                       : "",
-             io_->backend());
+             io_->backend(),
+             defer_steps_ ? "; each layer's optimizer step runs as the next forward reads it" : "");
 }
 
 // The rank's swap directories, checked for the space their files need, and the files' paths
@@ -378,8 +373,8 @@ void Engine::MakeSwapDirs(int64_t param_bytes, int64_t opt_bytes, std::string* p
                           std::string* opt_file) {
   const OffloadParamConfig& op = config_.zero.offload_param;
   const OffloadOptimizerConfig& oo = config_.zero.offload_optimizer;
-  const bool param_nvme = stage_ == 3 && op.device == "nvme";
-  const bool opt_nvme = oo.device == "nvme";
+  const bool param_nvme = placement_.params == Place::kNvme;
+  const bool opt_nvme = placement_.optimizer == Place::kNvme;
   // One swap directory per distinct nvme_path ("/nvme" and "/nvme/" are one: a second
   // SwapDir of the same directory would find it locked), checked for the bytes all its files
   // need.
@@ -472,8 +467,11 @@ comm::WorkPtr Engine::LaunchGather(size_t l, const Buffer& whole, DType dtype) {
     return dp_->AllGather(mine, out);
   }
   if (param_swap_ && whole.device().is_cpu() && dtype == DType::kF32) {
-    const ScopeTimer timer(swap_wait_seconds_);
-    param_swap_->CopyOut(l, mine.data<float>());
+    {
+      const ScopeTimer timer(swap_wait_seconds_);
+      param_swap_->CopyOut(l, mine.data<float>());
+    }
+    StepPending(l, mine.data<float>());  // Note [Deferred optimizer step]
     return dp_->AllGather(mine, out);
   }
   // The shard on the host in the gather's dtype: the master or its `lp` copy, or from NVMe
@@ -486,8 +484,11 @@ comm::WorkPtr Engine::LaunchGather(size_t l, const Buffer& whole, DType dtype) {
                 : st.lp.AsTensor(dtype, {st.shard});
   } else {
     staged = Buffer(*host_, DType::kF32, {st.shard}, MemoryCategory::kWorkspace);
-    const ScopeTimer timer(swap_wait_seconds_);
-    param_swap_->CopyOut(l, staged.data<float>());
+    {
+      const ScopeTimer timer(swap_wait_seconds_);
+      param_swap_->CopyOut(l, staged.data<float>());
+    }
+    StepPending(l, staged.data<float>());
     shard = st.Flat(staged, st.shard);
   }
   if (shard.dtype() != dtype) {  // converted by the ops (NVMe under mixed precision)
@@ -510,10 +511,13 @@ double Engine::TrainFlopsPerToken(int64_t seq_len) const {
 }
 
 void Engine::ZeroGrad() {
-  for (auto& s : states_) {
-    if (stage_ <= 1) ZeroFill(s->grads);
-    if (stage_ >= 2) ZeroFill(s->grad_shard);
+  for (size_t l = 0; l < states_.size(); ++l) {
+    LayerState& st = *states_[l];
+    if (stage_ <= 1) ZeroFill(st.grads);
+    // A pending layer's gradients wait for its step (Note [Deferred optimizer step]).
+    if (stage_ >= 2 && !IsPending(l)) ZeroFill(st.grad_shard);
   }
+  if (pending_) pending_->zero_grads = true;
 }
 
 double Engine::ForwardBackward(const nn::MicroBatch& mb, float loss_weight, StepStats* stats) {
@@ -595,6 +599,9 @@ Buffer Engine::RunBackward(const nn::MicroBatch& mb, Buffer dout, MicroBatchRun&
   const size_t n_layers = layers_.size();
   // Stages 2 and 3 reduce every micro-batch (Note [ZeRO in the engine]).
   reduce = reduce || stage_ >= 2;
+  ZTRAIN_ASSERT(!pending_,
+                "a backward with optimizer steps pending (its forward gathers every "
+                "trained layer)");
   if (stage_ >= 2) {
     for (size_t l = 0; l < n_layers; ++l) {
       if (states_[l]->tie_owner) AllocateFullGradients(l);

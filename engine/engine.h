@@ -55,6 +55,7 @@
 // embeds (examples/custom_layer). Not thread safe; one step at a time. Errors throw.
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -68,6 +69,7 @@
 #include "core/memory_tracker.h"
 #include "kernels/ops.h"
 #include "nn/layer.h"
+#include "offload/placement.h"
 #include "optim/loss_scaler.h"
 #include "optim/lr_schedule.h"
 #include "optim/param_groups.h"
@@ -308,7 +310,7 @@ class Engine {
   static Device ResolveDevice(const std::string& setting);
   bool on_device() const { return !device_.is_cpu(); }
   // Model-state buffers: where `where` says, zeroed.
-  enum class Place { kDevice, kHost, kPinned };
+  using Place = offload::Place;
   Buffer StateBuffer(Place where, int64_t elements, MemoryCategory category,
                      DType dtype = DType::kF32);
   void ZeroFill(const Buffer& b);
@@ -346,6 +348,21 @@ class Engine {
   void Recompute(const nn::MicroBatch& mb, size_t layer, MicroBatchRun& run);
   void DeviceAdamStep(const std::vector<Part>& parts, double lr, float coef, int64_t adam_step);
   void HostAdamStep(const std::vector<Part>& parts, double lr, float coef, int64_t adam_step);
+  // One optimizer step's arguments: lr, the clip (and loss-scale) coefficient, Adam's step.
+  struct StepArgs {
+    double lr;
+    float coef;
+    int64_t adam_step;
+  };
+  void HostAdamRange(const Part& p, int64_t begin, int64_t end, float* m, float* v, float* master,
+                     const StepArgs& args);
+  // Note [Deferred optimizer step] (engine_optimizer.cc): the step recorded, whether layer l
+  // is still to be stepped, stepping it on its fp32 shard `master` (read from NVMe; written
+  // back), and stepping every pending layer.
+  void DeferStep(const std::vector<Part>& parts, const StepArgs& args);
+  bool IsPending(size_t layer) const;
+  void StepPending(size_t layer, float* master);
+  void ApplyPendingSteps();
   void SelectStage(std::vector<std::unique_ptr<nn::Layer>> model);
   // Throws ConfigError for a glob of optimizer.param_groups that selects nothing.
   void CheckParamGroups() const;
@@ -472,9 +489,8 @@ class Engine {
   std::vector<int64_t> min_padded_;  // per stage layer: the least flat size (tied layouts)
   int stage_;
   bool overlap_;  // let gradient reductions run behind backward (stage 0, or overlap_comm)
-  // AdamW runs on the host: always on the CPU backend; on CUDA when state is offloaded
-  // (Note [Devices in the engine]).
-  bool host_adam_;
+  // Where each kind of state lives (Note [State placement]).
+  const offload::Placement placement_;
   std::vector<bool> checkpointed_;  // per stage layer: activation checkpointing
   bool offload_checkpoints_ = false;    // cpu_checkpointing on a device
   bool partition_checkpoints_ = false;  // partition_activations with tensor parallelism
@@ -499,6 +515,16 @@ class Engine {
   std::vector<std::unique_ptr<offload::SwapDir>> swap_dirs_;
   std::unique_ptr<offload::ParamSwapper> param_swap_;
   std::unique_ptr<offload::OptimizerSwapper> opt_swap_;
+  // Note [Deferred optimizer step]: on when parameter shards are on NVMe; the step recorded,
+  // with each layer's parts still to be stepped, and how many layers have some.
+  bool defer_steps_ = false;
+  struct PendingStep {
+    StepArgs args;
+    std::vector<std::vector<Part>> parts;
+    bool zero_grads = false;  // ZeroGrad ran since: a layer's gradients go once it is stepped
+  };
+  std::optional<PendingStep> pending_;
+  size_t pending_layers_ = 0;
   int64_t swap_file_bytes_ = 0;
 };
 

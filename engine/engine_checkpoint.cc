@@ -44,6 +44,7 @@ std::vector<Run> WholeRuns(const nn::ParamSpec& spec, int64_t a, int64_t b) {
 }  // namespace
 
 void Engine::SaveState(checkpoint::ShardWriter& writer) {
+  ApplyPendingSteps();  // Note [Deferred optimizer step]
   // Whether this rank saves part `p` (Note [Checkpoints in the engine]).
   auto saves = [&](const Slot& s) {
     return (stage_ >= 1 || dp_->rank() == 0) && (s.spec.tp.split() || tp_->rank() == 0) &&
@@ -81,6 +82,7 @@ void Engine::SaveState(checkpoint::ShardWriter& writer) {
 }
 
 void Engine::LoadState(const checkpoint::ModelIndex& index, int64_t step) {
+  ApplyPendingSteps();  // Note [Deferred optimizer step]
   // The checkpoint must describe this model: the same parameters with the same whole shapes.
   std::map<std::string, Shape> saved(index.parameters().begin(), index.parameters().end());
   for (const Slot& s : slots_) {

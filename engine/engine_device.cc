@@ -57,6 +57,7 @@ Buffer Engine::StateBuffer(Place where, int64_t elements, MemoryCategory categor
   Allocator* alloc = device_alloc_.get();
   if (where == Place::kHost) alloc = host_.get();
   if (where == Place::kPinned) alloc = on_device() ? cuda_pinned_.get() : pinned_.get();
+  ZTRAIN_ASSERT(where != Place::kNvme, "state on NVMe lives in a swapper");
   Buffer b(*alloc, dtype, {elements}, category);
   ZeroFill(b);
   return b;

@@ -142,7 +142,9 @@ void Engine::OptimizerStep(double grad_norm, StepStats& stats) {
               : optim::ClipCoefficient(grad_norm, config_.gradient_clipping);
   ++step_;
   const std::vector<Part> parts = OptimizerParts();
-  if (!host_adam_) {
+  if (defer_steps_) {
+    DeferStep(parts, {lr, coef, updates + 1});
+  } else if (!placement_.host_adam) {
     DeviceAdamStep(parts, lr, coef, updates + 1);
   } else {
     HostAdamStep(parts, lr, coef, updates + 1);
@@ -220,23 +222,92 @@ void Engine::HostAdamStep(const std::vector<Part>& parts, double lr, float coef,
     }
     return staged.data<float>();
   };
-  // Adam on elements [begin, end) of a part's layer, with their m and v.
+  const StepArgs args{lr, coef, adam_step};
   auto adam = [&](const Part& p, int64_t begin, int64_t end, float* m, float* v) {
-    const Slot& s = *p.slot;
-    LayerState& st = *states_[s.layer];
-    const int64_t local = begin - st.opt_begin;
-    const float* grad = on_device() ? st.grad_host.data<float>() + local
-                                    : st.Reduced().data<float>() + local;  // local == begin at 0
-    float* param = master(s.layer) + local;  // (stages and swaps the layer's master)
-    if (!computes_) return;
-    const optim::AdamStepArgs args =
-        optim::AdamArgsFor(config_.optimizer, param_groups_[s.group], lr, adam_step, coef);
-    optim::AdamStep(args, param, grad, m, v, end - begin);
+    HostAdamRange(p, begin, end, m, v, master(p.slot->layer), args);  // (stages, swaps the master)
   };
   ForEachOptimizerRange(parts, adam, /*save=*/true);
   push_stepped();
   if (param_swap_) {
     store_loaded();
+    const ScopeTimer timer(swap_wait_seconds_);
+    param_swap_->Flush();
+  }
+}
+
+// Adam on elements [begin, end) of a part's layer, with their m and v; `master` is the fp32
+// master of the layer's optimizer range.
+void Engine::HostAdamRange(const Part& p, int64_t begin, int64_t end, float* m, float* v,
+                           float* master, const StepArgs& a) {
+  const Slot& s = *p.slot;
+  LayerState& st = *states_[s.layer];
+  const int64_t local = begin - st.opt_begin;
+  const float* grad = on_device() ? st.grad_host.data<float>() + local
+                                  : st.Reduced().data<float>() + local;  // local == begin at 0
+  if (!computes_) return;
+  optim::AdamStep(
+      optim::AdamArgsFor(config_.optimizer, param_groups_[s.group], a.lr, a.adam_step, a.coef),
+      master + local, grad, m, v, end - begin);
+}
+
+// Note [Deferred optimizer step]
+// With the parameter shards on NVMe (stage 3, the CPU backend) reading every shard for the
+// optimizer step and writing it back is the step's largest exposed cost, and the next
+// forward reads every shard again for its gathers. So OptimizerStep steps nothing there: it
+// records the step's arguments (lr, clip coefficient, Adam's step count), and every layer
+// with an optimizer range becomes pending. A pending layer is stepped the next time its shard
+// is read — by the next forward's gather (LaunchGather), which reads it anyway — on the shard
+// as read; the updated shard is written back in the background and gathered. Its reduced
+// gradient shard is kept until then: ZeroGrad passes pending layers over, and they are zeroed
+// once stepped.
+// Everything else that reads or writes parameters or optimizer state — whole parameters,
+// checkpoints, another OptimizerStep — applies every pending step first (ApplyPendingSteps),
+// and a backward finds none (every trained layer's forward gathered it). Each element gets
+// the same arithmetic with the same operands as when stepped at once, so the results are
+// bitwise those.
+void Engine::DeferStep(const std::vector<Part>& parts, const StepArgs& args) {
+  ApplyPendingSteps();
+  pending_ = PendingStep{args, std::vector<std::vector<Part>>(states_.size())};
+  for (const Part& p : parts) pending_->parts[p.slot->layer].push_back(p);
+  pending_layers_ = 0;
+  for (const auto& layer_parts : pending_->parts) pending_layers_ += !layer_parts.empty();
+  if (pending_layers_ == 0) pending_.reset();
+}
+
+bool Engine::IsPending(size_t l) const { return pending_ && !pending_->parts[l].empty(); }
+
+void Engine::StepPending(size_t l, float* master) {
+  if (!IsPending(l)) return;
+  std::vector<Part> parts = std::move(pending_->parts[l]);
+  pending_->parts[l].clear();
+  auto adam = [&](const Part& p, int64_t begin, int64_t end, float* m, float* v) {
+    HostAdamRange(p, begin, end, m, v, master, pending_->args);
+  };
+  ForEachOptimizerRange(parts, adam, /*save=*/true);
+  {
+    const ScopeTimer timer(swap_wait_seconds_);
+    param_swap_->Store(l, master);
+  }
+  if (pending_->zero_grads) ZeroFill(states_[l]->grad_shard);
+  if (--pending_layers_ == 0) pending_.reset();
+}
+
+void Engine::ApplyPendingSteps() {
+  for (size_t l = 0; l < states_.size() && pending_; ++l) {
+    if (!IsPending(l)) continue;
+    Buffer staged(staging(), DType::kF32, {states_[l]->shard}, MemoryCategory::kParameters);
+    {
+      const ScopeTimer timer(swap_wait_seconds_);
+      param_swap_->CopyOut(l, staged.data<float>());
+      for (size_t next = l + 1; next < states_.size(); ++next) {
+        if (!IsPending(next)) continue;
+        param_swap_->Prefetch(next);
+        break;
+      }
+    }
+    StepPending(l, staged.data<float>());
+  }
+  if (param_swap_) {
     const ScopeTimer timer(swap_wait_seconds_);
     param_swap_->Flush();
   }

@@ -118,7 +118,8 @@ struct Engine::MicroBatchRun {
 // ParamSwapper holds the shards (the first max_in_cpu elements' worth in memory, the rest in
 // a swap file); a gather reads the shard into its own chunk of the gathered buffer and
 // all-gathers in place, and the swapper reads the next planned gathers ahead. The optimizer
-// step loads one layer's shard at a time (prefetching the next), steps it and stores it back.
+// step is deferred to the next read of each shard (Note [Deferred optimizer step],
+// engine_optimizer.cc).
 // offload_optimizer {device: nvme} gives no layer m and v buffers: the OptimizerSwapper holds
 // them in a file as one array over the layers' optimizer ranges in order, and the step runs
 // tile by tile (sub_group_size elements), each tile's parameters stepped from that array.

@@ -27,6 +27,9 @@ void Engine::SetUpGatherer() {
               .max_reuse_distance = z.stage3_max_reuse_distance,
               .persistence_threshold = z.stage3_param_persistence_threshold};
   o.read_ahead = static_cast<int>(z.offload_param.buffer_count);
+  // A deferred step leaves the shards on NVMe as the next step's forward reads them (Note
+  // [Deferred optimizer step]): the reads can start in this step's backward.
+  o.read_ahead_wraps = defer_steps_;
   zero::GatherHooks hooks;
   hooks.gather = [this](size_t u, const Buffer& whole) {
     return LaunchGather(u, whole, act_dtype_);

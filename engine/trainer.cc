@@ -19,6 +19,7 @@
 #include "kernels/quant.h"
 #include "nn/gpt2.h"
 #include "nn/llmc_model_file.h"
+#include "offload/placement.h"
 #include "optim/adam.h"
 #include "parallel/comm/nccl/nccl_communicator.h"
 #include "parallel/tensor/megatron_linears.h"
@@ -357,9 +358,7 @@ void Trainer::LogStart() const {
              train_loader_->num_tokens(), train_loader_->batches_per_epoch(),
              config_.data.shuffle ? ", shuffled" : "");
   // Offloaded state is stepped in host memory (Note [Devices in the engine]).
-  const bool adam_on_cpu = device_.device.is_cpu() ||
-                           config_.zero.offload_optimizer.device != "none" ||
-                           (config_.zero.stage == 3 && config_.zero.offload_param.device != "none");
+  const bool adam_on_cpu = offload::PlaceState(config_.zero, !device_.device.is_cpu()).host_adam;
   Log().info("optimizer: {} (adam_w_mode {}), {} kernel; scheduler: {}", config_.optimizer.type,
              config_.optimizer.adam_w_mode,
              adam_on_cpu ? std::string(optim::AdamImplName(optim::BestAdamImpl())) + " CPU"

@@ -21,7 +21,7 @@ work=$(mktemp -d /tmp/ztrain_same_numbers_XXXXXX)
 trap '[ -n "${KEEP:-}" ] && echo "kept $work" || rm -rf "$work"' EXIT
 
 # name:ranks:family:stage:pp:tp:offload:precision:adapters (family gpt2|llama; offload
-# none|cpu|nvme; precision fp32|bf16|fp16; adapters none|lora|qlora). 8 steps each, global
+# none|cpu|nvme|param_nvme (parameters only); precision fp32|bf16|fp16; adapters none|lora|qlora). 8 steps each, global
 # batch 8 rows x 2 micro-batches, so every layout sees the same data.
 all_cases=(
   gpt2_zero0:1:gpt2:0:1:1:none:fp32:none
@@ -30,6 +30,8 @@ all_cases=(
   gpt2_zero3_dp2:2:gpt2:3:1:1:none:fp32:none
   gpt2_zero3_offload_cpu:2:gpt2:3:1:1:cpu:fp32:none
   gpt2_zero3_offload_nvme:2:gpt2:3:1:1:nvme:fp32:none
+  gpt2_zero3_param_nvme_dp2:2:gpt2:3:1:1:param_nvme:fp32:none
+  llama_zero3_param_nvme_bf16:1:llama:3:1:1:param_nvme:bf16:none
   gpt2_pp2_1f1b:2:gpt2:0:2:1:none:fp32:none
   gpt2_tp2:2:gpt2:0:1:2:none:fp32:none
   gpt2_dp2_pp2_tp2:8:gpt2:1:2:2:none:fp32:none
@@ -40,6 +42,7 @@ all_cases=(
   llama_lora_zero3_dp2:2:llama:3:1:1:none:fp32:lora
   llama_qlora_zero3_dp2:2:llama:3:1:1:none:bf16:qlora
   gpt2_resume_zero2_dp2:2:gpt2:2:1:1:none:fp32:resume
+  gpt2_resume_zero3_param_nvme:1:gpt2:3:1:1:param_nvme:fp32:resume
 )
 cases=()
 for want in "$@"; do  # a case by its name
@@ -57,7 +60,10 @@ config() {  # case fields, output dir, steps -> JSON
   local name=$1 np=$2 family=$3 stage=$4 pp=$5 tp=$6 offload=$7 precision=$8 adapters=$9
   local dir=${10} steps=${11}
   local dp=$((np / pp / tp)) zero="{\"stage\": $stage}"
-  if [ "$offload" != none ]; then
+  if [ "$offload" = param_nvme ]; then  # parameters only (Note [Deferred optimizer step])
+    zero="{\"stage\": $stage, \"offload_param\": {\"device\": \"nvme\", \"nvme_path\": \"$dir/nvme\",
+           \"max_in_cpu\": 0}}"
+  elif [ "$offload" != none ]; then
     local where="{\"device\": \"$offload\"}"
     [ "$offload" = nvme ] && where="{\"device\": \"nvme\", \"nvme_path\": \"$dir/nvme\"}"
     zero="{\"stage\": $stage, \"sub_group_size\": 20000, \"offload_optimizer\": $where,

@@ -80,8 +80,10 @@ void ParamGatherer::BeforeLayer(size_t l) {
   if (hooks_.read_ahead) {
     // The shards of the next planned gathers, read while this layer computes.
     int ahead = options_.read_ahead;
-    for (size_t q = position_ + 1; q < plan_->actions.size() && ahead > 0; ++q) {
-      for (size_t u : plan_->actions[q].fetch) {
+    const size_t n = plan_->actions.size();
+    const size_t end = position_ + 1 + (options_.read_ahead_wraps ? n - 1 : n - 1 - position_);
+    for (size_t q = position_ + 1; q < end && ahead > 0; ++q) {
+      for (size_t u : plan_->actions[q % n].fetch) {
         if (ahead-- > 0) hooks_.read_ahead(u);
       }
     }

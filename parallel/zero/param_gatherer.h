@@ -54,6 +54,9 @@ class ParamGatherer {
     DType dtype = DType::kF32;  // the compute dtype the trained parameters are gathered in
     GatherLimits limits;
     int read_ahead = 0;  // planned gathers whose shards the source reads ahead
+    // Read ahead past the plan's end into its start, as if the next step ran the same plan
+    // (when the shards do not change between steps).
+    bool read_ahead_wraps = false;
   };
   // `memory` gives the gathered buffers (MemoryCategory::kParameters).
   ParamGatherer(Options options, std::vector<GatherUnit> units, Allocator& memory,
