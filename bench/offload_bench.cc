@@ -2,7 +2,8 @@
 // swap files against the same step in memory, alternating step by step in one process.
 //
 //   offload_bench [--dir DIR] [--steps N] [--layers L] [--embd C] [--heads H] [--seq T]
-//                 [--batch B] [--vocab V] [--sub-group-size E] [--zero KEY=VALUE]...
+//                 [--batch B] [--vocab V] [--sub-group-size E] [--opt-buffers N]
+//                 [--zero KEY=VALUE]...
 //
 // Variants (one Engine each, dp = 1, ZeRO stage 3 with stage3_param_persistence_threshold 0,
 // so no layer stays gathered between steps; the other stage3_* limits are DeepSpeed's
@@ -16,14 +17,16 @@
 // alike. Printed per variant: the median and best step time, the median over rounds of the
 // step's ratio to the memory step of its round, the medians of StepStats' forward / backward
 // / optimizer parts, the bytes swapped per step (from the layer sizes and the engine's gather
-// plan: every gather reads the layer's shard, the optimizer step reads and writes every
-// shard, and m and v are read and written once, in whole tiles) next to the process's block
-// I/O measured around the step (/proc/self/io), and those bytes over the step time and over
-// the time the step gained. The swap directory's raw rate (the same I/O engine writing,
-// then reading 256 MiB in DIR/offload_bench_probe.swp) is measured first as the reference.
-// Swap files go to DIR/ztrain-offload_bench_<variant>/; the engines remove them, and the
+// plan: every gather reads the layer's shard, every shard is written once after its deferred
+// optimizer step, and m and v are read and written once, in whole tiles of each layer) next
+// to the process's block I/O measured around the step (/proc/self/io), and those bytes over
+// the step time and over the time the step gained. The swap directory's raw rate (the same I/O
+// engine writing, then reading 256 MiB in DIR/offload_bench_probe.swp) is measured first as the
+// reference. Swap files go to DIR/ztrain-offload_bench_<variant>/; the engines remove them, and the
 // bench says whether any were left. On tmpfs the swap files live in memory (O_DIRECT falls
 // back to buffered I/O before Linux 6.6), so the figures say little about a disk.
+
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -54,6 +57,7 @@ struct Options {
   int steps = 6;
   int layers = 6, embd = 384, heads = 6, seq = 128, batch = 4, vocab = 50257;
   int64_t sub_group_size = 4000000;
+  int64_t opt_buffers = 4;  // offload_optimizer.buffer_count (DeepSpeed's default)
   nlohmann::json zero = nlohmann::json::object();  // extra zero_optimization keys
 };
 
@@ -81,6 +85,7 @@ Options ParseOptions(int argc, char** argv) {
   int_arg("--steps", o.steps), int_arg("--layers", o.layers), int_arg("--embd", o.embd);
   int_arg("--heads", o.heads), int_arg("--seq", o.seq), int_arg("--batch", o.batch);
   int_arg("--vocab", o.vocab), int_arg("--sub-group-size", o.sub_group_size);
+  int_arg("--opt-buffers", o.opt_buffers);
   for (int i = 1; i + 1 < argc; ++i) {
     if (std::strcmp(argv[i], "--zero") != 0) continue;
     const std::string kv = argv[i + 1];
@@ -119,7 +124,8 @@ Config MakeConfig(const Options& o, const Variant& v) {
     z["offload_optimizer"] = {{"device", "nvme"},
                               {"nvme_path", o.dir},
                               {"pipeline_read", v.pipelined},
-                              {"pipeline_write", v.pipelined}};
+                              {"pipeline_write", v.pipelined},
+                              {"buffer_count", o.opt_buffers}};
   }
   return ParseConfig(j, 1);
 }
@@ -184,15 +190,16 @@ SwapBytes SwapBytesPerStep(const Engine& e, const Variant& v) {
                          .persistence_threshold = z.stage3_param_persistence_threshold});
   // Transfers are whole 4 KiB blocks; the optimizer moves whole tile records, the last one too.
   auto shard_bytes = [&](size_t unit) { return offload::AlignUp(4 * u.padded[unit]); };
-  int64_t total = 0, shards = 0, gathered = 0;
-  for (size_t unit = 0; unit < u.padded.size(); ++unit) {
-    total += u.padded[unit], shards += shard_bytes(unit);
-  }
+  int64_t shards = 0, gathered = 0;
+  for (size_t unit = 0; unit < u.padded.size(); ++unit) shards += shard_bytes(unit);
   for (const zero::GatherAction& a : plan.actions)
     for (size_t unit : a.fetch) gathered += shard_bytes(unit);
   SwapBytes b;
-  if (v.param_nvme) b.read += gathered + shards, b.written += shards;
-  const int64_t opt = offload::OptimizerSwapper::FileBytes(total, z.sub_group_size);
+  // The optimizer step reads no shard: each is stepped as the next forward's gather reads it
+  // (Note [Deferred optimizer step]), and written back.
+  if (v.param_nvme) b.read += gathered, b.written += shards;
+  // Each layer's m and v, in its tiles (at dp 1 a layer's optimizer range is all of it).
+  const int64_t opt = offload::OptimizerSwapper::FileBytes(u.padded, z.sub_group_size);
   if (v.opt_nvme) b.read += opt, b.written += opt;
   return b;
 }
@@ -245,8 +252,17 @@ double Median(std::vector<double> v) {
 
 struct Steps {
   std::vector<double> total, fwd, bwd, opt, ratio;
+  std::vector<double> user, sys;  // CPU seconds of the process (all threads) per step
   SwapBytes io;  // measured over all the timed steps
 };
+
+// The process's CPU time so far (all threads): user and system seconds.
+std::pair<double, double> ProcessCpu() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  auto seconds = [](const timeval& t) { return t.tv_sec + t.tv_usec * 1e-6; };
+  return {seconds(u.ru_utime), seconds(u.ru_stime)};
+}
 
 void PrintDirectory(const Options& o) {
   const bool tmpfs = FileSystemName(o.dir) == "tmpfs";
@@ -258,18 +274,21 @@ void PrintDirectory(const Options& o) {
 
 void PrintResults(const std::vector<std::unique_ptr<Engine>>& engines,
                   const std::vector<Steps>& steps, const DiskRate& disk) {
-  std::printf("%-12s %8s %8s %6s %8s %8s %8s\n", "variant", "median", "best", "ratio", "forward",
-              "backward", "optim");
+  std::printf("%-12s %8s %8s %6s %8s %8s %8s %8s %8s\n", "variant", "median", "best", "ratio",
+              "forward", "backward", "optim", "cpu user", "cpu sys");
   for (size_t v = 0; v < engines.size(); ++v) {
     const Steps& s = steps[v];
-    std::printf("%-12s %6.0fms %6.0fms %5.2fx %6.0fms %6.0fms %6.0fms\n", kVariants[v].name,
-                Median(s.total) * 1e3, *std::min_element(s.total.begin(), s.total.end()) * 1e3,
-                Median(s.ratio), Median(s.fwd) * 1e3, Median(s.bwd) * 1e3, Median(s.opt) * 1e3);
+    std::printf("%-12s %6.0fms %6.0fms %5.2fx %6.0fms %6.0fms %6.0fms %6.0fms %6.0fms\n",
+                kVariants[v].name, Median(s.total) * 1e3,
+                *std::min_element(s.total.begin(), s.total.end()) * 1e3, Median(s.ratio),
+                Median(s.fwd) * 1e3, Median(s.bwd) * 1e3, Median(s.opt) * 1e3, Median(s.user) * 1e3,
+                Median(s.sys) * 1e3);
   }
   std::printf(
       "median/best: step time over the timed steps; ratio: median over rounds of the "
       "step / the memory step of the same round; forward/backward/optim: StepStats "
-      "medians\n");
+      "medians; cpu user/sys: the process's CPU time per step (all threads; the I/O's "
+      "kernel work shows in sys)\n");
   std::printf("%-12s %9s %9s %9s %9s %10s %10s\n", "swap/step", "read", "written", "measured",
               "measured", "I/O rate", "exposed");
   const double base = Median(steps[0].total);
@@ -338,8 +357,12 @@ int Run(const Options& o) {
     for (size_t k = 0; k < n; ++k) {
       const size_t v = (r + k) % n;
       const SwapBytes io_before = ProcessIo();
+      const auto [user_before, sys_before] = ProcessCpu();
       const StepStats st = engines[v]->TrainStep({&batch.mb, 1});
+      const auto [user_after, sys_after] = ProcessCpu();
       const SwapBytes io_after = ProcessIo();
+      steps[v].user.push_back(user_after - user_before);
+      steps[v].sys.push_back(sys_after - sys_before);
       steps[v].io.read += io_after.read - io_before.read;
       steps[v].io.written += io_after.written - io_before.written;
       t[v] = st.seconds;

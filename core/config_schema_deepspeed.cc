@@ -284,7 +284,9 @@ std::vector<ConfigKey> ZeroKeys() {
           .Choices({"none", "cpu", "nvme"}),
       Key(z + "offload_optimizer.nvme_path", T::kString, nullptr, "Directory for NVMe swap files.")
           .Nullable(),
-      Key(z + "offload_optimizer.buffer_count", T::kInt, 4, "Pinned swap buffers."),
+      Key(z + "offload_optimizer.buffer_count", T::kInt, 4,
+          "Pinned tile buffers (sub_group_size elements of m and v each); they also cache tiles "
+          "between uses."),
       Key(z + "offload_optimizer.pin_memory", T::kBool, false, "Use page-locked host memory."),
       Key(z + "offload_optimizer.pipeline_read", T::kBool, false,
           "Read the next tile while stepping the current one."),

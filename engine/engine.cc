@@ -317,17 +317,15 @@ void Engine::SetUpOffload() {
                                                              FormatBytes(unpinned))));
   }
   if (!param_nvme && !opt_nvme) return;
-  std::vector<int64_t> shards;
-  int64_t opt_elements = 0;
+  std::vector<int64_t> shards, opt_ranges;
   for (const auto& st : states_) {
     shards.push_back(st->shard);
-    opt_elements += st->opt_len;
+    opt_ranges.push_back(st->opt_len);
   }
   const int64_t param_bytes =
       param_nvme ? offload::ParamSwapper::FileBytes(shards, op.max_in_cpu) : 0;
   const int64_t opt_bytes =
-      opt_nvme ? offload::OptimizerSwapper::FileBytes(opt_elements, config_.zero.sub_group_size)
-               : 0;
+      opt_nvme ? offload::OptimizerSwapper::FileBytes(opt_ranges, config_.zero.sub_group_size) : 0;
   swap_file_bytes_ = param_bytes + opt_bytes;
   // A shape-only engine makes its swappers' buffers, and no directory, file or I/O engine.
   std::string param_file, opt_file;
@@ -345,12 +343,13 @@ void Engine::SetUpOffload() {
   if (opt_nvme) {
     const offload::OptimizerSwapOptions options{.tile_elements = config_.zero.sub_group_size,
                                                 .pipeline_read = oo.pipeline_read,
-                                                .pipeline_write = oo.pipeline_write};
-    opt_swap_ = std::make_unique<offload::OptimizerSwapper>(io_.get(), opt_file, opt_elements,
+                                                .pipeline_write = oo.pipeline_write,
+                                                .buffers = static_cast<int>(oo.buffer_count)};
+    opt_swap_ = std::make_unique<offload::OptimizerSwapper>(io_.get(), opt_file, opt_ranges,
                                                             options, *pinned_);
   }
-  // Note [Deferred optimizer step]: so far the CPU backend with m and v in memory.
-  defer_steps_ = param_swap_ && !on_device() && !opt_swap_;
+  // Note [Deferred optimizer step]: so far on the CPU backend.
+  defer_steps_ = param_swap_ && !on_device();
   if (!computes_) return;
   Log().info("offload: {}{}{}; I/O through {}{}",
              param_nvme ? fmt::format("parameter shards on NVMe ({} swapped, {} kept in memory)",

@@ -301,10 +301,12 @@ class Engine {
   std::vector<Part> OptimizerParts() const;
   // Calls fn(part, begin, end, m, v) over `parts` in order, [begin, end) a range of the part
   // (in its layer's flat buffer) and m, v its Adam state: the buffers in memory, or the
-  // NVMe tile holding it (what fn writes is written back when `save`).
+  // NVMe tile holding it (what fn writes is written back when `save`). With `layer` the parts
+  // are that layer's, and only its tiles are walked.
   void ForEachOptimizerRange(
       const std::vector<Part>& parts,
-      const std::function<void(const Part&, int64_t, int64_t, float*, float*)>& fn, bool save);
+      const std::function<void(const Part&, int64_t, int64_t, float*, float*)>& fn, bool save,
+      std::optional<size_t> layer = std::nullopt);
   // Devices (engine_device.cc).
   struct StagedBatches;
   static Device ResolveDevice(const std::string& setting);

@@ -81,7 +81,8 @@ double Engine::ReplicatedSquares() {
 
 void Engine::ForEachOptimizerRange(
     const std::vector<Part>& parts,
-    const std::function<void(const Part&, int64_t, int64_t, float*, float*)>& fn, bool save) {
+    const std::function<void(const Part&, int64_t, int64_t, float*, float*)>& fn, bool save,
+    std::optional<size_t> layer) {
   if (!opt_swap_) {
     for (const Part& p : parts) {
       LayerState& st = *states_[p.slot->layer];
@@ -109,7 +110,7 @@ void Engine::ForEachOptimizerRange(
   // The swap wait is the time in ForEachTile less the time in fn.
   double in_fn = 0.0;
   const auto start = std::chrono::steady_clock::now();
-  opt_swap_->ForEachTile(
+  const offload::OptimizerSwapper::TileStep step =
       [&](int64_t tile_begin, int64_t count, float* m, float* v) {
         const ScopeTimer fn_timer(in_fn);
         const int64_t tile_end = tile_begin + count;
@@ -124,8 +125,12 @@ void Engine::ForEachOptimizerRange(
           }
           if (g1 == p.global + (p.end - p.begin)) first = i + 1;
         }
-      },
-      save);
+      };
+  if (layer) {
+    opt_swap_->ForEachTileOf(*layer, step, save);
+  } else {
+    opt_swap_->ForEachTile(step, save);
+  }
   swap_wait_seconds_ +=
       std::max(0.0, SecondsBetween(start, std::chrono::steady_clock::now()) - in_fn);
 }
@@ -283,7 +288,7 @@ void Engine::StepPending(size_t l, float* master) {
   auto adam = [&](const Part& p, int64_t begin, int64_t end, float* m, float* v) {
     HostAdamRange(p, begin, end, m, v, master, pending_->args);
   };
-  ForEachOptimizerRange(parts, adam, /*save=*/true);
+  ForEachOptimizerRange(parts, adam, /*save=*/true, l);
   {
     const ScopeTimer timer(swap_wait_seconds_);
     param_swap_->Store(l, master);

@@ -7,6 +7,7 @@
 
 #include "engine/engine.h"
 #include "engine/engine_state.h"
+#include "offload/optimizer_swapper.h"
 #include "offload/param_swapper.h"
 #include "parallel/zero/gradient_reducer.h"
 #include "parallel/zero/param_gatherer.h"
@@ -37,7 +38,13 @@ void Engine::SetUpGatherer() {
   hooks.gather_frozen = [this](size_t u, const Buffer& whole) {
     return LaunchFrozenGather(u, whole);
   };
-  if (param_swap_) hooks.read_ahead = [this](size_t u) { param_swap_->Prefetch(u); };
+  if (param_swap_) {
+    hooks.read_ahead = [this](size_t u) {
+      param_swap_->Prefetch(u);
+      // A deferred step needs the layer's m and v too (Note [Deferred optimizer step]).
+      if (defer_steps_ && opt_swap_) opt_swap_->Prefetch(u);
+    };
+  }
   hooks.wait = [this](comm::Work& work) { WaitFor(work); };
   gatherer_ =
       std::make_unique<zero::ParamGatherer>(o, std::move(units), activations_, std::move(hooks));

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "engine/checkpointer.h"
@@ -19,7 +20,10 @@
 namespace ztrain {
 namespace {
 
-Config MakeConfig(const std::string& nvme, const std::string& precision = "fp32") {
+// Parameters (and with `optimizer` m and v, in tiles smaller than a layer) on NVMe under
+// `nvme`; in memory when it is empty.
+Config MakeConfig(const std::string& nvme, const std::string& precision = "fp32",
+                  bool optimizer = false) {
   nlohmann::json j = testing::TinyConfigJson(2, 16, 2, 11, 8);
   j["gradient_clipping"] = 0.5;
   j["optimizer"]["params"]["weight_decay"] = 0.1;
@@ -29,6 +33,13 @@ Config MakeConfig(const std::string& nvme, const std::string& precision = "fp32"
   if (!nvme.empty()) {
     j["zero_optimization"]["offload_param"] = {
         {"device", "nvme"}, {"nvme_path", nvme}, {"max_in_cpu", 0}, {"buffer_count", 2}};
+    if (optimizer) {
+      j["zero_optimization"]["offload_optimizer"] = {{"device", "nvme"},
+                                                     {"nvme_path", nvme},
+                                                     {"pipeline_read", true},
+                                                     {"pipeline_write", true}};
+      j["zero_optimization"]["sub_group_size"] = 300;
+    }
   }
   if (precision == "bf16") j["bf16"] = {{"enabled", true}};
   j["train_micro_batch_size_per_gpu"] = 2;
@@ -57,12 +68,19 @@ void ExpectSameStep(const StepStats& got, const StepStats& want) {
   EXPECT_EQ(got.lr, want.lr) << "step " << want.step;
 }
 
-class DeferredStepTest : public ::testing::TestWithParam<std::string> {};
+// (precision, optimizer state on NVMe too)
+class DeferredStepTest : public ::testing::TestWithParam<std::tuple<std::string, bool>> {
+ protected:
+  Config Swapped(const std::string& nvme) const {
+    return MakeConfig(nvme, std::get<0>(GetParam()), std::get<1>(GetParam()));
+  }
+  Config Memory() const { return MakeConfig("", std::get<0>(GetParam())); }
+};
 
 TEST_P(DeferredStepTest, StepsEvaluationAndWholeParametersMatchMemory) {
   testing::TempDir nvme;
-  Engine memory(MakeConfig("", GetParam()), nn::BuildGpt2(MakeConfig("").model));
-  Engine swapped(MakeConfig(nvme.path(), GetParam()), nn::BuildGpt2(MakeConfig("").model));
+  Engine memory(Memory(), nn::BuildGpt2(Memory().model));
+  Engine swapped(Swapped(nvme.path()), nn::BuildGpt2(Memory().model));
   for (int step = 0; step < 3; ++step) ExpectSameStep(Step(swapped, step), Step(memory, step));
   // Steps are pending now; an evaluation gathers (and so steps) every layer.
   testing::OwnedBatch eval(2, 8, 11, 7);
@@ -75,8 +93,8 @@ TEST_P(DeferredStepTest, StepsEvaluationAndWholeParametersMatchMemory) {
 
 TEST_P(DeferredStepTest, ACustomLoopStepsTwiceOnTheSameGradients) {
   testing::TempDir nvme;
-  Engine memory(MakeConfig("", GetParam()), nn::BuildGpt2(MakeConfig("").model));
-  Engine swapped(MakeConfig(nvme.path(), GetParam()), nn::BuildGpt2(MakeConfig("").model));
+  Engine memory(Memory(), nn::BuildGpt2(Memory().model));
+  Engine swapped(Swapped(nvme.path()), nn::BuildGpt2(Memory().model));
   for (Engine* e : {&memory, &swapped}) {
     testing::OwnedBatch batch(2, 8, 11, 3);
     e->ZeroGrad();
@@ -94,7 +112,7 @@ TEST_P(DeferredStepTest, ACustomLoopStepsTwiceOnTheSameGradients) {
 
 TEST_P(DeferredStepTest, ACheckpointTakenWithStepsPendingResumesBitForBit) {
   testing::TempDir nvme, dir;
-  Config cfg = MakeConfig(nvme.path(), GetParam());
+  Config cfg = Swapped(nvme.path());
   cfg.checkpoint.dir = dir.path();
   Engine swapped(cfg, nn::BuildGpt2(cfg.model));
   for (int step = 0; step < 3; ++step) Step(swapped, step);
@@ -102,7 +120,7 @@ TEST_P(DeferredStepTest, ACheckpointTakenWithStepsPendingResumesBitForBit) {
   std::vector<StepStats> after;
   for (int step = 3; step < 5; ++step) after.push_back(Step(swapped, step));
 
-  Config memory_cfg = MakeConfig("", GetParam());
+  Config memory_cfg = Memory();
   memory_cfg.checkpoint.dir = dir.path();
   Engine resumed(memory_cfg, nn::BuildGpt2(memory_cfg.model));
   EXPECT_EQ(Checkpointer(memory_cfg, resumed, nullptr).Resume("latest").step, 3);
@@ -110,7 +128,8 @@ TEST_P(DeferredStepTest, ACheckpointTakenWithStepsPendingResumesBitForBit) {
   EXPECT_EQ(Parameters(resumed), Parameters(swapped));
 }
 
-INSTANTIATE_TEST_SUITE_P(Precision, DeferredStepTest, ::testing::Values("fp32", "bf16"));
+INSTANTIATE_TEST_SUITE_P(PrecisionAndOptimizer, DeferredStepTest,
+                         ::testing::Combine(::testing::Values("fp32", "bf16"), ::testing::Bool()));
 
 }  // namespace
 }  // namespace ztrain

@@ -42,7 +42,7 @@ TEST_P(OptimizerSwapperTest, TilesRoundTripAcrossSteps) {
   TempDir dir;
   const int64_t elements = 10007;  // 4 tiles, the last one short
   OptimizerSwapper swap(
-      env.io.get(), dir.File("opt.swp"), elements,
+      env.io.get(), dir.File("opt.swp"), {elements},
       {.tile_elements = 3000, .pipeline_read = read_ahead, .pipeline_write = write_behind},
       env.host);
   EXPECT_EQ(swap.buffers(), 1 + read_ahead + write_behind);
@@ -70,10 +70,86 @@ INSTANTIATE_TEST_SUITE_P(Pipelining, OptimizerSwapperTest,
                          ::testing::Combine(::testing::Bool(), ::testing::Bool(),
                                             ::testing::Bool()));
 
+// Layers of 2500, 0, 7000 and 100 elements in tiles of 3000: no tile crosses a layer, each
+// record is as long as its tile, and walks of one layer (the deferred step), of all layers and
+// prefetches in any order keep every element as an in-memory array would, through the
+// buffers' cache and writes left in flight.
+TEST_P(OptimizerSwapperTest, LayersWalkTheirOwnTilesInAnyOrder) {
+  const auto [read_ahead, write_behind, fallback] = GetParam();
+  Env env(fallback);
+  TempDir dir;
+  const std::vector<int64_t> layers = {2500, 0, 7000, 100};
+  const std::vector<int64_t> first = {0, 2500, 2500, 9500};
+  EXPECT_EQ(OptimizerSwapper::FileBytes(layers, 3000),
+            2 * (AlignUp(2500 * 4) + 2 * AlignUp(3000 * 4) + AlignUp(1000 * 4) + AlignUp(100 * 4)));
+  OptimizerSwapper swap(env.io.get(), dir.File("opt.swp"), layers,
+                        {.tile_elements = 3000,
+                         .pipeline_read = read_ahead,
+                         .pipeline_write = write_behind,
+                         .buffers = 3},
+                        env.host);
+  EXPECT_EQ(swap.buffers(), 3);
+  EXPECT_EQ(swap.elements(), 9600);
+  std::vector<float> m(9600, 0.0f), v(9600, 0.0f);
+  std::mt19937 rng(7);
+  int64_t stamp = 0;
+  auto step = [&](int64_t begin, int64_t count, float* tm, float* tv) {
+    ++stamp;
+    for (int64_t i = 0; i < count; ++i) {
+      ASSERT_EQ(tm[i], m[begin + i]) << "m[" << begin + i << "]";
+      ASSERT_EQ(tv[i], v[begin + i]) << "v[" << begin + i << "]";
+      tm[i] = m[begin + i] = static_cast<float>(stamp * 10000 + i);
+      tv[i] = v[begin + i] = static_cast<float>(-stamp);
+    }
+  };
+  for (int round = 0; round < 40; ++round) {
+    const int what = static_cast<int>(rng() % 5);
+    const size_t l = rng() % layers.size();
+    if (what == 0) {
+      swap.ForEachTile(step);
+    } else if (what == 1) {
+      swap.Prefetch(l);
+    } else if (what == 2) {
+      swap.Flush();
+    } else {
+      // 3: a step of layer l; 4: a read of it (not saved), whose scribbles must not stay.
+      std::vector<std::pair<int64_t, int64_t>> seen;
+      const bool save = what == 3;
+      swap.ForEachTileOf(
+          l,
+          [&](int64_t begin, int64_t count, float* tm, float* tv) {
+            seen.emplace_back(begin, count);
+            if (save) return step(begin, count, tm, tv);
+            for (int64_t i = 0; i < count; ++i) {
+              ASSERT_EQ(tm[i], m[begin + i]) << "m[" << begin + i << "]";
+              tm[i] = tv[i] = 0.5f;
+            }
+          },
+          save);
+      int64_t at = first[l];
+      for (const auto& [begin, count] : seen) {
+        EXPECT_EQ(begin, at);
+        EXPECT_LE(count, 3000);
+        at += count;
+      }
+      EXPECT_EQ(at, first[l] + layers[l]);
+    }
+  }
+  int64_t total = 0;
+  swap.ForEachTile([&](int64_t begin, int64_t count, float* tm, float* tv) {
+    for (int64_t i = 0; i < count; ++i) {
+      ASSERT_EQ(tm[i], m[begin + i]);
+      ASSERT_EQ(tv[i], v[begin + i]);
+    }
+    total += count;
+  });
+  EXPECT_EQ(total, 9600);
+}
+
 TEST(OptimizerSwapperTest, AnErrorInTheStepLeavesTheFileConsistent) {
   Env env(false);
   TempDir dir;
-  OptimizerSwapper swap(env.io.get(), dir.File("opt.swp"), 9000,
+  OptimizerSwapper swap(env.io.get(), dir.File("opt.swp"), {9000},
                         {.tile_elements = 3000, .pipeline_read = true, .pipeline_write = true},
                         env.host);
   swap.ForEachTile([](int64_t, int64_t count, float* m, float*) { std::fill(m, m + count, 1.0f); });

@@ -30,7 +30,8 @@ class FakeWork final : public comm::Work {
 // Four layers: 0 holds 64 trained elements, 1 has 32 trained and 128 frozen bytes, 2 only
 // 64 frozen bytes, 3 has 16 trained elements and binds layer 0's (a tied weight).
 struct Model {
-  explicit Model(GatherLimits limits = {}, int read_ahead = 0, DType dtype = DType::kF32)
+  explicit Model(GatherLimits limits = {}, int read_ahead = 0, DType dtype = DType::kF32,
+                 bool wraps = false)
       : memory(&tracker) {
     units = {{64, 0, {0}}, {32, 128, {1}}, {0, 64, {2}}, {16, 0, {3, 0}}};
     GatherHooks hooks;
@@ -52,6 +53,7 @@ struct Model {
     o.dtype = dtype;
     o.limits = limits;
     o.read_ahead = read_ahead;
+    o.read_ahead_wraps = wraps;
     gatherer = std::make_unique<ParamGatherer>(o, units, memory, hooks);
   }
   // Runs the positions of `phases`, checking before each layer runs that every unit it binds
@@ -176,6 +178,21 @@ TEST(ParamGathererTest, ReadsAheadTheNextPlannedGathers) {
   m.read.clear();
   m.gatherer->BeforeLayer(3);
   EXPECT_TRUE(m.read.empty());  // the last position has none after it
+  m.gatherer->AfterLayer();
+}
+
+TEST(ParamGathererTest, ReadAheadWrapsIntoTheNextStepsStart) {
+  // The shards do not change between steps (Note [Deferred optimizer step]): the last
+  // positions read ahead what the next step's first ones gather.
+  Model m(NoReuse(), /*read_ahead=*/2, DType::kF32, /*wraps=*/true);
+  m.gatherer->Start(1, /*backward=*/false);
+  for (size_t l = 0; l < 3; ++l) {
+    m.gatherer->BeforeLayer(l);
+    m.gatherer->AfterLayer();
+  }
+  m.read.clear();
+  m.gatherer->BeforeLayer(3);
+  EXPECT_EQ(m.read, (std::vector<size_t>{0, 1}));  // positions 0 and 1 of the next step
   m.gatherer->AfterLayer();
 }
 
