@@ -3,7 +3,7 @@
 //
 //   offload_bench [--dir DIR] [--steps N] [--layers L] [--embd C] [--heads H] [--seq T]
 //                 [--batch B] [--vocab V] [--sub-group-size E] [--opt-buffers N]
-//                 [--zero KEY=VALUE]...
+//                 [--param-buffers N] [--zero KEY=VALUE]...
 //
 // Variants (one Engine each, dp = 1, ZeRO stage 3 with stage3_param_persistence_threshold 0,
 // so no layer stays gathered between steps; the other stage3_* limits are DeepSpeed's
@@ -57,7 +57,8 @@ struct Options {
   int steps = 6;
   int layers = 6, embd = 384, heads = 6, seq = 128, batch = 4, vocab = 50257;
   int64_t sub_group_size = 4000000;
-  int64_t opt_buffers = 4;  // offload_optimizer.buffer_count (DeepSpeed's default)
+  int64_t opt_buffers = 4;    // offload_optimizer.buffer_count (DeepSpeed's default)
+  int64_t param_buffers = 5;  // offload_param.buffer_count (DeepSpeed's default)
   nlohmann::json zero = nlohmann::json::object();  // extra zero_optimization keys
 };
 
@@ -85,7 +86,7 @@ Options ParseOptions(int argc, char** argv) {
   int_arg("--steps", o.steps), int_arg("--layers", o.layers), int_arg("--embd", o.embd);
   int_arg("--heads", o.heads), int_arg("--seq", o.seq), int_arg("--batch", o.batch);
   int_arg("--vocab", o.vocab), int_arg("--sub-group-size", o.sub_group_size);
-  int_arg("--opt-buffers", o.opt_buffers);
+  int_arg("--opt-buffers", o.opt_buffers), int_arg("--param-buffers", o.param_buffers);
   for (int i = 1; i + 1 < argc; ++i) {
     if (std::strcmp(argv[i], "--zero") != 0) continue;
     const std::string kv = argv[i + 1];
@@ -118,7 +119,10 @@ Config MakeConfig(const Options& o, const Variant& v) {
   z.update(o.zero);  // --zero keys win
   z["stage"] = 3;
   if (v.param_nvme) {
-    z["offload_param"] = {{"device", "nvme"}, {"nvme_path", o.dir}, {"max_in_cpu", 0}};
+    z["offload_param"] = {{"device", "nvme"},
+                          {"nvme_path", o.dir},
+                          {"max_in_cpu", 0},
+                          {"buffer_count", o.param_buffers}};
   }
   if (v.opt_nvme) {
     z["offload_optimizer"] = {{"device", "nvme"},
@@ -253,7 +257,8 @@ double Median(std::vector<double> v) {
 struct Steps {
   std::vector<double> total, fwd, bwd, opt, ratio;
   std::vector<double> user, sys;  // CPU seconds of the process (all threads) per step
-  SwapBytes io;  // measured over all the timed steps
+  std::vector<double> swap_wait;  // StepStats::swap_wait_seconds
+  SwapBytes io;                   // measured over all the timed steps
 };
 
 // The process's CPU time so far (all threads): user and system seconds.
@@ -274,21 +279,21 @@ void PrintDirectory(const Options& o) {
 
 void PrintResults(const std::vector<std::unique_ptr<Engine>>& engines,
                   const std::vector<Steps>& steps, const DiskRate& disk) {
-  std::printf("%-12s %8s %8s %6s %8s %8s %8s %8s %8s\n", "variant", "median", "best", "ratio",
-              "forward", "backward", "optim", "cpu user", "cpu sys");
+  std::printf("%-12s %8s %8s %6s %8s %8s %8s %8s %8s %8s\n", "variant", "median", "best", "ratio",
+              "forward", "backward", "optim", "swapwait", "cpu user", "cpu sys");
   for (size_t v = 0; v < engines.size(); ++v) {
     const Steps& s = steps[v];
-    std::printf("%-12s %6.0fms %6.0fms %5.2fx %6.0fms %6.0fms %6.0fms %6.0fms %6.0fms\n",
+    std::printf("%-12s %6.0fms %6.0fms %5.2fx %6.0fms %6.0fms %6.0fms %6.0fms %6.0fms %6.0fms\n",
                 kVariants[v].name, Median(s.total) * 1e3,
                 *std::min_element(s.total.begin(), s.total.end()) * 1e3, Median(s.ratio),
-                Median(s.fwd) * 1e3, Median(s.bwd) * 1e3, Median(s.opt) * 1e3, Median(s.user) * 1e3,
-                Median(s.sys) * 1e3);
+                Median(s.fwd) * 1e3, Median(s.bwd) * 1e3, Median(s.opt) * 1e3,
+                Median(s.swap_wait) * 1e3, Median(s.user) * 1e3, Median(s.sys) * 1e3);
   }
   std::printf(
       "median/best: step time over the timed steps; ratio: median over rounds of the "
       "step / the memory step of the same round; forward/backward/optim: StepStats "
-      "medians; cpu user/sys: the process's CPU time per step (all threads; the I/O's "
-      "kernel work shows in sys)\n");
+      "medians; swapwait: time blocked on the swappers; cpu user/sys: the process's CPU "
+      "time per step (all threads; the I/O's kernel work shows in sys)\n");
   std::printf("%-12s %9s %9s %9s %9s %10s %10s\n", "swap/step", "read", "written", "measured",
               "measured", "I/O rate", "exposed");
   const double base = Median(steps[0].total);
@@ -362,6 +367,7 @@ int Run(const Options& o) {
       const auto [user_after, sys_after] = ProcessCpu();
       const SwapBytes io_after = ProcessIo();
       steps[v].user.push_back(user_after - user_before);
+      steps[v].swap_wait.push_back(st.swap_wait_seconds);
       steps[v].sys.push_back(sys_after - sys_before);
       steps[v].io.read += io_after.read - io_before.read;
       steps[v].io.written += io_after.written - io_before.written;

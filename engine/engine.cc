@@ -465,12 +465,10 @@ comm::WorkPtr Engine::LaunchGather(size_t l, const Buffer& whole, DType dtype) {
     ops_->Copy(st.Flat(st.params, st.shard), mine);
     return dp_->AllGather(mine, out);
   }
+  StepPending(l);  // Note [Deferred optimizer step]
   if (param_swap_ && whole.device().is_cpu() && dtype == DType::kF32) {
-    {
-      const ScopeTimer timer(swap_wait_seconds_);
-      param_swap_->CopyOut(l, mine.data<float>());
-    }
-    StepPending(l, mine.data<float>());  // Note [Deferred optimizer step]
+    const ScopeTimer timer(swap_wait_seconds_);
+    param_swap_->CopyOut(l, mine.data<float>());
     return dp_->AllGather(mine, out);
   }
   // The shard on the host in the gather's dtype: the master or its `lp` copy, or from NVMe
@@ -483,11 +481,8 @@ comm::WorkPtr Engine::LaunchGather(size_t l, const Buffer& whole, DType dtype) {
                 : st.lp.AsTensor(dtype, {st.shard});
   } else {
     staged = Buffer(*host_, DType::kF32, {st.shard}, MemoryCategory::kWorkspace);
-    {
-      const ScopeTimer timer(swap_wait_seconds_);
-      param_swap_->CopyOut(l, staged.data<float>());
-    }
-    StepPending(l, staged.data<float>());
+    const ScopeTimer timer(swap_wait_seconds_);
+    param_swap_->CopyOut(l, staged.data<float>());
     shard = st.Flat(staged, st.shard);
   }
   if (shard.dtype() != dtype) {  // converted by the ops (NVMe under mixed precision)

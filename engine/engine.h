@@ -359,11 +359,11 @@ class Engine {
   void HostAdamRange(const Part& p, int64_t begin, int64_t end, float* m, float* v, float* master,
                      const StepArgs& args);
   // Note [Deferred optimizer step] (engine_optimizer.cc): the step recorded, whether layer l
-  // is still to be stepped, stepping it on its fp32 shard `master` (read from NVMe; written
-  // back), and stepping every pending layer.
+  // is still to be stepped, stepping it (on its shard in the swapper, written back), and
+  // stepping every pending layer.
   void DeferStep(const std::vector<Part>& parts, const StepArgs& args);
   bool IsPending(size_t layer) const;
-  void StepPending(size_t layer, float* master);
+  void StepPending(size_t layer);
   void ApplyPendingSteps();
   void SelectStage(std::vector<std::unique_ptr<nn::Layer>> model);
   // Throws ConfigError for a glob of optimizer.param_groups that selects nothing.

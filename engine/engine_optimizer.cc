@@ -262,7 +262,12 @@ void Engine::HostAdamRange(const Part& p, int64_t begin, int64_t end, float* m, 
 // records the step's arguments (lr, clip coefficient, Adam's step count), and every layer
 // with an optimizer range becomes pending. A pending layer is stepped the next time its shard
 // is read — by the next forward's gather (LaunchGather), which reads it anyway — on the shard
-// as read; the updated shard is written back in the background and gathered. Its reduced
+// as read, in the swapper's buffer (ParamSwapper::Acquire), from which it is written back in
+// the background and copied for the gather; with m and v on NVMe too, with its own tiles
+// (OptimizerSwapper::ForEachTileOf). The gatherer launches a prefetched layer's gather
+// (and so its step) just before the layer that needs it, so the steps run beside the compute
+// of the layers before, and its read-ahead of shards and of m and v tiles runs on from this
+// step's backward into the next step's first layers (Note [Parameter gatherer]). Its reduced
 // gradient shard is kept until then: ZeroGrad passes pending layers over, and they are zeroed
 // once stepped.
 // Everything else that reads or writes parameters or optimizer state — whole parameters,
@@ -281,18 +286,25 @@ void Engine::DeferStep(const std::vector<Part>& parts, const StepArgs& args) {
 
 bool Engine::IsPending(size_t l) const { return pending_ && !pending_->parts[l].empty(); }
 
-void Engine::StepPending(size_t l, float* master) {
+void Engine::StepPending(size_t l) {
   if (!IsPending(l)) return;
   std::vector<Part> parts = std::move(pending_->parts[l]);
   pending_->parts[l].clear();
+  float* master = nullptr;  // the shard, stepped in the swapper's buffer and written from it
+  {
+    const ScopeTimer timer(swap_wait_seconds_);
+    master = param_swap_->Acquire(l);
+  }
   auto adam = [&](const Part& p, int64_t begin, int64_t end, float* m, float* v) {
     HostAdamRange(p, begin, end, m, v, master, pending_->args);
   };
-  ForEachOptimizerRange(parts, adam, /*save=*/true, l);
-  {
-    const ScopeTimer timer(swap_wait_seconds_);
-    param_swap_->Store(l, master);
+  try {
+    ForEachOptimizerRange(parts, adam, /*save=*/true, l);
+  } catch (...) {
+    param_swap_->Release(l, /*changed=*/false);
+    throw;
   }
+  param_swap_->Release(l, /*changed=*/true);
   if (pending_->zero_grads) ZeroFill(states_[l]->grad_shard);
   if (--pending_layers_ == 0) pending_.reset();
 }
@@ -300,17 +312,12 @@ void Engine::StepPending(size_t l, float* master) {
 void Engine::ApplyPendingSteps() {
   for (size_t l = 0; l < states_.size() && pending_; ++l) {
     if (!IsPending(l)) continue;
-    Buffer staged(staging(), DType::kF32, {states_[l]->shard}, MemoryCategory::kParameters);
-    {
-      const ScopeTimer timer(swap_wait_seconds_);
-      param_swap_->CopyOut(l, staged.data<float>());
-      for (size_t next = l + 1; next < states_.size(); ++next) {
-        if (!IsPending(next)) continue;
-        param_swap_->Prefetch(next);
-        break;
-      }
+    for (size_t next = l + 1; next < states_.size(); ++next) {
+      if (!IsPending(next)) continue;
+      param_swap_->Prefetch(next);
+      break;
     }
-    StepPending(l, staged.data<float>());
+    StepPending(l);
   }
   if (param_swap_) {
     const ScopeTimer timer(swap_wait_seconds_);

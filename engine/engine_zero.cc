@@ -31,6 +31,9 @@ void Engine::SetUpGatherer() {
   // A deferred step leaves the shards on NVMe as the next step's forward reads them (Note
   // [Deferred optimizer step]): the reads can start in this step's backward.
   o.read_ahead_wraps = defer_steps_;
+  // A pending layer's gather steps it: best beside the compute of the layers before it, not
+  // all at the position that prefetches it.
+  o.launch_at_use = defer_steps_;
   zero::GatherHooks hooks;
   hooks.gather = [this](size_t u, const Buffer& whole) {
     return LaunchGather(u, whole, act_dtype_);

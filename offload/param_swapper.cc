@@ -81,7 +81,7 @@ ParamSwapper::~ParamSwapper() {
 
 ParamSwapper::Slot* ParamSwapper::FindReading(size_t layer) {
   for (Slot& s : slots_) {
-    if (!s.writing && s.layer == static_cast<int64_t>(layer)) return &s;
+    if (!s.writing && !s.held && s.layer == static_cast<int64_t>(layer)) return &s;
   }
   return nullptr;
 }
@@ -102,7 +102,7 @@ void ParamSwapper::Finish(Slot& slot) {
 
 ParamSwapper::Slot& ParamSwapper::FreeSlot() {
   for (Slot& s : slots_) {
-    if (!s.work) return s;
+    if (!s.work && !s.held) return s;
   }
   for (Slot& s : slots_) {
     if (s.writing && s.work->Done()) {
@@ -118,10 +118,11 @@ ParamSwapper::Slot& ParamSwapper::FreeSlot() {
   }
   // Every buffer holds a read-ahead: the latest is dropped (layers are asked for in the order
   // they were prefetched, so it is needed last).
-  Slot* latest = &slots_.front();
+  Slot* latest = nullptr;
   for (Slot& s : slots_) {
-    if (s.issued > latest->issued) latest = &s;
+    if (!s.held && (!latest || s.issued > latest->issued)) latest = &s;
   }
+  ZTRAIN_ASSERT(latest != nullptr, "every parameter swap buffer is held");
   Finish(*latest);
   return *latest;
 }
@@ -138,7 +139,7 @@ void ParamSwapper::Prefetch(size_t layer) {
   WaitForWritesOf(layer);  // done already: collects its outcome
   for (Slot& s : slots_) {
     if (s.work && s.writing && s.work->Done()) Finish(s);
-    if (s.work) continue;
+    if (s.work || s.held) continue;
     s.layer = static_cast<int64_t>(layer);
     s.issued = ++issued_;
     s.work = file_->Read(offsets_[layer], s.buffer, Bytes(layer));
@@ -152,6 +153,18 @@ void ParamSwapper::CopyOut(size_t layer, float* out) {
     std::memcpy(out, resident_[layer].data(), static_cast<size_t>(Bytes(layer)));
     return;
   }
+  if (const int64_t writing = last_write_slot_[layer]; writing >= 0) {
+    // Being written (or written) from this buffer: the latest values are there.
+    std::memcpy(out, slots_[static_cast<size_t>(writing)].buffer.data(),
+                static_cast<size_t>(Bytes(layer)));
+    return;
+  }
+  Slot& slot = ReadInto(layer);
+  std::memcpy(out, slot.buffer.data(), static_cast<size_t>(Bytes(layer)));
+  slot.layer = -1;
+}
+
+ParamSwapper::Slot& ParamSwapper::ReadInto(size_t layer) {
   Slot* slot = FindReading(layer);
   if (slot == nullptr) {
     WaitForWritesOf(layer);
@@ -167,9 +180,34 @@ void ParamSwapper::CopyOut(size_t layer, float* out) {
     Finish(*slot);
     throw;
   }
-  std::memcpy(out, slot->buffer.data(), static_cast<size_t>(Bytes(layer)));
   slot->work.reset();
-  slot->layer = -1;
+  return *slot;
+}
+
+float* ParamSwapper::Acquire(size_t layer) {
+  if (shape_only_) return nullptr;
+  if (resident(layer)) return resident_[layer].data<float>();
+  Slot& slot = ReadInto(layer);
+  slot.held = true;
+  return reinterpret_cast<float*>(slot.buffer.data());
+}
+
+void ParamSwapper::Release(size_t layer, bool changed) {
+  if (shape_only_ || resident(layer)) return;
+  Slot* slot = nullptr;
+  for (Slot& s : slots_) {
+    if (s.held && s.layer == static_cast<int64_t>(layer)) slot = &s;
+  }
+  ZTRAIN_ASSERT(slot != nullptr, "layer ", layer, " was not acquired");
+  slot->held = false;
+  if (!changed) {
+    slot->layer = -1;
+    return;
+  }
+  slot->issued = ++issued_;
+  slot->writing = true;
+  slot->work = file_->Write(offsets_[layer], slot->buffer, Bytes(layer));
+  last_write_slot_[layer] = slot - slots_.data();
 }
 
 void ParamSwapper::Store(size_t layer, const float* in) {

@@ -8,7 +8,8 @@
 // buffer_count / buffer_size): Prefetch starts reading a layer's shard into a free buffer so
 // the read runs while earlier layers compute; CopyOut hands the shard over (waiting for its
 // read, or reading it now) and frees the buffer; Store copies an updated shard into a buffer
-// and writes it back in the background. A buffer whose write is in flight is reused only
+// and writes it back in the background; Acquire and Release let the caller update a shard in
+// its buffer and write it back from there. A buffer whose write is in flight is reused only
 // after the write finished, and a read of a layer waits for that layer's pending write, so
 // a read never returns stale data. I/O errors throw IoError (naming file, offset and size).
 // The in-memory shards come from `allocator`, the swap buffers from `buffer_allocator`
@@ -51,6 +52,13 @@ class ParamSwapper {
   void Prefetch(size_t layer);
   void CopyOut(size_t layer, float* out);
   void Store(size_t layer, const float* in);
+  // Layer l's shard where the swapper holds it (its in-memory shard, or a swap buffer it is
+  // read into, now unless read ahead), for the caller to read and change in place until
+  // Release(l, changed); with `changed` it is written back from there, and a CopyOut of the
+  // layer meanwhile copies it from that buffer without waiting for the write. One layer at a
+  // time; null with shape-only allocators.
+  float* Acquire(size_t layer);
+  void Release(size_t layer, bool changed);
   // Waits for every write in flight (and reports its error).
   void Flush();
 
@@ -63,12 +71,14 @@ class ParamSwapper {
     IoWorkPtr work;        // the read or write in flight
     int64_t layer = -1;    // the layer being read into it (-1: none)
     bool writing = false;
+    bool held = false;     // handed out by Acquire
     int64_t issued = 0;    // when its transfer was issued (a counter)
   };
   int64_t Bytes(size_t layer) const {
     return shard_elements_[layer] * static_cast<int64_t>(sizeof(float));
   }
   Slot* FindReading(size_t layer);
+  Slot& ReadInto(size_t layer);  // a buffer holding the layer's shard, read now unless ahead
   Slot& FreeSlot();  // waits for a write or drops the latest read-ahead when none is free
   void Finish(Slot& slot);
   void WaitForWritesOf(size_t layer);

@@ -1,6 +1,7 @@
 // Note [Parameter gatherer] (param_gatherer.h).
 #include "parallel/zero/param_gatherer.h"
 
+#include <algorithm>
 #include <exception>
 #include <utility>
 
@@ -60,40 +61,72 @@ void ParamGatherer::Start(const std::vector<bool>& phases) {
   }
   plan_ = &it->second;
   position_ = 0;
+  layer_at_.clear();
+  const size_t n = units_.size();
+  for (const bool backward : phases) {
+    for (size_t i = 0; i < n; ++i) layer_at_.push_back(backward ? n - 1 - i : i);
+  }
+}
+
+void ParamGatherer::Launch(size_t u) {
+  Unit& unit = units_[u];
+  unit.unlaunched = false;
+  if (unit.spec.elements > 0) unit.work = hooks_.gather(u, unit.whole);
+  if (unit.spec.frozen_bytes > 0) unit.frozen_work = hooks_.gather_frozen(u, unit.frozen_whole);
 }
 
 void ParamGatherer::BeforeLayer(size_t l) {
   ZTRAIN_ASSERT(plan_ != nullptr && position_ < plan_->actions.size());
+  const UnitUse& needs = units_[l].spec.needs;
   for (size_t u : plan_->actions[position_].fetch) {
     Unit& unit = units_[u];
     if (unit.spec.elements > 0) {
       unit.whole =
           Buffer(memory_, options_.dtype, {unit.spec.elements}, MemoryCategory::kParameters);
-      unit.work = hooks_.gather(u, unit.whole);
     }
     if (unit.spec.frozen_bytes > 0) {
       unit.frozen_whole =
           Buffer(memory_, DType::kU8, {unit.spec.frozen_bytes}, MemoryCategory::kParameters);
-      unit.frozen_work = hooks_.gather_frozen(u, unit.frozen_whole);
+    }
+    unit.unlaunched = true;
+    if (!options_.launch_at_use || std::find(needs.begin(), needs.end(), u) != needs.end()) {
+      Launch(u);
     }
   }
-  if (hooks_.read_ahead) {
-    // The shards of the next planned gathers, read while this layer computes.
-    int ahead = options_.read_ahead;
-    const size_t n = plan_->actions.size();
-    const size_t end = position_ + 1 + (options_.read_ahead_wraps ? n - 1 : n - 1 - position_);
-    for (size_t q = position_ + 1; q < end && ahead > 0; ++q) {
-      for (size_t u : plan_->actions[q % n].fetch) {
-        if (ahead-- > 0) hooks_.read_ahead(u);
-      }
-    }
-  }
-  for (size_t u : units_[l].spec.needs) {
+  if (hooks_.read_ahead) ReadAhead();
+  for (size_t u : needs) {
     Unit& unit = units_[u];
     ZTRAIN_ASSERT(unit.spec.elements == 0 || unit.whole.data() != nullptr, "unit ", u,
                   " is not gathered for layer ", l);
+    if (unit.unlaunched) Launch(u);
     Wait(unit.work);
     Wait(unit.frozen_work);
+  }
+}
+
+// The shards of the next gathers to launch, read while this layer computes: the planned
+// fetches of the following positions or, launched at use, the units the following positions'
+// layers need that are not launched yet (past the plan's end, as the next step needs them).
+void ParamGatherer::ReadAhead() {
+  int ahead = options_.read_ahead;
+  const size_t n = plan_->actions.size();
+  const size_t end = position_ + 1 + (options_.read_ahead_wraps ? n - 1 : n - 1 - position_);
+  std::vector<size_t> asked;
+  for (size_t q = position_ + 1; q < end && ahead > 0; ++q) {
+    const bool next_step = q >= n;
+    const std::vector<size_t>& units =
+        options_.launch_at_use ? units_[layer_at_[q % n]].spec.needs : plan_->actions[q % n].fetch;
+    for (size_t u : units) {
+      if (ahead <= 0) break;
+      const Unit& unit = units_[u];
+      const bool launched =
+          (unit.work || unit.whole.data() || unit.frozen_whole.data()) && !unit.unlaunched;
+      if (options_.launch_at_use && !next_step && launched) continue;
+      if (std::find(asked.begin(), asked.end(), u) != asked.end()) continue;
+      asked.push_back(u);
+      --ahead;
+      hooks_.read_ahead(u);
+    }
   }
 }
 
@@ -104,6 +137,7 @@ void ParamGatherer::AfterLayer() {
     ZTRAIN_ASSERT(!unit.work && !unit.frozen_work);
     unit.whole.Reset();
     unit.frozen_whole.Reset();
+    unit.unlaunched = false;
   }
   if (++position_ == plan_->actions.size()) plan_ = nullptr;
 }
@@ -114,6 +148,7 @@ void ParamGatherer::ReleaseAll() {
     Wait(u.frozen_work);
     u.whole.Reset();
     u.frozen_whole.Reset();
+    u.unlaunched = false;  // never launched: nothing to wait for
   }
   plan_ = nullptr;
 }

@@ -6,9 +6,10 @@
 // backward (whose recomputation runs inside it):
 //   - BeforeLayer(l) launches the gathers the plan fetches at this position — a unit's
 //     trained parameters, `elements` of the compute dtype, and its frozen region of
-//     `frozen_bytes`, each into a whole buffer the gatherer allocates — then lets the source
-//     read ahead the shards of the next `read_ahead` planned gathers (NVMe), then waits for
-//     the gathers of the units layer l needs;
+//     `frozen_bytes`, each into a whole buffer the gatherer allocates (with launch_at_use, a
+//     unit layer l does not need is only allocated, and launched when a layer needs it) —
+//     then lets the source read ahead the shards of the next `read_ahead` planned gathers
+//     (NVMe), then waits for the gathers of the units layer l needs;
 //   - AfterLayer() releases what the plan releases after this position, and moves on.
 // Start(phases) begins a step, releasing anything an earlier, failed step left gathered; the
 // plan of each phase list is made once and kept. Whole(u) and FrozenWhole(u) are a unit's
@@ -57,6 +58,10 @@ class ParamGatherer {
     // Read ahead past the plan's end into its start, as if the next step ran the same plan
     // (when the shards do not change between steps).
     bool read_ahead_wraps = false;
+    // Launch a prefetched unit's gathers only when a layer needs it (its buffers are still
+    // allocated where the plan fetches it): for a source whose launch does work best done
+    // beside the compute of the layers before (Note [Deferred optimizer step]).
+    bool launch_at_use = false;
   };
   // `memory` gives the gathered buffers (MemoryCategory::kParameters).
   ParamGatherer(Options options, std::vector<GatherUnit> units, Allocator& memory,
@@ -88,7 +93,10 @@ class ParamGatherer {
     GatherUnit spec;
     Buffer whole, frozen_whole;
     comm::WorkPtr work, frozen_work;
+    bool unlaunched = false;  // launch_at_use: allocated, its gathers not launched yet
   };
+  void Launch(size_t u);
+  void ReadAhead();
   void Wait(comm::WorkPtr& work);
 
   const Options options_;
@@ -98,6 +106,7 @@ class ParamGatherer {
   std::map<std::vector<bool>, GatherPlan> plans_;
   const GatherPlan* plan_ = nullptr;
   size_t position_ = 0;
+  std::vector<size_t> layer_at_;  // the layer of each position of the running plan
 };
 
 }  // namespace ztrain::zero

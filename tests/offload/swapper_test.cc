@@ -166,8 +166,9 @@ TEST(OptimizerSwapperTest, AnErrorInTheStepLeavesTheFileConsistent) {
 
 class ParamSwapperTest : public ::testing::TestWithParam<std::tuple<int, int64_t, bool>> {};
 
-// Random stores, prefetches and reads against a reference: a read always returns the latest
-// store, whether the layer is in memory, read ahead, evicted or being written.
+// Random stores, prefetches, reads and in-place updates (Acquire / Release) against a
+// reference: a read always returns the latest store, whether the layer is in memory, read
+// ahead, evicted or being written.
 TEST_P(ParamSwapperTest, ReadsReturnTheLatestStore) {
   const auto [buffer_count, max_in_cpu, fallback] = GetParam();
   Env env(fallback);
@@ -187,7 +188,7 @@ TEST_P(ParamSwapperTest, ReadsReturnTheLatestStore) {
   std::vector<float> out;
   for (int op = 0; op < 400; ++op) {
     const size_t l = rng() % shards.size();
-    switch (rng() % 3) {
+    switch (rng() % 5) {
       case 0:
         swap.Prefetch(l);
         break;
@@ -196,6 +197,17 @@ TEST_P(ParamSwapperTest, ReadsReturnTheLatestStore) {
         swap.CopyOut(l, out.data());
         ASSERT_EQ(out, ref[l]) << "layer " << l << " at op " << op;
         break;
+      case 2:
+      case 3: {  // updated in place (the deferred optimizer step), or only looked at
+        float* held = swap.Acquire(l);
+        ASSERT_TRUE(std::equal(ref[l].begin(), ref[l].end(), held)) << "layer " << l;
+        const bool change = rng() % 2 == 0;
+        for (int64_t i = 0; i < shards[l]; ++i) {
+          held[i] = change ? ref[l][i] = ref[l][i] * 2.0f + 1.0f : held[i];
+        }
+        swap.Release(l, change);
+        break;
+      }
       default:
         for (float& x : ref[l]) x += 1.0f;
         swap.Store(l, ref[l].data());

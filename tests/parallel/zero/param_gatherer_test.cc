@@ -31,7 +31,7 @@ class FakeWork final : public comm::Work {
 // 64 frozen bytes, 3 has 16 trained elements and binds layer 0's (a tied weight).
 struct Model {
   explicit Model(GatherLimits limits = {}, int read_ahead = 0, DType dtype = DType::kF32,
-                 bool wraps = false)
+                 bool wraps = false, bool at_use = false)
       : memory(&tracker) {
     units = {{64, 0, {0}}, {32, 128, {1}}, {0, 64, {2}}, {16, 0, {3, 0}}};
     GatherHooks hooks;
@@ -54,6 +54,7 @@ struct Model {
     o.limits = limits;
     o.read_ahead = read_ahead;
     o.read_ahead_wraps = wraps;
+    o.launch_at_use = at_use;
     gatherer = std::make_unique<ParamGatherer>(o, units, memory, hooks);
   }
   // Runs the positions of `phases`, checking before each layer runs that every unit it binds
@@ -194,6 +195,34 @@ TEST(ParamGathererTest, ReadAheadWrapsIntoTheNextStepsStart) {
   m.gatherer->BeforeLayer(3);
   EXPECT_EQ(m.read, (std::vector<size_t>{0, 1}));  // positions 0 and 1 of the next step
   m.gatherer->AfterLayer();
+}
+
+TEST(ParamGathererTest, LaunchAtUseLaunchesAPrefetchedUnitWhenALayerNeedsIt) {
+  // Default limits prefetch every unit at the first position; launched at use, each unit's
+  // gathers start before the first layer that binds it, its memory taken where planned.
+  Model m({}, 0, DType::kF32, /*wraps=*/false, /*at_use=*/true);
+  m.gatherer->Start(1, /*backward=*/true);
+  m.gatherer->BeforeLayer(0);
+  m.ExpectGathered(0);
+  EXPECT_EQ(m.launched, (std::vector<size_t>{0}));
+  EXPECT_TRUE(m.frozen_launched.empty());
+  const GatherPlan& plan = *m.gatherer->plan();
+  EXPECT_EQ(m.tracker.Current(MemoryCategory::kParameters), plan.peak_live * 4);  // allocated
+  m.gatherer->AfterLayer();
+  m.gatherer->BeforeLayer(1);
+  EXPECT_EQ(m.launched, (std::vector<size_t>{0, 1}));
+  EXPECT_EQ(m.frozen_launched, (std::vector<size_t>{1}));
+  m.gatherer->AfterLayer();
+  for (size_t l = 2; l < 4; ++l) {
+    m.gatherer->BeforeLayer(l);
+    m.gatherer->AfterLayer();
+  }
+  EXPECT_EQ(m.launched, (std::vector<size_t>{0, 1, 3}));  // unit 0 stayed gathered for 3
+  EXPECT_EQ(m.frozen_launched, (std::vector<size_t>{1, 2}));
+  // Abandoned mid-step: what was never launched is not waited for.
+  m.gatherer->ReleaseAll();
+  EXPECT_EQ(m.waits, 5);
+  EXPECT_EQ(m.tracker.Current(MemoryCategory::kParameters), 0);
 }
 
 TEST(ParamGathererTest, StartClearsAFailedStep) {
