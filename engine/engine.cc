@@ -193,12 +193,11 @@ void Engine::BuildStorage() {
       st.params =
           StateBuffer(at.params, st.sharded ? st.shard : st.padded, MemoryCategory::kParameters);
     }
-    st.frozen = StateBuffer(at.frozen, st.sharded ? st.frozen_shard : st.frozen_padded,
+    st.frozen = StateBuffer(at.frozen(), st.sharded ? st.frozen_shard : st.frozen_padded,
                             MemoryCategory::kParameters, DType::kU8);
     if (mixed() && !st.sharded) {
       st.lp = StateBuffer(Place::kDevice, st.padded, MemoryCategory::kParameters, act_dtype_);
-    } else if (mixed() && on_device() &&
-               (at.params == Place::kHost || at.params == Place::kPinned)) {
+    } else if (mixed() && on_device() && at.params_in_host()) {
       // Note [Offloaded shards beside compute]: the shard's compute-dtype copy, where it is.
       st.lp = StateBuffer(at.params, st.shard, MemoryCategory::kParameters, act_dtype_);
     }
@@ -299,7 +298,7 @@ void Engine::SetUpOffload() {
   const OffloadOptimizerConfig& oo = config_.zero.offload_optimizer;
   const bool param_nvme = placement_.params == Place::kNvme;
   const bool opt_nvme = placement_.optimizer == Place::kNvme;
-  const bool param_host = placement_.params == Place::kHost || placement_.params == Place::kPinned;
+  const bool param_host = placement_.params_in_host();
   const bool opt_host = oo.device == "cpu";
   if ((param_host || opt_host) && computes_) {
     // Pinned state so far: the CPU backend's mlock'ed allocations, or CUDA's pinned memory.

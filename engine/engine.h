@@ -363,6 +363,7 @@ class Engine {
   // stepping every pending layer.
   void DeferStep(const std::vector<Part>& parts, const StepArgs& args);
   bool IsPending(size_t layer) const;
+  void DropPendingWhenDone();  // resets pending_ once no layer is left
   void StepPending(size_t layer);
   void ApplyPendingSteps();
   void SelectStage(std::vector<std::unique_ptr<nn::Layer>> model);
@@ -518,15 +519,14 @@ class Engine {
   std::unique_ptr<offload::ParamSwapper> param_swap_;
   std::unique_ptr<offload::OptimizerSwapper> opt_swap_;
   // Note [Deferred optimizer step]: on when parameter shards are on NVMe; the step recorded,
-  // with each layer's parts still to be stepped, and how many layers have some.
+  // with each layer's parts still to be stepped.
   bool defer_steps_ = false;
   struct PendingStep {
     StepArgs args;
     std::vector<std::vector<Part>> parts;
     bool zero_grads = false;  // ZeroGrad ran since: a layer's gradients go once it is stepped
   };
-  std::optional<PendingStep> pending_;
-  size_t pending_layers_ = 0;
+  std::optional<PendingStep> pending_;  // null when no layer has parts left
   int64_t swap_file_bytes_ = 0;
 };
 

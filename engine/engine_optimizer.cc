@@ -279,12 +279,17 @@ void Engine::DeferStep(const std::vector<Part>& parts, const StepArgs& args) {
   ApplyPendingSteps();
   pending_ = PendingStep{args, std::vector<std::vector<Part>>(states_.size())};
   for (const Part& p : parts) pending_->parts[p.slot->layer].push_back(p);
-  pending_layers_ = 0;
-  for (const auto& layer_parts : pending_->parts) pending_layers_ += !layer_parts.empty();
-  if (pending_layers_ == 0) pending_.reset();
+  DropPendingWhenDone();
 }
 
 bool Engine::IsPending(size_t l) const { return pending_ && !pending_->parts[l].empty(); }
+
+void Engine::DropPendingWhenDone() {
+  for (size_t l = 0; l < states_.size(); ++l) {
+    if (IsPending(l)) return;
+  }
+  pending_.reset();
+}
 
 void Engine::StepPending(size_t l) {
   if (!IsPending(l)) return;
@@ -306,7 +311,7 @@ void Engine::StepPending(size_t l) {
   }
   param_swap_->Release(l, /*changed=*/true);
   if (pending_->zero_grads) ZeroFill(states_[l]->grad_shard);
-  if (--pending_layers_ == 0) pending_.reset();
+  DropPendingWhenDone();
 }
 
 void Engine::ApplyPendingSteps() {

@@ -16,7 +16,6 @@ Placement PlaceState(const ZeroConfig& zero, bool on_device) {
   const OffloadOptimizerConfig& oo = zero.offload_optimizer;
   Placement p;
   if (zero.stage == 3 && op.device != "none") p.params = OffloadPlace(op.device, op.pin_memory);
-  p.frozen = p.params == Place::kNvme ? Place::kHost : p.params;
   p.host_adam = !on_device || oo.device != "none" || p.params_offloaded();
   if (oo.device != "none") {
     p.optimizer = OffloadPlace(oo.device, oo.pin_memory);

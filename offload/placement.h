@@ -25,11 +25,13 @@ enum class Place { kDevice, kHost, kPinned, kNvme };
 
 struct Placement {
   Place params = Place::kDevice;
-  Place frozen = Place::kDevice;
   Place optimizer = Place::kDevice;
   bool host_adam = false;
   bool host_master = false;
   bool params_offloaded() const { return params != Place::kDevice; }
+  // The parameters in host memory, pinned or not (offload_param cpu).
+  bool params_in_host() const { return params == Place::kHost || params == Place::kPinned; }
+  Place frozen() const { return params == Place::kNvme ? Place::kHost : params; }
 };
 
 // `on_device`: the engine computes on a GPU (false: the CPU backend).

@@ -43,6 +43,11 @@ void ParamGatherer::Start(int micro_batches, bool backward) {
 
 void ParamGatherer::Start(const std::vector<bool>& phases) {
   ReleaseAll();
+  layer_at_.clear();
+  const size_t n = units_.size();
+  for (const bool backward : phases) {
+    for (size_t i = 0; i < n; ++i) layer_at_.push_back(backward ? n - 1 - i : i);
+  }
   auto it = plans_.find(phases);
   if (it == plans_.end()) {
     // The limits count the trained and the frozen parameters, the frozen ones in elements of
@@ -53,19 +58,11 @@ void ParamGatherer::Start(const std::vector<bool>& phases) {
                       u.spec.frozen_bytes / static_cast<int64_t>(DTypeSize(options_.dtype)));
     }
     std::vector<UnitUse> uses;
-    const size_t n = units_.size();
-    for (const bool backward : phases) {
-      for (size_t i = 0; i < n; ++i) uses.push_back(units_[backward ? n - 1 - i : i].spec.needs);
-    }
+    for (size_t layer : layer_at_) uses.push_back(units_[layer].spec.needs);
     it = plans_.emplace(phases, PlanGathers(sizes, uses, options_.limits)).first;
   }
   plan_ = &it->second;
   position_ = 0;
-  layer_at_.clear();
-  const size_t n = units_.size();
-  for (const bool backward : phases) {
-    for (size_t i = 0; i < n; ++i) layer_at_.push_back(backward ? n - 1 - i : i);
-  }
 }
 
 void ParamGatherer::Launch(size_t u) {

@@ -24,7 +24,7 @@ TEST(PlacementTest, NoOffloadKeepsEverythingOnTheDevice) {
   for (int stage = 0; stage <= 3; ++stage) {
     const Placement gpu = PlaceState(Zero(stage, "none", "none"), /*on_device=*/true);
     EXPECT_EQ(gpu.params, Place::kDevice);
-    EXPECT_EQ(gpu.frozen, Place::kDevice);
+    EXPECT_EQ(gpu.frozen(), Place::kDevice);
     EXPECT_EQ(gpu.optimizer, Place::kDevice);
     EXPECT_FALSE(gpu.host_adam);
     EXPECT_FALSE(gpu.host_master);
@@ -53,16 +53,16 @@ TEST(PlacementTest, OptimizerOffload) {
 TEST(PlacementTest, ParameterOffloadAtStageThree) {
   const Placement host = PlaceState(Zero(3, "cpu", "none"), true);
   EXPECT_EQ(host.params, Place::kHost);
-  EXPECT_EQ(host.frozen, Place::kHost);
+  EXPECT_EQ(host.frozen(), Place::kHost);
   EXPECT_TRUE(host.host_adam);     // offloaded parameters are stepped on the host
   EXPECT_FALSE(host.host_master);  // the host shard is the master
   EXPECT_EQ(host.optimizer, Place::kHost);
   const Placement pinned = PlaceState(Zero(3, "cpu", "none", /*pin=*/true), true);
   EXPECT_EQ(pinned.params, Place::kPinned);
-  EXPECT_EQ(pinned.frozen, Place::kPinned);
+  EXPECT_EQ(pinned.frozen(), Place::kPinned);
   const Placement nvme = PlaceState(Zero(3, "nvme", "nvme"), true);
   EXPECT_EQ(nvme.params, Place::kNvme);
-  EXPECT_EQ(nvme.frozen, Place::kHost);  // frozen shards are not swapped
+  EXPECT_EQ(nvme.frozen(), Place::kHost);  // frozen shards are not swapped
   EXPECT_EQ(nvme.optimizer, Place::kNvme);
   EXPECT_TRUE(nvme.params_offloaded());
 }
