@@ -88,6 +88,7 @@ Engine::Engine(Config config, std::vector<std::unique_ptr<nn::Layer>> layers, Pa
   BuildStorage();
   SetUpReducer();
   SetUpOffload();
+  SetUpOptimizer();
   SetUpGatherer();
   if (initial == InitialParameters::kRandom) InitParameters();
 }
@@ -464,7 +465,7 @@ comm::WorkPtr Engine::LaunchGather(size_t l, const Buffer& whole, DType dtype) {
     ops_->Copy(st.Flat(st.params, st.shard), mine);
     return dp_->AllGather(mine, out);
   }
-  StepPending(l);  // Note [Deferred optimizer step]
+  optimizer_->StepLayer(l);  // Note [Deferred optimizer step]
   if (param_swap_ && whole.device().is_cpu() && dtype == DType::kF32) {
     const ScopeTimer timer(swap_wait_seconds_);
     param_swap_->CopyOut(l, mine.data<float>());
@@ -508,9 +509,9 @@ void Engine::ZeroGrad() {
     LayerState& st = *states_[l];
     if (stage_ <= 1) ZeroFill(st.grads);
     // A pending layer's gradients wait for its step (Note [Deferred optimizer step]).
-    if (stage_ >= 2 && !IsPending(l)) ZeroFill(st.grad_shard);
+    if (stage_ >= 2 && !optimizer_->pending(l)) ZeroFill(st.grad_shard);
   }
-  if (pending_) pending_->zero_grads = true;
+  optimizer_->GradientsZeroed();
 }
 
 double Engine::ForwardBackward(const nn::MicroBatch& mb, float loss_weight, StepStats* stats) {
@@ -592,7 +593,7 @@ Buffer Engine::RunBackward(const nn::MicroBatch& mb, Buffer dout, MicroBatchRun&
   const size_t n_layers = layers_.size();
   // Stages 2 and 3 reduce every micro-batch (Note [ZeRO in the engine]).
   reduce = reduce || stage_ >= 2;
-  ZTRAIN_ASSERT(!pending_,
+  ZTRAIN_ASSERT(!optimizer_->any_pending(),
                 "a backward with optimizer steps pending (its forward gathers every "
                 "trained layer)");
   if (stage_ >= 2) {

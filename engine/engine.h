@@ -76,6 +76,7 @@
 #include "parallel/comm/communicator.h"
 #include "parallel/zero/gradient_reducer.h"
 #include "parallel/zero/param_gatherer.h"
+#include "parallel/zero/sharded_optimizer.h"
 
 namespace ztrain {
 
@@ -296,17 +297,12 @@ class Engine {
   struct Slot;
   struct LayerState;
   struct MicroBatchRun;
-  struct Part;
-  // The parameters' parts in the optimizer ranges, in model order.
-  std::vector<Part> OptimizerParts() const;
-  // Calls fn(part, begin, end, m, v) over `parts` in order, [begin, end) a range of the part
-  // (in its layer's flat buffer) and m, v its Adam state: the buffers in memory, or the
-  // NVMe tile holding it (what fn writes is written back when `save`). With `layer` the parts
-  // are that layer's, and only its tiles are walked.
-  void ForEachOptimizerRange(
-      const std::vector<Part>& parts,
-      const std::function<void(const Part&, int64_t, int64_t, float*, float*)>& fn, bool save,
-      std::optional<size_t> layer = std::nullopt);
+  // The sharded optimizer (engine_optimizer.cc, Note [Sharded optimizer]) and its hooks: m
+  // and v of a layer (all when nullopt) on the host, and the host master of a layer's range.
+  void SetUpOptimizer();
+  void WalkOptimizerState(std::optional<size_t> layer, const zero::StateRange& fn, bool save);
+  float* AcquireMaster(size_t layer);
+  void ReleaseMaster(size_t layer, bool changed);
   // Devices (engine_device.cc).
   struct StagedBatches;
   static Device ResolveDevice(const std::string& setting);
@@ -339,7 +335,6 @@ class Engine {
   // `value` reduced over `group`, through device memory when the group needs it.
   float AllReduceScalar(comm::Communicator& group, float value,
                         comm::ReduceOp op = comm::ReduceOp::kSum);
-  // AdamW over `parts`; adam_step is the 1-based update count (bias correction).
   // Activation checkpointing (engine_recompute.cc): after a checkpointed layer's
   // forward, drops what it saved (and with cpu_checkpointing on a device moves its input to
   // host memory; with partition_activations keeps only this tp rank's part of it); before its
@@ -348,24 +343,6 @@ class Engine {
   void KeepOnlyInput(size_t layer, MicroBatchRun& run);
   void RestoreInput(size_t layer, MicroBatchRun& run);
   void Recompute(const nn::MicroBatch& mb, size_t layer, MicroBatchRun& run);
-  void DeviceAdamStep(const std::vector<Part>& parts, double lr, float coef, int64_t adam_step);
-  void HostAdamStep(const std::vector<Part>& parts, double lr, float coef, int64_t adam_step);
-  // One optimizer step's arguments: lr, the clip (and loss-scale) coefficient, Adam's step.
-  struct StepArgs {
-    double lr;
-    float coef;
-    int64_t adam_step;
-  };
-  void HostAdamRange(const Part& p, int64_t begin, int64_t end, float* m, float* v, float* master,
-                     const StepArgs& args);
-  // Note [Deferred optimizer step] (engine_optimizer.cc): the step recorded, whether layer l
-  // is still to be stepped, stepping it (on its shard in the swapper, written back), and
-  // stepping every pending layer.
-  void DeferStep(const std::vector<Part>& parts, const StepArgs& args);
-  bool IsPending(size_t layer) const;
-  void DropPendingWhenDone();  // resets pending_ once no layer is left
-  void StepPending(size_t layer);
-  void ApplyPendingSteps();
   void SelectStage(std::vector<std::unique_ptr<nn::Layer>> model);
   // Throws ConfigError for a glob of optimizer.param_groups that selects nothing.
   void CheckParamGroups() const;
@@ -434,7 +411,6 @@ class Engine {
   void SetUpGatherer();
   void GatherParameters();
   const Slot& FindSlot(const std::string& name) const;
-  double ReplicatedSquares();
   static Shape FullShape(const nn::ParamSpec& spec);
   static void CopySlice(const nn::TensorSlice& slice, const Shape& local_shape, float* local,
                         float* full, bool to_full);
@@ -518,15 +494,9 @@ class Engine {
   std::vector<std::unique_ptr<offload::SwapDir>> swap_dirs_;
   std::unique_ptr<offload::ParamSwapper> param_swap_;
   std::unique_ptr<offload::OptimizerSwapper> opt_swap_;
-  // Note [Deferred optimizer step]: on when parameter shards are on NVMe; the step recorded,
-  // with each layer's parts still to be stepped.
+  // Note [Deferred optimizer step]: on when parameter shards are on NVMe.
   bool defer_steps_ = false;
-  struct PendingStep {
-    StepArgs args;
-    std::vector<std::vector<Part>> parts;
-    bool zero_grads = false;  // ZeroGrad ran since: a layer's gradients go once it is stepped
-  };
-  std::optional<PendingStep> pending_;  // null when no layer has parts left
+  std::unique_ptr<zero::ShardedOptimizer> optimizer_;  // Note [Sharded optimizer]
   int64_t swap_file_bytes_ = 0;
 };
 

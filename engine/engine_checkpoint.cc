@@ -44,15 +44,15 @@ std::vector<Run> WholeRuns(const nn::ParamSpec& spec, int64_t a, int64_t b) {
 }  // namespace
 
 void Engine::SaveState(checkpoint::ShardWriter& writer) {
-  ApplyPendingSteps();  // Note [Deferred optimizer step]
+  optimizer_->ApplyPending();  // Note [Deferred optimizer step]
   // Whether this rank saves part `p` (Note [Checkpoints in the engine]).
   auto saves = [&](const Slot& s) {
     return (stage_ >= 1 || dp_->rank() == 0) && (s.spec.tp.split() || tp_->rank() == 0) &&
            !s.stage_copy;
   };
-  std::vector<Part> parts;
-  for (const Part& p : OptimizerParts()) {
-    if (saves(*p.slot)) parts.push_back(p);
+  std::vector<zero::OptimizerPart> parts;
+  for (const zero::OptimizerPart& p : optimizer_->parts()) {
+    if (saves(slots_[p.param])) parts.push_back(p);
   }
   // fp32 master values, a layer at a time (read from the swap file when on NVMe).
   size_t next = 0;
@@ -61,28 +61,27 @@ void Engine::SaveState(checkpoint::ShardWriter& writer) {
     const int64_t held_begin = st.sharded ? st.opt_begin : 0;
     Buffer staged;
     const float* held = HeldOnHost(l, staged);
-    for (; next < parts.size() && parts[next].slot->layer == l; ++next) {
-      const Part& p = parts[next];
-      const nn::ParamSpec& spec = p.slot->spec;
-      writer.Add(spec.name, Kind::kParam, FullShape(spec),
-                 WholeRuns(spec, p.begin - p.slot->offset, p.end - p.slot->offset),
+    for (; next < parts.size() && parts[next].layer == l; ++next) {
+      const zero::OptimizerPart& p = parts[next];
+      const Slot& s = slots_[p.param];
+      writer.Add(s.spec.name, Kind::kParam, FullShape(s.spec),
+                 WholeRuns(s.spec, p.begin - s.offset, p.end - s.offset),
                  held + (p.begin - held_begin));
     }
   }
-  ForEachOptimizerRange(
+  optimizer_->ForEachRange(
       parts,
-      [&](const Part& p, int64_t begin, int64_t end, float* m, float* v) {
-        const nn::ParamSpec& spec = p.slot->spec;
-        const std::vector<Run> runs =
-            WholeRuns(spec, begin - p.slot->offset, end - p.slot->offset);
-        writer.Add(spec.name, Kind::kExpAvg, FullShape(spec), runs, m);
-        writer.Add(spec.name, Kind::kExpAvgSq, FullShape(spec), runs, v);
+      [&](const zero::OptimizerPart& p, int64_t begin, int64_t end, float* m, float* v) {
+        const Slot& s = slots_[p.param];
+        const std::vector<Run> runs = WholeRuns(s.spec, begin - s.offset, end - s.offset);
+        writer.Add(s.spec.name, Kind::kExpAvg, FullShape(s.spec), runs, m);
+        writer.Add(s.spec.name, Kind::kExpAvgSq, FullShape(s.spec), runs, v);
       },
       /*save=*/false);
 }
 
 void Engine::LoadState(const checkpoint::ModelIndex& index, int64_t step) {
-  ApplyPendingSteps();  // Note [Deferred optimizer step]
+  optimizer_->ApplyPending();  // Note [Deferred optimizer step]
   // The checkpoint must describe this model: the same parameters with the same whole shapes.
   std::map<std::string, Shape> saved(index.parameters().begin(), index.parameters().end());
   for (const Slot& s : slots_) {
@@ -124,12 +123,12 @@ void Engine::LoadState(const checkpoint::ModelIndex& index, int64_t step) {
     if (staged.data() != nullptr) WriteHeld(l, held);
   }
   if (param_swap_) param_swap_->Flush();
-  ForEachOptimizerRange(
-      OptimizerParts(),
-      [&](const Part& p, int64_t begin, int64_t end, float* m, float* v) {
-        const nn::ParamSpec& spec = p.slot->spec;
-        read(spec, Kind::kExpAvg, begin - p.slot->offset, end - p.slot->offset, m);
-        read(spec, Kind::kExpAvgSq, begin - p.slot->offset, end - p.slot->offset, v);
+  optimizer_->ForEachRange(
+      optimizer_->parts(),
+      [&](const zero::OptimizerPart& p, int64_t begin, int64_t end, float* m, float* v) {
+        const Slot& s = slots_[p.param];
+        read(s.spec, Kind::kExpAvg, begin - s.offset, end - s.offset, m);
+        read(s.spec, Kind::kExpAvgSq, begin - s.offset, end - s.offset, v);
       },
       /*save=*/true);
   step_ = step;

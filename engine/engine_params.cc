@@ -65,7 +65,7 @@ void Engine::CopySlice(const nn::TensorSlice& slice, const Shape& local_shape, f
 
 void Engine::ForEachFullParameter(const std::function<void(const std::string&, const Tensor&)>& fn,
                                   bool trainable_only) {
-  ApplyPendingSteps();  // Note [Deferred optimizer step]
+  optimizer_->ApplyPending();  // Note [Deferred optimizer step]
   for (size_t l = 0; l < states_.size(); ++l) {
     LayerState& st = *states_[l];
     Buffer whole, host_copy;
@@ -122,7 +122,7 @@ void Engine::ForEachFullParameter(const std::function<void(const std::string&, c
 
 void Engine::SetFullParameters(
     const std::function<void(const std::string&, const Tensor&)>& fill) {
-  ApplyPendingSteps();  // Note [Deferred optimizer step]
+  optimizer_->ApplyPending();  // Note [Deferred optimizer step]
   for (size_t l = 0; l < states_.size(); ++l) {
     LayerState& st = *states_[l];
     Buffer whole;  // the whole layer on the host, when the parameters are not
@@ -177,7 +177,7 @@ void Engine::SetFullParameters(
 // refreshes the fp32 master).
 void Engine::SetHeldParameters(const HeldParameterFill& fill,
                                const std::function<bool(const std::string&)>& only) {
-  ApplyPendingSteps();  // Note [Deferred optimizer step]
+  optimizer_->ApplyPending();  // Note [Deferred optimizer step]
   const auto chosen = [&](const Slot& s) { return !only || only(s.spec.name); };
   for (size_t l = 0; l < states_.size(); ++l) {
     const LayerState& st = *states_[l];

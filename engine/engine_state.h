@@ -47,15 +47,6 @@ struct Engine::Slot {
   bool frozen() const { return !spec.trainable; }
 };
 
-// A parameter's part inside its layer's optimizer range (Note [ZeRO in the engine]), with its
-// index in the rank's concatenated optimizer elements (where NVMe optimizer offload keeps m
-// and v).
-struct Engine::Part {
-  const Slot* slot;
-  int64_t begin, end;  // in the layer's flat buffer
-  int64_t global;      // of `begin`
-};
-
 // Micro-batches whose tokens and targets the engine's device can read: copies on a CUDA
 // device (owned by `buffers`), the caller's views on the CPU.
 struct Engine::StagedBatches {
