@@ -49,12 +49,12 @@
 #include <vector>
 
 #include "bench/bench_util.h"
+#include "checkpoint/checkpoint.h"
 #include "core/error.h"
 #include "core/logging.h"
-#include "engine/checkpoint.h"
-#include "engine/checkpointer.h"
 #include "engine/engine.h"
 #include "nn/gpt2.h"
+#include "run/checkpointer.h"
 
 namespace ztrain::bench {
 namespace {

@@ -17,7 +17,7 @@
 #include "bench/onednn_peak.h"
 #include "core/buffer.h"
 #include "engine/engine.h"
-#include "engine/tune.h"
+#include "estimate/tune.h"
 #include "kernels/cpu/blas_kernel.h"
 #include "kernels/cpu/onednn_matmul.h"
 #include "kernels/cuda_memory.h"

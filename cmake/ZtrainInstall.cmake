@@ -3,7 +3,8 @@ include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
 install(TARGETS ztrain ztrain_core ztrain_kernels ztrain_nn ztrain_optim ztrain_data
-                ztrain_engine ztrain_parallel ztrain_tensor ztrain_offload
+                ztrain_checkpoint ztrain_shape_only ztrain_engine ztrain_estimate ztrain_run
+                ztrain_parallel ztrain_tensor ztrain_offload
         EXPORT ztrainTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
@@ -13,7 +14,7 @@ install(TARGETS ztrain_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 # nccl.h and stay private (as do engine/engine_state.h and parallel/tensor/tp_common.h); their
 # one public header each (mpi_communicator.h, nccl_communicator.h) does not. The offload I/O
 # backends (io/uring, io/posix) are internal.
-foreach(dir core kernels nn optim data engine parallel offload)
+foreach(dir core kernels nn optim data checkpoint engine estimate run parallel offload)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${dir}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/ztrain/${dir}
           FILES_MATCHING PATTERN "*.h" PATTERN "comm/mpi" EXCLUDE PATTERN "comm/nccl" EXCLUDE
           PATTERN "io/uring" EXCLUDE PATTERN "io/posix" EXCLUDE PATTERN "engine_state.h" EXCLUDE

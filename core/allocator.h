@@ -23,7 +23,7 @@ class Allocator {
   virtual Device device() const = 0;
   virtual MemoryTracker* tracker() const = 0;
   // False for a shape-only allocator (the memory estimate's, Note [Shape-only engine] in
-  // engine/shape_only.h): its blocks are address space that holds no data, counted as real
+  // estimate/shape_only.h): its blocks are address space that holds no data, counted as real
   // ones. Code that would fill, copy or lock such a block skips it (Buffer::Zero, I/O
   // buffers and swap files, the engine's host-side arithmetic).
   virtual bool holds_data() const { return true; }

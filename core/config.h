@@ -94,7 +94,7 @@ struct TrainingConfig {
   std::string tokenizer;  // decodes samples; empty = model.init_from's, else byte tokens
 };
 
-// ztrain's checkpoints (engine/checkpoint.h).
+// ztrain's checkpoints (checkpoint/checkpoint.h).
 struct CheckpointConfig {
   std::string dir;        // empty: no checkpoints
   int64_t interval = 0;   // steps between saves; 0: only at the end and on a signal
@@ -268,7 +268,7 @@ struct QuantizationConfig {
 };
 
 // A value chosen for an "auto" in the config, and why (Note [Resolving "auto"],
-// core/config_resolve.cc; the machine-dependent ones in engine/run_config.h).
+// core/config_resolve.cc; the machine-dependent ones in run/run_config.h).
 struct AutoChoice {
   std::string path;      // "zero_optimization.reduce_bucket_size"
   nlohmann::json value;  // 589824
@@ -277,7 +277,7 @@ struct AutoChoice {
 
 struct Config {
   // Where this rank trains: "auto", "cpu", "cuda" or "cuda:N" as written in the config. The
-  // Trainer resolves it per rank (engine/device_select.h) and hands the Engine a concrete
+  // Trainer resolves it per rank (run/device_select.h) and hands the Engine a concrete
   // "cpu" or "cuda:N".
   std::string device = "auto";
   int64_t train_batch_size = 0;

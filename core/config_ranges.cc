@@ -195,7 +195,7 @@ void CheckOffload(const json& t, int64_t stage, ConfigErrors& errors) {
   }
 }
 
-// "cuda:N" past the GPUs of the machine is found at start (engine/device_select.h): the
+// "cuda:N" past the GPUs of the machine is found at start (run/device_select.h): the
 // config may be checked where it does not run.
 void CheckDevice(const json& t, ConfigErrors& errors) {
   const json& device = At(t, "device");

@@ -25,7 +25,7 @@ int64_t RoundUp(int64_t x, int64_t multiple) { return (x + multiple - 1) / multi
 // and trainer_config_finalize, with TrainingArguments' defaults); the rest follow from other
 // keys or take the schema default. The table is walked in schema order, so a rule may read any
 // key that comes earlier in the schema (optimizer before scheduler, model before data).
-// train_micro_batch_size_per_gpu and bf16.enabled depend on the machine: engine/run_config.h
+// train_micro_batch_size_per_gpu and bf16.enabled depend on the machine: run/run_config.h
 // resolves them before ParseConfig; here an "auto" micro-batch counts as not given and an
 // "auto" bf16 as false.
 struct AutoRule {
@@ -69,7 +69,7 @@ const std::vector<AutoRule>& AutoRules() {
       {"fp16.enabled", [](const json&) { return json(false); },
        "the HF Trainer's default fp16 (false)"},
       {"bf16.enabled", [](const json&) { return json(false); },
-       "not resolved by the hardware here (engine/run_config.h does): false"},
+       "not resolved by the hardware here (run/run_config.h does): false"},
       {"model.padded_vocab_size",
        [](const json& t) {
          const int64_t v = ClampedInt(At(t, "model.vocab_size"));

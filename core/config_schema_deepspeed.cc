@@ -22,7 +22,7 @@ std::vector<ConfigKey> BatchAndTopLevelKeys() {
           .Auto(),
       Key("train_micro_batch_size_per_gpu", T::kInt, nullptr,
           "Samples per forward/backward on one rank. `\"auto\"`: the largest that fits the "
-          "device's memory by the estimate, as `ztrain tune` finds it (engine/run_config.h).")
+          "device's memory by the estimate, as `ztrain tune` finds it (run/run_config.h).")
           .Nullable()
           .Auto(),
       Key("gradient_accumulation_steps", T::kInt, nullptr,

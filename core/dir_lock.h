@@ -1,7 +1,7 @@
 #pragma once
 // DirLock: the lock that marks a directory as in use by a live process, so that two live runs
 // never share a swap directory (Note [Stale swap directories], offload/swap_dir.h) or a
-// checkpoint.dir (engine/checkpoint.h), while a run that was killed leaves nothing stuck.
+// checkpoint.dir (checkpoint/checkpoint.h), while a run that was killed leaves nothing stuck.
 //
 // The lock is an open-file-description lock (fcntl F_OFD_SETLK) on <dir>/ztrain.lock, a file
 // that also names the holder. It is not flock(2), because whether an OFD lock is held can be

@@ -9,7 +9,7 @@
 
 #include "core/logging.h"
 #include "engine/engine_state.h"
-#include "engine/shape_only.h"
+#include "estimate/shape_only.h"
 #include "kernels/cuda_memory.h"
 #include "nn/init.h"
 #include "offload/io/io_engine.h"

@@ -139,11 +139,11 @@ class Engine {
   // (tensor::BuildParallelModel): each parameter is the rank's slice (ParamSpec::tp).
   Engine(Config config, std::vector<std::unique_ptr<nn::Layer>> layers, ParallelGroups groups,
          InitialParameters initial = InitialParameters::kRandom);
-  // A shape-only engine on `device` (Note [Shape-only engine], engine/shape_only.h): every
+  // A shape-only engine on `device` (Note [Shape-only engine], estimate/shape_only.h): every
   // buffer is counted by the trackers and none holds data, the ops compute nothing, no swap
   // file is made; the groups must move nothing either. It runs the engine's own code, so its
   // trackers after construction and one TrainStep are what a real run's would be: the memory
-  // estimate (engine/estimate.h). Losses, norms and parameters are meaningless.
+  // estimate (estimate/estimate.h). Losses, norms and parameters are meaningless.
   struct ShapeOnly {
     Device device;
   };

@@ -1,5 +1,5 @@
 // The engine's part of checkpoints: which elements this rank saves, and restoring the
-// elements it holds from a checkpoint written by any layout (engine/checkpoint.h).
+// elements it holds from a checkpoint written by any layout (checkpoint/checkpoint.h).
 //
 // Note [Checkpoints in the engine]
 // A checkpoint addresses every value by (parameter name, kind, element of the WHOLE
@@ -19,7 +19,7 @@
 // (optimizer state) at a time.
 #include <algorithm>
 
-#include "engine/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 #include "engine/engine.h"
 #include "engine/engine_state.h"
 #include "offload/optimizer_swapper.h"

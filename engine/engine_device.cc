@@ -3,7 +3,7 @@
 //
 // Note [Devices in the engine]
 // The engine computes on one device, config.device: the CPU, or one CUDA GPU (the Trainer
-// picks the GPU by local rank, engine/device_select.h). On CUDA:
+// picks the GPU by local rank, run/device_select.h). On CUDA:
 // - the ops are CudaOps, on their own (blocking) stream, so NCCL collectives, which order
 //   themselves after the legacy default stream, see every op issued before them;
 // - parameters, gradients, Adam's m and v and activations live in device memory

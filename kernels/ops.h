@@ -364,7 +364,7 @@ GemmShape CheckGemmShapes(bool trans_a, bool trans_b, const Tensor& a, const Ten
 
 // CUDA devices visible to this process; 0 without CUDA (the build or the machine).
 int CudaDeviceCount();
-// What a config's "auto"s need to know of a CUDA device (engine/run_config.h).
+// What a config's "auto"s need to know of a CUDA device (run/run_config.h).
 struct CudaDeviceInfo {
   int major = 0, minor = 0;  // compute capability
   int64_t total_bytes = 0;   // device memory

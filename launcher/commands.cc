@@ -13,16 +13,12 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/checkpoint_export.h"
 #include "core/config.h"
 #include "core/logging.h"
-#include "engine/checkpoint.h"
-#include "engine/checkpoint_export.h"
-#include "engine/device_select.h"
-#include "engine/estimate.h"
-#include "engine/preflight.h"
-#include "engine/run_config.h"
-#include "engine/trainer.h"
-#include "engine/tune.h"
+#include "estimate/estimate.h"
+#include "estimate/tune.h"
 #include "kernels/cpu/blas_kernel.h"
 #include "kernels/cpu/gemm_choice.h"
 #include "kernels/cpu/gemm_timing.h"
@@ -33,6 +29,10 @@
 #include "launcher/slurm_job.h"
 #include "parallel/comm/mpi/mpi_communicator.h"
 #include "parallel/launch_env.h"
+#include "run/device_select.h"
+#include "run/preflight.h"
+#include "run/run_config.h"
+#include "run/trainer.h"
 
 namespace ztrain::launcher {
 

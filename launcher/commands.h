@@ -15,7 +15,7 @@ inline constexpr int kExitInterrupted = 130;
 
 // Trains from a config file; an empty path trains the built-in default. Under mpirun (or
 // srun, torchrun) with several ranks, trains data-parallel over all of them.
-// `ztrain export`: the checkpoint as one model file (engine/checkpoint_export.h).
+// `ztrain export`: the checkpoint as one model file (checkpoint/checkpoint_export.h).
 int RunExport(const std::string& checkpoint, const std::string& format, const std::string& out,
               const std::string& dtype, const std::string& max_shard_size, bool merge,
               bool overwrite);
@@ -27,7 +27,7 @@ int RunTrain(const std::string& config_path, const std::string& resume = "");
 int RunCheckConfig(const std::string& config_path, int world_size, const std::string& resume);
 // `ztrain estimate`: what one rank's memory will peak at, by category, for a config or for
 // a GPT-2-shaped model given by size, beside every ZeRO stage and offload choice
-// (engine/estimate.h). Exit 2 with the reason for bad input.
+// (estimate/estimate.h). Exit 2 with the reason for bad input.
 struct EstimateArgs {
   std::string config_path;  // empty: the built-in default with micro-batch 1 and T 1024
   int world_size = 1;
@@ -45,7 +45,7 @@ struct EstimateArgs {
 };
 int RunEstimate(const EstimateArgs& args);
 // `ztrain tune`: the largest train_micro_batch_size_per_gpu that fits `memory_budget` per rank
-// (engine/tune.h), from the estimate and confirmed by one real step when the config is for
+// (estimate/tune.h), from the estimate and confirmed by one real step when the config is for
 // one rank. Prints the sizes tried and the result; exit 2 for bad input, 1 when not even 1
 // fits. With `gemm` (`ztrain tune --gemm`), times every GEMM shape of the config's step on
 // OpenBLAS and oneDNN (fp32, and bf16 where the CPU has it) instead, and prints the table.

@@ -9,13 +9,13 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/checkpoint_export.h"
 #include "core/error.h"
 #include "core/logging.h"
 #include "data/tokenizer.h"
-#include "engine/checkpoint_export.h"
-#include "engine/model_weights.h"
-#include "engine/run_config.h"
 #include "launcher/commands.h"
+#include "run/model_weights.h"
+#include "run/run_config.h"
 
 namespace ztrain::launcher {
 namespace {

@@ -44,7 +44,7 @@ struct HfFamily {
   std::vector<std::string> buffers;
   // config.json's name of each ztrain model key read_config takes from one HF key
   // ({"n_head", "num_attention_heads"}), so a problem with its value names the user's file
-  // and key, not ztrain's (engine/run_config.cc).
+  // and key, not ztrain's (run/run_config.cc).
   std::vector<std::pair<std::string, std::string>> config_keys;
 };
 

@@ -12,7 +12,7 @@
 // chosen by measurement]: oneDNN's fp32 matmul where it beats SGEMM by the margin, or what
 // ZTRAIN_FP32_GEMM says); an explicit bf16.enabled true that measures slower than fp32 is warned
 // about with the ratio. Where bf16 does not pay, "auto" still takes it when only the bf16 run
-// fits the rank's memory (engine/run_config.h, Bf16ForTheRun). The measurement takes a few
+// fits the rank's memory (run/run_config.h, Bf16ForTheRun). The measurement takes a few
 // tens of milliseconds; ranks that measure differently agree on fp32 (Note [One config on
 // every rank]).
 #include <cstdint>

@@ -5,7 +5,7 @@
 // and the libraries: oneDNN's fp32 matmul beat OpenBLAS's SGEMM on every shape of the Llama
 // ~110M step on the AMD EPYC (14.9 % less GEMM time), while OpenBLAS's kernels are tuned per
 // CPU model and win elsewhere. So, as cuBLASLt and PyTorch's cudnn.benchmark do, the engine
-// times both backends once on each shape the step runs (engine/tune.h StepGemmShapes) and keeps
+// times both backends once on each shape the step runs (estimate/tune.h StepGemmShapes) and keeps
 // the faster, oneDNN only when it is at least kOneDnnPays times OpenBLAS's rate (below it,
 // noise decides, and OpenBLAS stays). Shapes under kMeasuredFlops are not timed: they take
 // microseconds, and OpenBLAS keeps them.
@@ -16,7 +16,7 @@
 // warning). Concurrent runs take turns on it through a lock file beside it, and an entry
 // already there is kept, not replaced by a second measurement: every run of one machine uses
 // the first run's choice. Rank 0 chooses for every rank, and a checkpoint records the plan, so
-// a resume computes as the saved run did (engine/trainer.cc, engine/checkpointer.cc).
+// a resume computes as the saved run did (run/trainer.cc, run/checkpointer.cc).
 #include <cstdint>
 #include <string>
 #include <vector>

@@ -57,7 +57,7 @@ TEST(ConfigParseTest, ResolvedHasEveryApplicableKeyAndNoAuto) {
     if (!of.empty() && std::find(of.begin(), of.end(), "WarmupCosineLR") == of.end()) continue;
     EXPECT_TRUE(c.resolved.contains(Pointer(k.path))) << k.path;
   }
-  // `device` keeps "auto": each rank resolves it at start (engine/device_select.h).
+  // `device` keeps "auto": each rank resolves it at start (run/device_select.h).
   EXPECT_EQ(c.resolved["device"], "auto");
   json others = c.resolved;
   others.erase("device");

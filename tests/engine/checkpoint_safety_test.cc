@@ -15,12 +15,12 @@
 #include <sstream>
 #include <string>
 
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/checkpoint_export.h"
 #include "checkpoint_test_util.h"
 #include "core/error.h"
 #include "core/logging.h"
-#include "engine/checkpoint.h"
-#include "engine/checkpoint_export.h"
-#include "engine/checkpointer.h"
+#include "run/checkpointer.h"
 #include "tests/expect_error.h"
 
 namespace ztrain {

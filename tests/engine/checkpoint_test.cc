@@ -3,7 +3,7 @@
 // meta.json are named, `latest` falls back to the newest intact checkpoint, old ones are
 // pruned, and a save that fails leaves `latest` as it was. (Resuming across dp, pp and tp
 // sizes runs under mpirun: tests/launcher/checkpoint_cli_test.sh.)
-#include "engine/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 
 #include <gtest/gtest.h>
 #include <sys/resource.h>
@@ -19,16 +19,16 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/checkpoint_export.h"
 #include "checkpoint_test_util.h"
 #include "core/error.h"
-#include "engine/checkpoint_export.h"
-#include "engine/checkpointer.h"
 #include "engine/engine.h"
-#include "engine/tune.h"
+#include "estimate/tune.h"
 #include "kernels/gemm_plan.h"
 #include "nn/gpt2.h"
 #include "nn/llmc_model_file.h"
 #include "nn/safetensors.h"
+#include "run/checkpointer.h"
 #include "side_by_side.h"
 #include "test_model.h"
 #include "tests/expect_error.h"

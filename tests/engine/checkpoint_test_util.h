@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "engine/checkpoint.h"
-#include "engine/checkpointer.h"
+#include "checkpoint/checkpoint.h"
 #include "engine/engine.h"
 #include "nn/gpt2.h"
+#include "run/checkpointer.h"
 #include "test_model.h"
 
 namespace ztrain::checkpoint_test {

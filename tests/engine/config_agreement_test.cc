@@ -1,9 +1,9 @@
-// Note [One config on every rank] (engine/config_agreement.h) on real ranks under mpirun: the
+// Note [One config on every rank] (run/config_agreement.h) on real ranks under mpirun: the
 // same config passes; a key that differs on one rank is refused on every rank, naming the key
 // and each rank's value; the machine-dependent "auto"s are agreed on (the smallest micro-batch,
 // bf16 only where every rank has it) instead of refused; the fp32 GEMM backends are rank 0's
 // on every rank (Note [GEMMs chosen by measurement]).
-#include "engine/config_agreement.h"
+#include "run/config_agreement.h"
 
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 #include <string>
 
 #include "core/error.h"
-#include "engine/tune.h"
+#include "estimate/tune.h"
 #include "kernels/cpu/gemm_choice.h"
 #include "kernels/cpu/onednn_matmul.h"
 #include "test_model.h"

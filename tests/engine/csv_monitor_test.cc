@@ -1,6 +1,6 @@
 // CsvMonitor after a resume keeps the earlier run's rows up to the resumed step; rows that an
 // edit or a cut file left unreadable are dropped instead of ending the run.
-#include "engine/csv_monitor.h"
+#include "run/csv_monitor.h"
 
 #include <gtest/gtest.h>
 

@@ -11,9 +11,9 @@
 #include <tuple>
 #include <vector>
 
-#include "engine/checkpointer.h"
 #include "engine/engine.h"
 #include "nn/gpt2.h"
+#include "run/checkpointer.h"
 #include "test_model.h"
 #include "tests/temp_dir.h"
 

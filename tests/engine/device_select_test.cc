@@ -1,13 +1,13 @@
 // SelectDevice: every branch of the `device` setting against fake GPU counts (Note [One rank
 // per GPU]), and the Trainer handing the Engine the concrete device it chose.
-#include "engine/device_select.h"
+#include "run/device_select.h"
 
 #include <gtest/gtest.h>
 
-#include "core/error.h"
-#include "engine/trainer.h"
 #include "../expect_error.h"
+#include "core/error.h"
 #include "kernels/ops.h"
+#include "run/trainer.h"
 #include "test_model.h"
 
 namespace ztrain {

@@ -12,7 +12,7 @@
 #include <string>
 
 #include "core/memory_tracker.h"
-#include "engine/estimate.h"
+#include "estimate/estimate.h"
 
 namespace ztrain::testing {
 

@@ -1,14 +1,14 @@
 // The memory estimate is honest: for every ZeRO stage and offload mode, the real engine's
 // MemoryTracker, after construction and two train steps, peaks where EstimateMemory said it
 // would, category by category and in total, and in device and pinned memory (the estimate
-// runs the engine shape-only: Note [Shape-only engine], engine/shape_only.h).
+// runs the engine shape-only: Note [Shape-only engine], estimate/shape_only.h).
 // The rule (estimate_check.h): |estimate - measured| <= max(10% of measured, 4 KiB) for every
 // category and the total; the modes include bf16, fp16, 16-bit gradients and activation
 // checkpointing. layout_equivalence_test applies the same rule on every rank of dp x pp x tp
 // layouts. At dp = 2 the sharding arithmetic is checked against closed formulas (no second
 // rank is needed for that), and the table, the parameter counts and size strings against
 // numbers worked out by hand.
-#include "engine/estimate.h"
+#include "estimate/estimate.h"
 
 #include <gtest/gtest.h>
 #include <sys/resource.h>
@@ -22,9 +22,9 @@
 #include <vector>
 
 #include "engine/engine.h"
-#include "engine/run_config.h"
 #include "estimate_check.h"
 #include "nn/gpt2.h"
+#include "run/run_config.h"
 #include "test_model.h"
 
 namespace ztrain {

@@ -4,6 +4,8 @@
 // config.json reads into ztrain's model keys and back; every malformed directory is an error
 // naming the file, the tensor and the fix; a config key that disagrees with the directory
 // names both values.
+#include "nn/hf_checkpoint.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -18,11 +20,10 @@
 #include "../expect_error.h"
 #include "core/dtype.h"
 #include "engine/engine.h"
-#include "engine/model_weights.h"
-#include "engine/preflight.h"
-#include "engine/run_config.h"
 #include "nn/family.h"
-#include "nn/hf_checkpoint.h"
+#include "run/model_weights.h"
+#include "run/preflight.h"
+#include "run/run_config.h"
 #include "test_model.h"
 #include "tests/data/data_test_util.h"
 

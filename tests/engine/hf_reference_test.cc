@@ -30,11 +30,11 @@
 #include <vector>
 
 #include "engine/engine.h"
-#include "engine/model_weights.h"
-#include "engine/run_config.h"
 #include "nn/family.h"
 #include "nn/hf_checkpoint.h"
 #include "reference_util.h"
+#include "run/model_weights.h"
+#include "run/run_config.h"
 #include "test_model.h"
 
 namespace ztrain {

@@ -25,7 +25,7 @@
 #include <string>
 
 #include "engine/engine.h"
-#include "engine/estimate.h"
+#include "estimate/estimate.h"
 #include "estimate_check.h"
 #include "kernels/ops.h"
 #include "nn/family.h"
@@ -182,7 +182,7 @@ TEST(LayoutEquivalenceTest, LossesAndWeightsMatchOneProcess) {
                                            std::to_string(g_world->rank()));
 }
 
-// The memory estimate of each rank's stage (engine/estimate.h) is honest against what the
+// The memory estimate of each rank's stage (estimate/estimate.h) is honest against what the
 // rank's tracker measured over construction and two steps (estimate_check.h's rule, with
 // 256 bytes of absolute slack: these categories are a few KiB; a pipeline's send buffers
 // live as long as the messages take, which the replay fixes, so its activations may differ

@@ -1,4 +1,4 @@
-// A LoRA run's checkpoint out of the engine (engine/checkpoint_export.h, nn/peft.h): exported
+// A LoRA run's checkpoint out of the engine (checkpoint/checkpoint_export.h, nn/peft.h): exported
 // as a PEFT adapter it is the trained tensors exactly (and loads back into an engine that
 // evaluates as the trained one), and merged (--format hf --merge) it is the base with each
 // scaling B A added — a model without adapters that evaluates as the adapted one did, within
@@ -11,11 +11,11 @@
 #include <span>
 #include <string>
 
-#include "engine/checkpoint_export.h"
-#include "engine/checkpointer.h"
+#include "checkpoint/checkpoint_export.h"
 #include "engine/engine.h"
-#include "engine/model_weights.h"
 #include "nn/family.h"
+#include "run/checkpointer.h"
+#include "run/model_weights.h"
 #include "test_model.h"
 #include "tests/expect_error.h"
 

@@ -1,7 +1,7 @@
-// Note [Preflight] (engine/preflight.h): every path a run writes is checked before it trains
+// Note [Preflight] (run/preflight.h): every path a run writes is checked before it trains
 // (a run makes its output directories, check-config makes nothing), the data is opened and
 // checked, and the Trainer refuses a run whose final weights could not be saved before step 1.
-#include "engine/preflight.h"
+#include "run/preflight.h"
 
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 
 #include "core/error.h"
 #include "data/token_shard.h"
-#include "engine/trainer.h"
+#include "run/trainer.h"
 #include "test_model.h"
 #include "tests/data/data_test_util.h"
 #include "tests/expect_error.h"

@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
-#include "parallel/comm/communicator.h"
 #include "engine/engine.h"
-#include "engine/shape_only.h"
+#include "estimate/shape_only.h"
 #include "nn/family.h"
+#include "parallel/comm/communicator.h"
 #include "parallel/tensor/megatron_linears.h"
 #include "test_model.h"
 #include "tests/expect_error.h"

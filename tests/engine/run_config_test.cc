@@ -1,7 +1,7 @@
-// Note [A run's config] (engine/run_config.h): the model's shape from model.init_from, the
+// Note [A run's config] (run/run_config.h): the model's shape from model.init_from, the
 // "auto"s that depend on the machine (bf16 by the hardware, the micro-batch by the estimate),
 // a Hugging Face Trainer config, and every problem named.
-#include "engine/run_config.h"
+#include "run/run_config.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -10,8 +10,8 @@
 #include <string>
 
 #include "core/error.h"
-#include "engine/estimate.h"
-#include "engine/tune.h"
+#include "estimate/estimate.h"
+#include "estimate/tune.h"
 #include "kernels/cpu/bf16_speed.h"
 #include "kernels/ops.h"
 #include "nn/gpt2.h"

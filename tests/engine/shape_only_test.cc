@@ -1,9 +1,9 @@
-// What a shape-only engine runs on (Note [Shape-only engine], engine/shape_only.h): memory
+// What a shape-only engine runs on (Note [Shape-only engine], estimate/shape_only.h): memory
 // that is counted and holds no data, groups whose sends finish on the poll they were given,
 // and the engine itself making no swap file, directory or value. That it allocates what the
 // real engine allocates is estimate_test's and layout_equivalence_test's (every mode, every
 // rank of the layouts).
-#include "engine/shape_only.h"
+#include "estimate/shape_only.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

@@ -1,7 +1,7 @@
-// The micro-batch tuner (engine/tune.h): the largest size the estimate fits in a budget,
+// The micro-batch tuner (estimate/tune.h): the largest size the estimate fits in a budget,
 // confirmed by a real step that measures within it; budgets too small; size parsing; the
 // step's GEMM shapes and their measured backends.
-#include "engine/tune.h"
+#include "estimate/tune.h"
 
 #include <gtest/gtest.h>
 
@@ -10,7 +10,7 @@
 #include <fstream>
 
 #include "core/error.h"
-#include "engine/estimate.h"
+#include "estimate/estimate.h"
 #include "kernels/cpu/gemm_choice.h"
 #include "kernels/cpu/onednn_matmul.h"
 #include "test_model.h"

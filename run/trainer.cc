@@ -1,4 +1,4 @@
-#include "engine/trainer.h"
+#include "run/trainer.h"
 
 #include <algorithm>
 #include <chrono>
@@ -10,10 +10,7 @@
 #include <tuple>
 
 #include "core/logging.h"
-#include "engine/config_agreement.h"
-#include "engine/model_weights.h"
-#include "engine/preflight.h"
-#include "engine/tune.h"
+#include "estimate/tune.h"
 #include "kernels/cpu/bf16_speed.h"
 #include "kernels/cpu/blas_kernel.h"
 #include "kernels/quant.h"
@@ -23,6 +20,9 @@
 #include "optim/adam.h"
 #include "parallel/comm/nccl/nccl_communicator.h"
 #include "parallel/tensor/megatron_linears.h"
+#include "run/config_agreement.h"
+#include "run/model_weights.h"
+#include "run/preflight.h"
 
 namespace ztrain {
 namespace {

@@ -1,4 +1,4 @@
-#include "engine/model_weights.h"
+#include "run/model_weights.h"
 
 #include <cmath>
 #include <cstring>

@@ -1,5 +1,5 @@
-// The memory estimate's measured layers (engine/estimate_layers.h).
-#include "engine/estimate_layers.h"
+// The memory estimate's measured layers (estimate/estimate_layers.h).
+#include "estimate/estimate_layers.h"
 
 #include <map>
 #include <string>
@@ -10,7 +10,7 @@
 
 #include "core/buffer.h"
 #include "core/error.h"
-#include "engine/shape_only.h"
+#include "estimate/shape_only.h"
 #include "parallel/zero/flat_layout.h"
 
 namespace ztrain::detail {

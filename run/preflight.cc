@@ -1,5 +1,5 @@
-// Note [Preflight] (engine/preflight.h).
-#include "engine/preflight.h"
+// Note [Preflight] (run/preflight.h).
+#include "run/preflight.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -9,9 +9,9 @@
 #include <filesystem>
 #include <string_view>
 
+#include "checkpoint/checkpoint.h"
 #include "core/error.h"
 #include "data/token_source.h"
-#include "engine/checkpoint.h"
 #include "nn/family.h"
 #include "nn/hf_checkpoint.h"
 #include "nn/peft.h"

@@ -1,4 +1,4 @@
-#include "engine/csv_monitor.h"
+#include "run/csv_monitor.h"
 
 #include <algorithm>
 #include <cerrno>

@@ -7,18 +7,18 @@
 //     "gpt2_124M.bin"}` alone is a whole model. A shape key the config gives that disagrees
 //     with the file is an error naming both values; one it leaves out (or "auto") is the file's.
 //  2. The "auto"s that depend on the machine this process runs on (where the config's device
-//     puts it, engine/device_select.h): bf16.enabled is true where bf16 is fast (a GPU of
+//     puts it, run/device_select.h): bf16.enabled is true where bf16 is fast (a GPU of
 //     compute capability 8.0 or later; on a CPU, oneDNN's bf16 matmul measured at least 1.1x
 //     fp32 on the model's MLP GEMM, Note [bf16 where it pays]) or, on a CPU, where only bf16
 //     fits (Bf16ForTheRun), unless fp16.enabled is true; train_micro_batch_size_per_gpu is
-//     the largest micro-batch whose estimated peak (engine/estimate.h) fits 90 % of this
+//     the largest micro-batch whose estimated peak (estimate/estimate.h) fits 90 % of this
 //     rank's device memory (a GPU's memory, or the node's memory shared by its ranks), as
 //     `ztrain tune` finds it: the other 10 % is for what the estimate does not count (CUDA
 //     context, library workspaces, the OS).
 //  3. ParseConfig (core/config.h), which resolves every other "auto" (Note [Resolving "auto"]).
 // Every value chosen in 1-3 is in Config::auto_choices with its reason; the launcher logs them
 // at start and check-config prints them. The checks of the file system come after, in
-// Preflight (engine/preflight.h).
+// Preflight (run/preflight.h).
 #include <string>
 
 #include "core/config.h"

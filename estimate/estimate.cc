@@ -1,7 +1,7 @@
 // EstimateMemory and what `ztrain estimate` builds on it: the side-by-side table, models
 // given by size, and size strings. The estimate runs the engine itself, shape-only (Note
-// [Shape-only engine], engine/shape_only.h).
-#include "engine/estimate.h"
+// [Shape-only engine], estimate/shape_only.h).
+#include "estimate/estimate.h"
 
 #include <algorithm>
 #include <cctype>
@@ -13,8 +13,8 @@
 #include "core/error.h"
 #include "core/sizes.h"
 #include "engine/engine.h"
-#include "engine/estimate_layers.h"
-#include "engine/shape_only.h"
+#include "estimate/estimate_layers.h"
+#include "estimate/shape_only.h"
 #include "parallel/pipeline/schedule.h"
 #include "parallel/tensor/megatron_linears.h"
 

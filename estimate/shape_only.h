@@ -3,7 +3,7 @@
 // that is address space holding no data, and groups that move nothing. Private to engine/.
 //
 // Note [Shape-only engine]
-// The memory estimate (engine/estimate.h) does not model the engine: it runs it. A shape-only
+// The memory estimate (estimate/estimate.h) does not model the engine: it runs it. A shape-only
 // engine is the real Engine — its constructor, its initialisation walk and one TrainStep, in
 // any ZeRO stage, offload, pipeline or tensor-parallel layout — with three things swapped, as
 // torchtitan's meta device swaps storage:
@@ -22,7 +22,7 @@
 // hold the two against each other in every mode.
 // Two things a run's memory depends on are not the engine's code, and the estimate supplies
 // them: (1) what each layer allocates in Forward and Backward, which the estimate measures by
-// running the layer's own code (engine/estimate_layers.h); (2) how long a pipeline send takes,
+// running the layer's own code (estimate/estimate_layers.h); (2) how long a pipeline send takes,
 // which decides when its buffer is freed: the engine frees a finished send's buffer at the
 // start of the next instruction that polls it, and polls every pending send once per
 // instruction, so a ShapeOnlyGroup send answers Done() on the poll the estimate names (the

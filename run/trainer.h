@@ -7,7 +7,7 @@
 // then saves and reports as at a normal end. Errors throw; files already written stay valid.
 //
 // Devices: the config's `device` is resolved for this rank first (SelectDevice, Note [One rank
-// per GPU] in engine/device_select.h) and the Engine gets the concrete "cpu" or "cuda:N". On
+// per GPU] in run/device_select.h) and the Engine gets the concrete "cpu" or "cuda:N". On
 // CUDA with several ranks the engine's dp/pp/tp groups are NCCL communicators made over
 // `world`; the Trainer's own collectives of host values (stopping together, the memory
 // report, checkpoints) stay on `world`.
@@ -17,13 +17,13 @@
 
 #include "core/config.h"
 #include "data/data_loader.h"
-#include "engine/checkpointer.h"
-#include "engine/csv_monitor.h"
-#include "engine/device_select.h"
 #include "engine/engine.h"
-#include "engine/train_sampler.h"
 #include "parallel/launch_env.h"
 #include "parallel/process_grid.h"
+#include "run/checkpointer.h"
+#include "run/csv_monitor.h"
+#include "run/device_select.h"
+#include "run/train_sampler.h"
 
 namespace ztrain {
 

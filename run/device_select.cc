@@ -1,4 +1,4 @@
-#include "engine/device_select.h"
+#include "run/device_select.h"
 
 #include <optional>
 

@@ -1,5 +1,5 @@
-// Note [One config on every rank] (engine/config_agreement.h).
-#include "engine/config_agreement.h"
+// Note [One config on every rank] (run/config_agreement.h).
+#include "run/config_agreement.h"
 
 #include <algorithm>
 #include <string>

@@ -1,6 +1,6 @@
 #pragma once
 // The micro-batch tuner (`ztrain tune`): the largest train_micro_batch_size_per_gpu whose
-// per-rank memory fits a budget, found from the estimate (engine/estimate.h) and confirmed by
+// per-rank memory fits a budget, found from the estimate (estimate/estimate.h) and confirmed by
 // one real train step.
 //
 // The estimate's device peak grows with the micro-batch (activations are linear in it), so

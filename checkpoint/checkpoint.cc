@@ -1,4 +1,4 @@
-#include "engine/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

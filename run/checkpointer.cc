@@ -1,4 +1,4 @@
-#include "engine/checkpointer.h"
+#include "run/checkpointer.h"
 
 #include <algorithm>
 #include <chrono>
@@ -6,9 +6,9 @@
 #include <filesystem>
 #include <iterator>
 
+#include "checkpoint/checkpoint.h"
 #include "core/error.h"
 #include "core/logging.h"
-#include "engine/checkpoint.h"
 
 namespace ztrain {
 namespace {

@@ -1,4 +1,4 @@
-#include "engine/train_sampler.h"
+#include "run/train_sampler.h"
 
 #include <filesystem>
 #include <map>

@@ -1,4 +1,4 @@
-#include "engine/checkpoint_export.h"
+#include "checkpoint/checkpoint_export.h"
 
 #include <filesystem>
 #include <fstream>
@@ -6,16 +6,16 @@
 #include <memory>
 #include <vector>
 
+#include "checkpoint/checkpoint.h"
 #include "core/config.h"
 #include "core/error.h"
-#include "core/staged_output.h"
 #include "core/logging.h"
-#include "engine/checkpoint.h"
+#include "core/staged_output.h"
 #include "kernels/ops.h"
-#include "nn/family.h"
-#include "nn/hf_checkpoint.h"
 #include "kernels/quant.h"
 #include "nn/adapters.h"
+#include "nn/family.h"
+#include "nn/hf_checkpoint.h"
 #include "nn/init.h"
 #include "nn/llmc_model_file.h"
 #include "nn/model_export.h"

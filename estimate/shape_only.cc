@@ -1,5 +1,5 @@
 // The shape-only engine's device, memory and groups (Note [Shape-only engine]).
-#include "engine/shape_only.h"
+#include "estimate/shape_only.h"
 
 #include <sys/mman.h>
 

@@ -1,4 +1,4 @@
-#include "engine/tune.h"
+#include "estimate/tune.h"
 
 #include <unistd.h>
 
@@ -9,7 +9,7 @@
 #include "core/logging.h"
 #include "core/sizes.h"
 #include "engine/engine.h"
-#include "engine/estimate.h"
+#include "estimate/estimate.h"
 #include "kernels/cpu/gemm_choice.h"
 #include "kernels/cpu/onednn_matmul.h"
 #include "kernels/ops.h"

@@ -1,5 +1,5 @@
 #pragma once
-// Checkpointer: saving and resuming whole runs across all ranks (engine/checkpoint.h for the
+// Checkpointer: saving and resuming whole runs across all ranks (checkpoint/checkpoint.h for the
 // files, Note [Checkpoints in the engine] for what each rank writes and reads).
 //
 // Save(step, data position) is collective over the world: rank 0 makes

@@ -1,5 +1,5 @@
 #pragma once
-// The memory estimate's layers (Note [Shape-only engine], engine/shape_only.h): what a layer
+// The memory estimate's layers (Note [Shape-only engine], estimate/shape_only.h): what a layer
 // allocates in Forward and Backward is the layer's own code, so the estimate runs that code
 // once per input shape on a shape-only device and has the shape-only engine replay it. A new
 // layer or model family needs no estimate code. Private to engine/.

@@ -1,5 +1,5 @@
-// Note [A run's config] (engine/run_config.h).
-#include "engine/run_config.h"
+// Note [A run's config] (run/run_config.h).
+#include "run/run_config.h"
 
 #include <unistd.h>
 
@@ -12,15 +12,15 @@
 #include "core/logging.h"
 #include "core/memory_tracker.h"
 #include "data/token_source.h"
-#include "engine/device_select.h"
-#include "engine/estimate.h"
-#include "engine/tune.h"
+#include "estimate/estimate.h"
+#include "estimate/tune.h"
 #include "kernels/cpu/bf16_speed.h"
 #include "kernels/ops.h"
 #include "nn/family.h"
 #include "nn/hf_checkpoint.h"
 #include "nn/llmc_model_file.h"
 #include "nn/peft.h"
+#include "run/device_select.h"
 
 namespace ztrain {
 namespace {

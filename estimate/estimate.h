@@ -4,10 +4,10 @@
 //
 // EstimateMemory builds the rank's model (any family config.model names, split for its tp
 // rank) and runs the Engine itself on it shape-only (Note [Shape-only engine],
-// engine/shape_only.h): construction, initialisation and one train step allocate exactly as
+// estimate/shape_only.h): construction, initialisation and one train step allocate exactly as
 // a real run does, on memory that holds no data, with kernels that compute nothing and
 // groups that move nothing; each layer allocates what its own Forward and Backward measured
-// (engine/estimate_layers.h). So the per-category peaks are the tracker's peaks, and the
+// (estimate/estimate_layers.h). So the per-category peaks are the tracker's peaks, and the
 // total peak is the peak of the sum, not the sum of the peaks. docs/memory.md gives the
 // resulting formulas.
 //
