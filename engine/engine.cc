@@ -68,8 +68,9 @@ Engine::Engine(Config config, std::vector<std::unique_ptr<nn::Layer>> layers, Pa
       pp_(groups.pp ? groups.pp : self_pp_.get()),
       self_tp_(groups.tp ? nullptr : comm::MakeSelfCommunicator()),
       tp_(groups.tp ? groups.tp : self_tp_.get()),
-      stage_(config_.zero.stage),
-      overlap_(stage_ == 0 || config_.zero.overlap_comm),
+      zero_(zero::StagePolicyFor(config_.zero.stage, config_.zero.reduce_scatter)),
+      // Unsharded gradients are all-reduced behind the last backward, always overlapped.
+      overlap_(!zero_.shard_optimizer || config_.zero.overlap_comm),
       placement_(offload::PlaceState(config_.zero, !device_.is_cpu())),
       act_dtype_(ComputeDType(config_)),
       grad_dtype_(GradAccumDType(config_)),
@@ -80,8 +81,6 @@ Engine::Engine(Config config, std::vector<std::unique_ptr<nn::Layer>> layers, Pa
       schedule_(optim::MakeLrSchedule(config_.scheduler, config_.optimizer.lr)),
       param_groups_(config_.optimizer) {
   ZTRAIN_CHECK(!layers.empty(), "the model has no layers");
-  ZTRAIN_CHECK(stage_ >= 0 && stage_ <= 3, "zero_optimization.stage is ", stage_,
-               "; use 0, 1, 2 or 3");
   SelectStage(std::move(layers));
   CheckParamGroups();
   SetUpCheckpointing();
@@ -174,7 +173,7 @@ void Engine::BuildStorage() {
     zero::FlatLayoutOptions options;
     options.dp = static_cast<int>(n_dp);
     options.rank = dp_->rank();
-    options.shard_optimizer = stage_ >= 1;
+    options.shard_optimizer = zero_.shard_optimizer;
     options.first = first;
     options.min_padded = min_padded_[l];
     options.frozen_element_bytes = es;
@@ -187,7 +186,7 @@ void Engine::BuildStorage() {
     st.frozen_shard = layout.frozen_shard;
     st.opt_begin = layout.opt_begin;
     st.opt_len = layout.opt_len;
-    st.sharded = stage_ == 3;
+    st.sharded = zero_.shard_parameters;
     // Where state lives (Note [State placement], offload/placement.h).
     const offload::Placement& at = placement_;
     if (at.params != Place::kNvme) {  // on NVMe the ParamSwapper holds the shard
@@ -202,18 +201,18 @@ void Engine::BuildStorage() {
       // Note [Offloaded shards beside compute]: the shard's compute-dtype copy, where it is.
       st.lp = StateBuffer(at.params, st.shard, MemoryCategory::kParameters, act_dtype_);
     }
-    if (stage_ <= 1) {
+    if (!zero_.shard_gradients) {
       st.grads = StateBuffer(Place::kDevice, st.padded, MemoryCategory::kGradients, grad_dtype_);
     }
     if (at.optimizer != Place::kNvme) {  // on NVMe the OptimizerSwapper holds m and v
       st.exp_avg = StateBuffer(at.optimizer, st.opt_len, MemoryCategory::kOptimizerState);
       st.exp_avg_sq = StateBuffer(at.optimizer, st.opt_len, MemoryCategory::kOptimizerState);
     }
-    if (stage_ >= 1 || grad_dtype_ != DType::kF32) {
+    if (zero_.shard_optimizer || grad_dtype_ != DType::kF32) {
       st.grad_shard = StateBuffer(Place::kDevice, st.opt_len, MemoryCategory::kGradients);
     }
     if (on_device() && at.host_adam) {
-      ZTRAIN_ASSERT(stage_ >= 1);  // offload needs ZeRO 1-3 (config validation)
+      ZTRAIN_ASSERT(zero_.shard_optimizer);  // offload needs ZeRO 1-3 (config validation)
       st.grad_host = StateBuffer(Place::kPinned, st.opt_len, MemoryCategory::kGradients);
       if (at.host_master) {
         st.master = StateBuffer(Place::kPinned, st.opt_len, MemoryCategory::kOptimizerState);
@@ -507,9 +506,9 @@ double Engine::TrainFlopsPerToken(int64_t seq_len) const {
 void Engine::ZeroGrad() {
   for (size_t l = 0; l < states_.size(); ++l) {
     LayerState& st = *states_[l];
-    if (stage_ <= 1) ZeroFill(st.grads);
+    if (!zero_.shard_gradients) ZeroFill(st.grads);
     // A pending layer's gradients wait for its step (Note [Deferred optimizer step]).
-    if (stage_ >= 2 && !optimizer_->pending(l)) ZeroFill(st.grad_shard);
+    if (zero_.shard_gradients && !optimizer_->pending(l)) ZeroFill(st.grad_shard);
   }
   optimizer_->GradientsZeroed();
 }
@@ -592,11 +591,11 @@ Buffer Engine::RunBackward(const nn::MicroBatch& mb, Buffer dout, MicroBatchRun&
   const auto start = std::chrono::steady_clock::now();
   const size_t n_layers = layers_.size();
   // Stages 2 and 3 reduce every micro-batch (Note [ZeRO in the engine]).
-  reduce = reduce || stage_ >= 2;
+  reduce = reduce || zero_.shard_gradients;
   ZTRAIN_ASSERT(!optimizer_->any_pending(),
                 "a backward with optimizer steps pending (its forward gathers every "
                 "trained layer)");
-  if (stage_ >= 2) {
+  if (zero_.shard_gradients) {
     for (size_t l = 0; l < n_layers; ++l) {
       if (states_[l]->tie_owner) AllocateFullGradients(l);
     }
@@ -607,8 +606,10 @@ Buffer Engine::RunBackward(const nn::MicroBatch& mb, Buffer dout, MicroBatchRun&
     }
     const Tensor layer_in = i == 0 ? run.input : run.out_views[i - 1];
     if (gatherer_) gatherer_->BeforeLayer(i);
-    if (stage_ >= 2) AllocateFullGradients(i);
-    if (stage_ >= 2) BindLayer(i);
+    if (zero_.shard_gradients) {
+      AllocateFullGradients(i);
+      BindLayer(i);
+    }
     // The model's first layer takes token ids: it has no input gradient.
     Buffer din;
     Tensor din_view;
@@ -627,7 +628,7 @@ Buffer Engine::RunBackward(const nn::MicroBatch& mb, Buffer dout, MicroBatchRun&
     dout = std::move(din);
   }
   if (reduce) reducer_->Finish();
-  if (stage_ >= 2) {
+  if (zero_.shard_gradients) {
     // The full gradient (and gathered parameter) buffers are gone: no layer may keep a view.
     for (size_t l = 0; l < n_layers; ++l) BindLayer(l);
   }

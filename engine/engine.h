@@ -77,6 +77,7 @@
 #include "parallel/zero/gradient_reducer.h"
 #include "parallel/zero/param_gatherer.h"
 #include "parallel/zero/sharded_optimizer.h"
+#include "parallel/zero/stage_policy.h"
 
 namespace ztrain {
 
@@ -466,7 +467,7 @@ class Engine {
   };
   std::vector<StageTie> stage_ties_;
   std::vector<int64_t> min_padded_;  // per stage layer: the least flat size (tied layouts)
-  int stage_;
+  const zero::StagePolicy zero_;     // what the ZeRO stage shards (Note [ZeRO stage policy])
   bool overlap_;  // let gradient reductions run behind backward (stage 0, or overlap_comm)
   // Where each kind of state lives (Note [State placement]).
   const offload::Placement placement_;

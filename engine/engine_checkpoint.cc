@@ -47,7 +47,7 @@ void Engine::SaveState(checkpoint::ShardWriter& writer) {
   optimizer_->ApplyPending();  // Note [Deferred optimizer step]
   // Whether this rank saves part `p` (Note [Checkpoints in the engine]).
   auto saves = [&](const Slot& s) {
-    return (stage_ >= 1 || dp_->rank() == 0) && (s.spec.tp.split() || tp_->rank() == 0) &&
+    return (zero_.shard_optimizer || dp_->rank() == 0) && (s.spec.tp.split() || tp_->rank() == 0) &&
            !s.stage_copy;
   };
   std::vector<zero::OptimizerPart> parts;

@@ -73,7 +73,7 @@ void Engine::SetUpOptimizer() {
                                     .defer = defer_steps_,
                                     .computes = computes_,
                                     .host_gradients = !on_device(),
-                                    .sharded = stage_ >= 1};
+                                    .sharded = zero_.shard_optimizer};
   optimizer_ = std::make_unique<zero::ShardedOptimizer>(
       o, param_groups_, std::move(layers), std::move(params),
       zero::ShardedOptimizer::Groups{dp_, pp_, tp_}, *ops_, std::move(h));
@@ -156,7 +156,7 @@ void Engine::OptimizerStep(double grad_norm, StepStats& stats) {
               : optim::ClipCoefficient(grad_norm, config_.gradient_clipping);
   ++step_;
   optimizer_->Step({lr, coef, updates + 1});
-  if ((stage_ == 1 || stage_ == 2) && dp_->size() > 1) GatherParameters();
+  if (zero_.gather_after_step && dp_->size() > 1) GatherParameters();
   RefreshLowPrecision();
   stats.step = step_;
   stats.lr = lr;

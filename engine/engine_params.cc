@@ -20,7 +20,8 @@ const Engine::Slot& Engine::FindSlot(const std::string& name) const {
 
 Tensor Engine::Parameter(const std::string& name) const {
   const Slot& s = FindSlot(name);
-  ZTRAIN_CHECK(stage_ <= 2, "parameter '", name, "' is not kept whole at ZeRO stage 3: each rank "
+  ZTRAIN_CHECK(!zero_.shard_parameters, "parameter '", name,
+               "' is not kept whole at ZeRO stage 3: each rank "
                "holds only its shard; use ForEachFullParameter (collective)");
   const LayerState& st = *states_[s.layer];
   if (s.frozen()) return FrozenView(st.frozen, s);  // in the compute dtype
@@ -39,8 +40,8 @@ void Engine::InitialValues(const std::string& name, int64_t begin, int64_t count
 
 Tensor Engine::Gradient(const std::string& name) const {
   const Slot& s = FindSlot(name);
-  ZTRAIN_CHECK(stage_ <= 1, "gradient '", name, "' is not kept whole at ZeRO stage ", stage_,
-               ": each rank holds only its reduced shard");
+  ZTRAIN_CHECK(!zero_.shard_gradients, "gradient '", name, "' is not kept whole at ZeRO stage ",
+               zero_.stage, ": each rank holds only its reduced shard");
   ZTRAIN_CHECK(!s.frozen(), "parameter '", name, "' is frozen: it has no gradient");
   return states_[s.layer]->grads.AsTensor(DType::kF32, {states_[s.layer]->padded})
       .Flat(s.offset, s.spec.shape);

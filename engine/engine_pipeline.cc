@@ -280,7 +280,7 @@ double Engine::EvalLossPipelined(const nn::MicroBatch& mb) {
     WaitFor(*pp_->Recv(input, stage - 1, ActivationTag(0)));
   }
   RunForward(mb, input, run, nullptr);
-  if (stage_ == 3) {
+  if (zero_.shard_parameters) {
     for (size_t l = 0; l < layers_.size(); ++l) BindLayer(l);
   }
   double loss = 0.0;

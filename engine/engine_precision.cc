@@ -57,7 +57,7 @@ Tensor Engine::Fp32Gradients(size_t l, Buffer& staging) {
   const Tensor grads = st.grads.AsTensor(grad_dtype_, {st.padded});
   if (grad_dtype_ == DType::kF32) return grads;
   Tensor out;
-  if (stage_ == 0) {
+  if (!zero_.shard_optimizer) {
     out = st.Flat(st.grad_shard, st.padded);
   } else {
     staging = Buffer(activations_, DType::kF32, {st.padded}, MemoryCategory::kCommunication);

@@ -17,7 +17,7 @@ namespace ztrain {
 // Stage 3: the gatherer runs the gather plan (Note [Parameter gatherer]); the shards come
 // from LaunchGather and LaunchFrozenGather, wherever they live, and NVMe reads ahead.
 void Engine::SetUpGatherer() {
-  if (stage_ != 3) return;
+  if (!zero_.shard_parameters) return;
   std::vector<zero::GatherUnit> units;
   for (const auto& st : states_) units.push_back({st->padded, st->frozen_padded, st->units});
   const ZeroConfig& z = config_.zero;
@@ -57,8 +57,8 @@ void Engine::SetUpReducer() {
   std::vector<zero::ReduceRange> ranges;
   for (const auto& st : states_) ranges.push_back({st->padded, st->shard, st->opt_begin});
   zero::GradientReducer::Options o;
-  o.policy = zero::ReducePolicyFor(stage_, config_.zero.reduce_scatter);
-  o.accumulate = stage_ >= 2;  // every micro-batch reduces; the shard accumulates
+  o.policy = zero_.reduce;
+  o.accumulate = zero_.shard_gradients;  // every micro-batch reduces; the shard accumulates
   o.overlap = overlap_;
   o.bucket_elements = config_.zero.reduce_bucket_size;
   o.wait = [this](comm::Work& work) { WaitFor(work); };
