@@ -24,12 +24,6 @@ namespace ztrain {
 
 namespace {
 
-double MeanOf(const std::vector<float>& values) {
-  double sum = 0.0;
-  for (const float v : values) sum += v;
-  return sum / static_cast<double>(values.size());
-}
-
 // Whether two spellings of a directory name the same one (compared as written when either
 // does not exist; the SwapDir then says so).
 bool SameDirectory(const std::string& a, const std::string& b) {
@@ -513,12 +507,6 @@ void Engine::ZeroGrad() {
   optimizer_->GradientsZeroed();
 }
 
-double Engine::ForwardBackward(const nn::MicroBatch& mb, float loss_weight, StepStats* stats) {
-  const StagedBatches staged = StageBatches({&mb, 1});
-  if (gatherer_) gatherer_->Start(1, /*backward=*/true);
-  return ForwardBackwardImpl(staged.batches[0], loss_weight, stats, /*reduce=*/false);
-}
-
 double Engine::MeanOverDp(double value) {
   if (dp_->size() == 1) return value;
   return static_cast<double>(AllReduceScalar(*dp_, static_cast<float>(value))) / dp_->size();
@@ -527,171 +515,6 @@ double Engine::MeanOverDp(double value) {
 nn::LayerContext::Dropout Engine::DropoutFor(const nn::MicroBatch& mb, int micro_batch) const {
   return {kernels::DropoutKey(static_cast<uint64_t>(config_.training.seed), step_ + 1, micro_batch),
           static_cast<int64_t>(dp_->rank()) * mb.B() * mb.T()};
-}
-
-double Engine::ForwardBackwardImpl(const nn::MicroBatch& mb, float loss_weight, StepStats* stats,
-                                   bool reduce, int micro_batch) {
-  ZTRAIN_CHECK(pp_->size() == 1,
-               "ForwardBackward runs the whole model; a pipeline stage runs "
-               "its part inside TrainStep");
-  const double wait_before = comm_wait_seconds_;
-  MicroBatchRun run;
-  run.dropout = DropoutFor(mb, micro_batch);
-  RunForward(mb, mb.tokens, run, stats);
-  const Tensor losses = run.out_views.back();
-  const double loss = MeanOf(ToHost(losses));
-  RunBackward(mb, LossGradient(losses.shape(), loss_weight), run, reduce, stats);
-  if (stats) stats->comm_wait_seconds += comm_wait_seconds_ - wait_before;
-  return loss;
-}
-
-Buffer Engine::LossGradient(const Shape& shape, float loss_weight) {
-  Buffer dout(activations_, DType::kF32, shape, MemoryCategory::kActivations);
-  if (!computes_) return dout;
-  const int64_t n = NumElements(shape);
-  // fp16: the loss is multiplied by the loss scale (Note [Mixed precision in the engine]).
-  const float scale = scaler_ ? static_cast<float>(scaler_->scale()) : 1.0f;
-  const std::vector<float> d(static_cast<size_t>(n), scale * loss_weight / static_cast<float>(n));
-  CopyIn(d.data(), dout.AsTensor(DType::kF32, shape));
-  ops_->Synchronize();  // before `d` goes
-  return dout;
-}
-
-void Engine::RunForward(const nn::MicroBatch& mb, const Tensor& input, MicroBatchRun& run,
-                        StepStats* stats) {
-  const auto start = std::chrono::steady_clock::now();
-  const size_t n_layers = layers_.size();
-  run.input = input;
-  run.ctx.reserve(n_layers);
-  // outputs[i] is layer i's output, kept until layer i+1's backward has used it.
-  run.outputs.resize(n_layers);
-  run.out_views.resize(n_layers);
-  Tensor x = input;
-  for (size_t i = 0; i < n_layers; ++i) {
-    run.ctx.emplace_back(*ops_, activations_, act_dtype_);
-    if (run.dropout) run.ctx.back().set_dropout(*run.dropout);
-    const Shape shape = layers_[i]->OutputShape(x.shape());
-    const DType dtype = layers_[i]->OutputDType(act_dtype_);
-    run.outputs[i] = Buffer(activations_, dtype, shape, MemoryCategory::kActivations);
-    run.out_views[i] = run.outputs[i].AsTensor(dtype, shape);
-    if (gatherer_) {
-      gatherer_->BeforeLayer(i);
-      BindLayer(i);
-    }
-    layers_[i]->Forward(mb, x, run.out_views[i], run.ctx[i]);
-    if (gatherer_) gatherer_->AfterLayer();
-    if (checkpointed_[i]) KeepOnlyInput(i, run);
-    x = run.out_views[i];
-  }
-  if (stats) stats->forward_seconds += SecondsBetween(start, std::chrono::steady_clock::now());
-}
-
-Buffer Engine::RunBackward(const nn::MicroBatch& mb, Buffer dout, MicroBatchRun& run, bool reduce,
-                           StepStats* stats) {
-  const auto start = std::chrono::steady_clock::now();
-  const size_t n_layers = layers_.size();
-  // Stages 2 and 3 reduce every micro-batch (Note [ZeRO in the engine]).
-  reduce = reduce || zero_.shard_gradients;
-  ZTRAIN_ASSERT(!optimizer_->any_pending(),
-                "a backward with optimizer steps pending (its forward gathers every "
-                "trained layer)");
-  if (zero_.shard_gradients) {
-    for (size_t l = 0; l < n_layers; ++l) {
-      if (states_[l]->tie_owner) AllocateFullGradients(l);
-    }
-  }
-  for (size_t i = n_layers; i-- > 0;) {
-    if (i > 0 && run.kept_inputs.size() > i - 1 && run.kept_inputs[i - 1].data() != nullptr) {
-      RestoreInput(i, run);  // a checkpointed block's input kept in host memory or in parts
-    }
-    const Tensor layer_in = i == 0 ? run.input : run.out_views[i - 1];
-    if (gatherer_) gatherer_->BeforeLayer(i);
-    if (zero_.shard_gradients) {
-      AllocateFullGradients(i);
-      BindLayer(i);
-    }
-    // The model's first layer takes token ids: it has no input gradient.
-    Buffer din;
-    Tensor din_view;
-    if (i > 0 || !first_stage()) {
-      din = Buffer(activations_, layer_in.dtype(), layer_in.shape(), MemoryCategory::kActivations);
-      din_view = din.AsTensor(layer_in.dtype(), layer_in.shape());
-    }
-    const Tensor& out = run.out_views[i];
-    if (checkpointed_[i]) Recompute(mb, i, run);
-    layers_[i]->Backward(mb, layer_in, dout.AsTensor(out.dtype(), out.shape()), din_view,
-                         run.ctx[i]);
-    if (gatherer_) gatherer_->AfterLayer();
-    if (reduce) reducer_->Ready(i);
-    run.ctx[i].Release();
-    run.outputs[i].Reset();
-    dout = std::move(din);
-  }
-  if (reduce) reducer_->Finish();
-  if (zero_.shard_gradients) {
-    // The full gradient (and gathered parameter) buffers are gone: no layer may keep a view.
-    for (size_t l = 0; l < n_layers; ++l) BindLayer(l);
-  }
-  if (stats) stats->backward_seconds += SecondsBetween(start, std::chrono::steady_clock::now());
-  return dout;
-}
-
-double Engine::EvalLoss(const nn::MicroBatch& host_mb) {
-  const StagedBatches staged = StageBatches({&host_mb, 1});
-  const nn::MicroBatch& mb = staged.batches[0];
-  if (pp_->size() > 1) return EvalLossPipelined(mb);
-  if (gatherer_) gatherer_->Start(1, /*backward=*/false);
-  Tensor input = mb.tokens;
-  Buffer previous;
-  for (size_t i = 0; i < layers_.size(); ++i) {
-    nn::Layer& layer = *layers_[i];
-    nn::LayerContext ctx(*ops_, activations_, act_dtype_);
-    const Shape shape = layer.OutputShape(input.shape());
-    const DType dtype = layer.OutputDType(act_dtype_);
-    Buffer out(activations_, dtype, shape, MemoryCategory::kActivations);
-    const Tensor out_view = out.AsTensor(dtype, shape);
-    if (gatherer_) {
-      gatherer_->BeforeLayer(i);
-      BindLayer(i);
-    }
-    layer.Forward(mb, input, out_view, ctx);
-    if (gatherer_) gatherer_->AfterLayer();
-    previous = std::move(out);  // frees the input of this layer
-    input = out_view;
-  }
-  if (gatherer_) {
-    for (size_t l = 0; l < layers_.size(); ++l) BindLayer(l);
-  }
-  return MeanOf(ToHost(input));
-}
-
-StepStats Engine::TrainStep(std::span<const nn::MicroBatch> host_batches) {
-  ZTRAIN_CHECK(!host_batches.empty(), "TrainStep needs at least one micro-batch");
-  const StagedBatches staged = StageBatches(host_batches);
-  const std::span<const nn::MicroBatch> micro_batches = staged.batches;
-  if (pp_->size() > 1) return TrainStepPipelined(micro_batches);
-  const auto start = std::chrono::steady_clock::now();
-  const double wait_before = comm_wait_seconds_, swap_before = swap_wait_seconds_;
-  StepStats stats;
-  ZeroGrad();
-  if (gatherer_) gatherer_->Start(static_cast<int>(micro_batches.size()), /*backward=*/true);
-  const float weight = 1.0f / static_cast<float>(micro_batches.size() * dp_->size());
-  double loss_sum = 0.0;
-  for (size_t i = 0; i < micro_batches.size(); ++i) {
-    const bool last = i + 1 == micro_batches.size();
-    loss_sum += ForwardBackwardImpl(micro_batches[i], weight, &stats, /*reduce=*/last,
-                                    static_cast<int>(i));
-    stats.tokens += micro_batches[i].tokens.numel() * dp_->size();
-  }
-  stats.loss = MeanOverDp(loss_sum / static_cast<double>(micro_batches.size()));
-  const auto optimizer_start = std::chrono::steady_clock::now();
-  FinishStep(stats);
-  const auto end = std::chrono::steady_clock::now();
-  stats.optimizer_seconds = SecondsBetween(optimizer_start, end);
-  stats.seconds = SecondsBetween(start, end);
-  stats.comm_wait_seconds = comm_wait_seconds_ - wait_before;
-  stats.swap_wait_seconds = swap_wait_seconds_ - swap_before;
-  return stats;
 }
 
 }  // namespace ztrain

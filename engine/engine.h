@@ -86,6 +86,10 @@ class ShardWriter;
 class ModelIndex;
 }  // namespace checkpoint
 
+namespace pipeline {
+struct Instruction;
+}  // namespace pipeline
+
 namespace offload {
 class IoEngine;
 class OptimizerSwapper;
@@ -301,6 +305,7 @@ class Engine {
   // The sharded optimizer (engine_optimizer.cc, Note [Sharded optimizer]) and its hooks: m
   // and v of a layer (all when nullopt) on the host, and the host master of a layer's range.
   void SetUpOptimizer();
+  zero::OptimizerHooks OptimizerHooksFor();
   void WalkOptimizerState(std::optional<size_t> layer, const zero::StateRange& fn, bool save);
   float* AcquireMaster(size_t layer);
   void ReleaseMaster(size_t layer, bool changed);
@@ -382,8 +387,11 @@ class Engine {
   // The end of a step after the gradients are reduced: the norm, fp16's overflow check and
   // scale update, and the optimizer step unless skipped.
   void FinishStep(StepStats& stats);
-  double ForwardBackwardImpl(const nn::MicroBatch& mb, float loss_weight, StepStats* stats,
-                             bool reduce, int micro_batch = 0);
+  // The step executor (engine_step.cc, Note [One step executor]): one train step's state
+  // while its schedule runs, and the execution of its instruction `index`.
+  struct ScheduleRun;
+  void RunInstruction(const pipeline::Instruction& in, size_t index, ScheduleRun& s);
+  void Communicate(const pipeline::Instruction& in, ScheduleRun& s);  // sends and receives
   // The dropout key of micro-batch `micro_batch` of the step being taken (Note [LoRA
   // dropout], nn/modules.h): the same on every rank and layout, its rows placed where the
   // single-process micro-batch has them (this dp rank's come after the lower ranks').
@@ -398,8 +406,6 @@ class Engine {
   // The gradient of the objective loss_weight * mean(per-token loss) w.r.t. the losses.
   Buffer LossGradient(const Shape& shape, float loss_weight);
   // Pipeline (engine_pipeline.cc).
-  StepStats TrainStepPipelined(std::span<const nn::MicroBatch> micro_batches);
-  double EvalLossPipelined(const nn::MicroBatch& mb);
   Shape StageInputShape(const nn::MicroBatch& mb) const;
   void SumStageTiedGradients();
   double SumOverPipeline(double value);

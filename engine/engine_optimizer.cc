@@ -29,6 +29,19 @@ void Engine::SetUpOptimizer() {
     params.push_back({s.layer, s.offset, NumElements(s.spec.shape), s.group, !s.frozen(),
                       !s.spec.tp.split(), s.stage_copy});
   }
+  zero::ShardedOptimizer::Options o{.optimizer = config_.optimizer,
+                                    .host_step = placement_.host_adam,
+                                    .defer = defer_steps_,
+                                    .computes = computes_,
+                                    .host_gradients = !on_device(),
+                                    .sharded = zero_.shard_optimizer};
+  optimizer_ = std::make_unique<zero::ShardedOptimizer>(
+      o, param_groups_, std::move(layers), std::move(params),
+      zero::ShardedOptimizer::Groups{dp_, pp_, tp_}, *ops_, OptimizerHooksFor());
+}
+
+// Where the optimizer finds each layer's state: the engine's buffers, swappers and devices.
+zero::OptimizerHooks Engine::OptimizerHooksFor() {
   zero::OptimizerHooks h;
   h.gradient = [this](size_t l) { return states_[l]->Reduced(); };
   h.host_gradient = [this](size_t l) -> const float* {
@@ -68,15 +81,7 @@ void Engine::SetUpOptimizer() {
     return std::pair{st.Flat(st.exp_avg, st.opt_len), st.Flat(st.exp_avg_sq, st.opt_len)};
   };
   h.zero_gradient = [this](size_t l) { ZeroFill(states_[l]->grad_shard); };
-  zero::ShardedOptimizer::Options o{.optimizer = config_.optimizer,
-                                    .host_step = placement_.host_adam,
-                                    .defer = defer_steps_,
-                                    .computes = computes_,
-                                    .host_gradients = !on_device(),
-                                    .sharded = zero_.shard_optimizer};
-  optimizer_ = std::make_unique<zero::ShardedOptimizer>(
-      o, param_groups_, std::move(layers), std::move(params),
-      zero::ShardedOptimizer::Groups{dp_, pp_, tp_}, *ops_, std::move(h));
+  return h;
 }
 
 double Engine::GradNorm() { return optimizer_->GradNorm(); }

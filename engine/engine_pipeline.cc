@@ -1,6 +1,6 @@
-// The engine's pipeline parallelism: choosing the stage's layers, running the stage's
-// instruction list for a step, evaluation through the stages, the weights tied across stages,
-// and collecting the whole model from every stage.
+// The engine's pipeline parallelism: choosing the stage's layers, the shape of its input, the
+// weights tied across stages, and collecting the whole model from every stage. The stage's
+// instruction list runs in the step executor (engine_step.cc, Note [One step executor]).
 //
 // Note [Pipeline in the engine]
 // Every rank builds the whole model as layers (cheap: a layer declares its parameters and
@@ -56,9 +56,6 @@ std::vector<zero::FlatParam> FlatParamsOf(const std::vector<nn::ParamSpec>& spec
   }
   return out;
 }
-
-int ActivationTag(int micro_batch) { return 2 * micro_batch; }
-int GradTag(int micro_batch) { return 2 * micro_batch + 1; }
 
 }  // namespace
 
@@ -148,150 +145,6 @@ Shape Engine::StageInputShape(const nn::MicroBatch& mb) const {
 double Engine::SumOverPipeline(double value) {
   if (pp_->size() == 1) return value;
   return static_cast<double>(AllReduceScalar(*pp_, static_cast<float>(value)));
-}
-
-StepStats Engine::TrainStepPipelined(std::span<const nn::MicroBatch> micro_batches) {
-  const auto start = std::chrono::steady_clock::now();
-  const double wait_before = comm_wait_seconds_, swap_before = swap_wait_seconds_;
-  const int m = static_cast<int>(micro_batches.size());
-  const int stages = pp_->size(), stage = pp_->rank();
-  const std::vector<pipeline::Instruction> list = pipeline::MakeSchedule(
-      pipeline::ParseScheduleKind(config_.pipeline_schedule), stages, stage, m);
-  size_t last_backward = 0;
-  std::vector<bool> phases;  // the order of forwards and backwards, for the stage 3 plan
-  for (size_t i = 0; i < list.size(); ++i) {
-    if (list[i].op == pipeline::OpType::kForward) phases.push_back(false);
-    if (list[i].op == pipeline::OpType::kBackward) {
-      phases.push_back(true);
-      last_backward = i;
-    }
-  }
-  StepStats stats;
-  ZeroGrad();
-  if (gatherer_) gatherer_->Start(phases);
-  const float weight = 1.0f / static_cast<float>(m * dp_->size());
-  std::vector<MicroBatchRun> runs(static_cast<size_t>(m));
-  std::vector<Buffer> received_grads(static_cast<size_t>(m));
-  std::vector<Buffer> din(static_cast<size_t>(m));
-  struct Sent {
-    Buffer buffer;
-    comm::WorkPtr work;
-  };
-  std::vector<Sent> sends;
-  double loss_sum = 0.0;
-  for (size_t i = 0; i < list.size(); ++i) {
-    // Sends that finished free their buffers (Wait reports a failure).
-    std::erase_if(sends, [&](Sent& s) {
-      if (!s.work->Done()) return false;
-      WaitFor(*s.work);
-      return true;
-    });
-    const pipeline::Instruction& in = list[i];
-    const auto mb_index = static_cast<size_t>(std::max(in.micro_batch, 0));
-    const nn::MicroBatch& mb = micro_batches[mb_index];
-    MicroBatchRun& run = runs[mb_index];
-    switch (in.op) {
-      case pipeline::OpType::kLoadMicroBatch:  // the caller gave every micro-batch
-        break;
-      case pipeline::OpType::kRecvActivation: {
-        const Shape shape = StageInputShape(mb);
-        run.received = Buffer(activations_, act_dtype_, shape, MemoryCategory::kActivations);
-        WaitFor(*pp_->Recv(run.received.AsTensor(act_dtype_, shape), stage - 1,
-                           ActivationTag(in.micro_batch)));
-        break;
-      }
-      case pipeline::OpType::kForward:
-        run.dropout = DropoutFor(mb, static_cast<int>(mb_index));
-        RunForward(mb, stage == 0 ? mb.tokens
-                                  : run.received.AsTensor(act_dtype_, StageInputShape(mb)),
-                   run, &stats);
-        if (stage == stages - 1) {
-          double sum = 0.0;
-          const std::vector<float> losses = ToHost(run.out_views.back());
-          for (const float x : losses) sum += x;
-          loss_sum += sum / static_cast<double>(losses.size());
-        }
-        break;
-      case pipeline::OpType::kSendActivation: {
-        // The stage's output is not needed by its own backward: it moves into the send.
-        Buffer out = std::move(run.outputs.back());
-        comm::WorkPtr w = pp_->Send(out.AsTensor(act_dtype_, run.out_views.back().shape()),
-                                    stage + 1, ActivationTag(in.micro_batch));
-        sends.push_back({std::move(out), std::move(w)});
-        break;
-      }
-      case pipeline::OpType::kRecvGrad: {
-        const Shape shape = run.out_views.back().shape();
-        received_grads[mb_index] =
-            Buffer(activations_, act_dtype_, shape, MemoryCategory::kActivations);
-        WaitFor(*pp_->Recv(received_grads[mb_index].AsTensor(act_dtype_, shape), stage + 1,
-                           GradTag(in.micro_batch)));
-        break;
-      }
-      case pipeline::OpType::kBackward: {
-        Buffer dout = stage == stages - 1
-                          ? LossGradient(run.out_views.back().shape(), weight)
-                          : std::move(received_grads[mb_index]);
-        din[mb_index] = RunBackward(mb, std::move(dout), run, /*reduce=*/i == last_backward,
-                                    &stats);
-        run = MicroBatchRun();  // the micro-batch's activations are done with
-        break;
-      }
-      case pipeline::OpType::kSendGrad: {
-        Buffer g = std::move(din[mb_index]);
-        comm::WorkPtr w = pp_->Send(g.AsTensor(act_dtype_, StageInputShape(mb)), stage - 1,
-                                    GradTag(in.micro_batch));
-        sends.push_back({std::move(g), std::move(w)});
-        break;
-      }
-      case pipeline::OpType::kReduceGrads:
-        for (Sent& s : sends) WaitFor(*s.work);
-        sends.clear();
-        SumStageTiedGradients();
-        break;
-      case pipeline::OpType::kOptimizerStep: {
-        stats.loss = MeanOverDp(SumOverPipeline(loss_sum / static_cast<double>(m)));
-        const auto optimizer_start = std::chrono::steady_clock::now();
-        FinishStep(stats);
-        stats.optimizer_seconds = std::chrono::duration<double>(
-                                      std::chrono::steady_clock::now() - optimizer_start)
-                                      .count();
-        break;
-      }
-    }
-  }
-  for (const nn::MicroBatch& mb : micro_batches) stats.tokens += mb.tokens.numel() * dp_->size();
-  stats.seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  stats.comm_wait_seconds = comm_wait_seconds_ - wait_before;
-  stats.swap_wait_seconds = swap_wait_seconds_ - swap_before;
-  return stats;
-}
-
-double Engine::EvalLossPipelined(const nn::MicroBatch& mb) {
-  const int stages = pp_->size(), stage = pp_->rank();
-  if (gatherer_) gatherer_->Start(1, /*backward=*/false);
-  MicroBatchRun run;
-  Tensor input = mb.tokens;
-  if (stage > 0) {
-    const Shape shape = StageInputShape(mb);
-    run.received = Buffer(activations_, act_dtype_, shape, MemoryCategory::kActivations);
-    input = run.received.AsTensor(act_dtype_, shape);
-    WaitFor(*pp_->Recv(input, stage - 1, ActivationTag(0)));
-  }
-  RunForward(mb, input, run, nullptr);
-  if (zero_.shard_parameters) {
-    for (size_t l = 0; l < layers_.size(); ++l) BindLayer(l);
-  }
-  double loss = 0.0;
-  if (stage < stages - 1) {
-    WaitFor(*pp_->Send(run.out_views.back(), stage + 1, ActivationTag(0)));
-  } else {
-    const std::vector<float> losses = ToHost(run.out_views.back());
-    for (const float x : losses) loss += x;
-    loss /= static_cast<double>(losses.size());
-  }
-  return SumOverPipeline(loss);
 }
 
 void Engine::SumStageTiedGradients() {

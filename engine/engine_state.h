@@ -68,6 +68,9 @@ struct Engine::MicroBatchRun {
   std::vector<Buffer> kept_inputs;
   // Set for a training forward: every layer's context gets it (Note [LoRA dropout]).
   std::optional<nn::LayerContext::Dropout> dropout;
+  // False for evaluation: no backward follows, so RunForward drops each layer's context and
+  // input as soon as the layer ran.
+  bool backward = true;
 };
 
 // Note [ZeRO in the engine]

@@ -1,0 +1,320 @@
+// The step executor: every train step runs a schedule, every evaluation the forward of one
+// micro-batch through the stages, both over the same layer loops (RunForward, RunBackward).
+//
+// Note [One step executor]
+// TrainStep runs pipeline::MakeSchedule's instruction list for this rank's pipeline stage. A
+// model without pipeline parallelism is a pipeline of one stage: its list is 1F1B's (each
+// forward followed by its backward, so one micro-batch's activations live at a time; GPipe
+// would keep them all) with no sends or receives, and it is the same arithmetic in the same
+// order as a loop over the micro-batches. The instructions are executed by one switch
+// (RunInstruction) over the step's state (ScheduleRun): receives wait at once, sends are left
+// in flight until ReduceGrads, the last stage turns its per-token losses into the backward's
+// start, the last backward launches the gradient reductions, and OptimizerStep finishes the
+// step. EvalLoss is a forward of one micro-batch through the stages with no backward after it:
+// each layer's context and input go as soon as it ran. The ZeRO parts run as hooks on the
+// layer loops: the gatherer around each layer's forward and backward (BeforeLayer,
+// AfterLayer; recomputation runs inside the backward's position), the reducer after each
+// layer's backward (Ready) and at the end of the last (Finish), and activation checkpointing
+// after a checkpointed layer's forward (KeepOnlyInput) and before its backward (Recompute).
+#include <algorithm>
+#include <chrono>
+
+#include "engine/engine.h"
+#include "engine/engine_state.h"
+#include "parallel/pipeline/schedule.h"
+
+namespace ztrain {
+namespace {
+
+int ActivationTag(int micro_batch) { return 2 * micro_batch; }
+int GradTag(int micro_batch) { return 2 * micro_batch + 1; }
+
+double MeanOf(const std::vector<float>& values) {
+  double sum = 0.0;
+  for (const float v : values) sum += v;
+  return sum / static_cast<double>(values.size());
+}
+
+}  // namespace
+
+// One train step's state while its schedule runs.
+struct Engine::ScheduleRun {
+  std::span<const nn::MicroBatch> micro_batches;
+  float weight = 1.0f;                 // the loss weight: 1 / (micro-batches x dp)
+  size_t last_backward = 0;            // the instruction whose backward launches the reductions
+  std::vector<MicroBatchRun> runs;     // per micro-batch, from its forward to its backward
+  std::vector<Buffer> received_grads;  // the gradient of the stage's output, per micro-batch
+  std::vector<Buffer> din;             // the gradient of the stage's input, until sent
+  struct Sent {
+    Buffer buffer;
+    comm::WorkPtr work;
+  };
+  std::vector<Sent> sends;  // in flight
+  double loss_sum = 0.0;    // the per-micro-batch mean losses (last stage)
+  StepStats stats;
+};
+
+StepStats Engine::TrainStep(std::span<const nn::MicroBatch> host_batches) {
+  ZTRAIN_CHECK(!host_batches.empty(), "TrainStep needs at least one micro-batch");
+  const StagedBatches staged = StageBatches(host_batches);
+  const auto start = std::chrono::steady_clock::now();
+  const double wait_before = comm_wait_seconds_, swap_before = swap_wait_seconds_;
+  const int m = static_cast<int>(staged.batches.size());
+  const pipeline::ScheduleKind kind = pp_->size() == 1
+                                          ? pipeline::ScheduleKind::k1F1B
+                                          : pipeline::ParseScheduleKind(config_.pipeline_schedule);
+  const std::vector<pipeline::Instruction> list =
+      pipeline::MakeSchedule(kind, pp_->size(), pp_->rank(), m);
+  ScheduleRun s;
+  s.micro_batches = staged.batches;
+  s.weight = 1.0f / static_cast<float>(m * dp_->size());
+  s.runs.resize(static_cast<size_t>(m));
+  s.received_grads.resize(static_cast<size_t>(m));
+  s.din.resize(static_cast<size_t>(m));
+  std::vector<bool> phases;  // the order of forwards and backwards, for the stage 3 plan
+  for (size_t i = 0; i < list.size(); ++i) {
+    if (list[i].op == pipeline::OpType::kForward) phases.push_back(false);
+    if (list[i].op == pipeline::OpType::kBackward) {
+      phases.push_back(true);
+      s.last_backward = i;
+    }
+  }
+  ZeroGrad();
+  if (gatherer_) gatherer_->Start(phases);
+  for (size_t i = 0; i < list.size(); ++i) {
+    // Sends that finished free their buffers (Wait reports a failure).
+    std::erase_if(s.sends, [&](ScheduleRun::Sent& sent) {
+      if (!sent.work->Done()) return false;
+      WaitFor(*sent.work);
+      return true;
+    });
+    RunInstruction(list[i], i, s);
+  }
+  StepStats& stats = s.stats;
+  for (const nn::MicroBatch& mb : s.micro_batches) stats.tokens += mb.tokens.numel() * dp_->size();
+  stats.seconds = SecondsBetween(start, std::chrono::steady_clock::now());
+  stats.comm_wait_seconds = comm_wait_seconds_ - wait_before;
+  stats.swap_wait_seconds = swap_wait_seconds_ - swap_before;
+  return stats;
+}
+
+void Engine::RunInstruction(const pipeline::Instruction& in, size_t index, ScheduleRun& s) {
+  const int stages = pp_->size(), stage = pp_->rank();
+  const auto mb_index = static_cast<size_t>(std::max(in.micro_batch, 0));
+  const nn::MicroBatch& mb = s.micro_batches[mb_index];
+  MicroBatchRun& run = s.runs[mb_index];
+  switch (in.op) {
+    case pipeline::OpType::kLoadMicroBatch:  // the caller gave every micro-batch
+      break;
+    case pipeline::OpType::kRecvActivation:
+    case pipeline::OpType::kSendActivation:
+    case pipeline::OpType::kRecvGrad:
+    case pipeline::OpType::kSendGrad:
+      Communicate(in, s);
+      break;
+    case pipeline::OpType::kForward:
+      run.dropout = DropoutFor(mb, static_cast<int>(mb_index));
+      RunForward(mb, stage == 0 ? mb.tokens : run.received.AsTensor(act_dtype_, StageInputShape(mb)),
+                 run, &s.stats);
+      if (stage == stages - 1) s.loss_sum += MeanOf(ToHost(run.out_views.back()));
+      break;
+    case pipeline::OpType::kBackward: {
+      Buffer dout = stage == stages - 1 ? LossGradient(run.out_views.back().shape(), s.weight)
+                                        : std::move(s.received_grads[mb_index]);
+      s.din[mb_index] =
+          RunBackward(mb, std::move(dout), run, /*reduce=*/index == s.last_backward, &s.stats);
+      run = MicroBatchRun();  // the micro-batch's activations are done with
+      break;
+    }
+    case pipeline::OpType::kReduceGrads:
+      for (ScheduleRun::Sent& sent : s.sends) WaitFor(*sent.work);
+      s.sends.clear();
+      SumStageTiedGradients();
+      break;
+    case pipeline::OpType::kOptimizerStep: {
+      const double m = static_cast<double>(s.micro_batches.size());
+      s.stats.loss = MeanOverDp(SumOverPipeline(s.loss_sum / m));
+      const auto optimizer_start = std::chrono::steady_clock::now();
+      FinishStep(s.stats);
+      s.stats.optimizer_seconds = SecondsBetween(optimizer_start, std::chrono::steady_clock::now());
+      break;
+    }
+  }
+}
+
+// The instructions that move activations and their gradients between neighbouring stages:
+// receives wait at once (the next instruction needs them), sends stay in flight with their
+// buffers until they finish or ReduceGrads.
+void Engine::Communicate(const pipeline::Instruction& in, ScheduleRun& s) {
+  const int stage = pp_->rank();
+  const auto mb_index = static_cast<size_t>(in.micro_batch);
+  const nn::MicroBatch& mb = s.micro_batches[mb_index];
+  MicroBatchRun& run = s.runs[mb_index];
+  if (in.op == pipeline::OpType::kRecvActivation) {
+    const Shape shape = StageInputShape(mb);
+    run.received = Buffer(activations_, act_dtype_, shape, MemoryCategory::kActivations);
+    WaitFor(*pp_->Recv(run.received.AsTensor(act_dtype_, shape), stage - 1,
+                       ActivationTag(in.micro_batch)));
+  } else if (in.op == pipeline::OpType::kSendActivation) {
+    // The stage's output is not needed by its own backward: it moves into the send.
+    Buffer out = std::move(run.outputs.back());
+    comm::WorkPtr w = pp_->Send(out.AsTensor(act_dtype_, run.out_views.back().shape()),
+                                stage + 1, ActivationTag(in.micro_batch));
+    s.sends.push_back({std::move(out), std::move(w)});
+  } else if (in.op == pipeline::OpType::kRecvGrad) {
+    const Shape shape = run.out_views.back().shape();
+    Buffer& g = s.received_grads[mb_index];
+    g = Buffer(activations_, act_dtype_, shape, MemoryCategory::kActivations);
+    WaitFor(*pp_->Recv(g.AsTensor(act_dtype_, shape), stage + 1, GradTag(in.micro_batch)));
+  } else {  // kSendGrad
+    Buffer g = std::move(s.din[mb_index]);
+    comm::WorkPtr w = pp_->Send(g.AsTensor(act_dtype_, StageInputShape(mb)), stage - 1,
+                                GradTag(in.micro_batch));
+    s.sends.push_back({std::move(g), std::move(w)});
+  }
+}
+
+double Engine::EvalLoss(const nn::MicroBatch& host_mb) {
+  const StagedBatches staged = StageBatches({&host_mb, 1});
+  const nn::MicroBatch& mb = staged.batches[0];
+  const int stages = pp_->size(), stage = pp_->rank();
+  if (gatherer_) gatherer_->Start(1, /*backward=*/false);
+  MicroBatchRun run;
+  run.backward = false;
+  Tensor input = mb.tokens;
+  if (stage > 0) {
+    const Shape shape = StageInputShape(mb);
+    run.received = Buffer(activations_, act_dtype_, shape, MemoryCategory::kActivations);
+    input = run.received.AsTensor(act_dtype_, shape);
+    WaitFor(*pp_->Recv(input, stage - 1, ActivationTag(0)));
+  }
+  RunForward(mb, input, run, nullptr);
+  if (gatherer_) {  // the gathered buffers are gone: no layer may keep a view
+    for (size_t l = 0; l < layers_.size(); ++l) BindLayer(l);
+  }
+  double loss = 0.0;
+  if (stage < stages - 1) {
+    WaitFor(*pp_->Send(run.out_views.back(), stage + 1, ActivationTag(0)));
+  } else {
+    loss = MeanOf(ToHost(run.out_views.back()));
+  }
+  return SumOverPipeline(loss);
+}
+
+// A building block for custom loops (one pipeline stage only): one micro-batch's forward and
+// backward, the gradients accumulated without reduction.
+double Engine::ForwardBackward(const nn::MicroBatch& host_mb, float loss_weight, StepStats* stats) {
+  ZTRAIN_CHECK(pp_->size() == 1,
+               "ForwardBackward runs the whole model; a pipeline stage runs "
+               "its part inside TrainStep");
+  const StagedBatches staged = StageBatches({&host_mb, 1});
+  const nn::MicroBatch& mb = staged.batches[0];
+  if (gatherer_) gatherer_->Start(1, /*backward=*/true);
+  const double wait_before = comm_wait_seconds_;
+  MicroBatchRun run;
+  run.dropout = DropoutFor(mb, 0);
+  RunForward(mb, mb.tokens, run, stats);
+  const Tensor losses = run.out_views.back();
+  const double loss = MeanOf(ToHost(losses));
+  RunBackward(mb, LossGradient(losses.shape(), loss_weight), run, /*reduce=*/false, stats);
+  if (stats) stats->comm_wait_seconds += comm_wait_seconds_ - wait_before;
+  return loss;
+}
+
+Buffer Engine::LossGradient(const Shape& shape, float loss_weight) {
+  Buffer dout(activations_, DType::kF32, shape, MemoryCategory::kActivations);
+  if (!computes_) return dout;
+  const int64_t n = NumElements(shape);
+  // fp16: the loss is multiplied by the loss scale (Note [Mixed precision in the engine]).
+  const float scale = scaler_ ? static_cast<float>(scaler_->scale()) : 1.0f;
+  const std::vector<float> d(static_cast<size_t>(n), scale * loss_weight / static_cast<float>(n));
+  CopyIn(d.data(), dout.AsTensor(DType::kF32, shape));
+  ops_->Synchronize();  // before `d` goes
+  return dout;
+}
+
+void Engine::RunForward(const nn::MicroBatch& mb, const Tensor& input, MicroBatchRun& run,
+                        StepStats* stats) {
+  const auto start = std::chrono::steady_clock::now();
+  const size_t n_layers = layers_.size();
+  run.input = input;
+  run.ctx.reserve(n_layers);
+  // outputs[i] is layer i's output, kept until layer i+1's backward has used it.
+  run.outputs.resize(n_layers);
+  run.out_views.resize(n_layers);
+  Tensor x = input;
+  for (size_t i = 0; i < n_layers; ++i) {
+    run.ctx.emplace_back(*ops_, activations_, act_dtype_);
+    if (run.dropout) run.ctx.back().set_dropout(*run.dropout);
+    const Shape shape = layers_[i]->OutputShape(x.shape());
+    const DType dtype = layers_[i]->OutputDType(act_dtype_);
+    run.outputs[i] = Buffer(activations_, dtype, shape, MemoryCategory::kActivations);
+    run.out_views[i] = run.outputs[i].AsTensor(dtype, shape);
+    if (gatherer_) {
+      gatherer_->BeforeLayer(i);
+      BindLayer(i);
+    }
+    layers_[i]->Forward(mb, x, run.out_views[i], run.ctx[i]);
+    if (gatherer_) gatherer_->AfterLayer();
+    if (!run.backward) {  // evaluation: the layer's context and its input are done with
+      if (i > 0) run.outputs[i - 1].Reset();
+      run.ctx[i].Release();
+    } else if (checkpointed_[i]) {
+      KeepOnlyInput(i, run);
+    }
+    x = run.out_views[i];
+  }
+  if (stats) stats->forward_seconds += SecondsBetween(start, std::chrono::steady_clock::now());
+}
+
+Buffer Engine::RunBackward(const nn::MicroBatch& mb, Buffer dout, MicroBatchRun& run, bool reduce,
+                           StepStats* stats) {
+  const auto start = std::chrono::steady_clock::now();
+  const size_t n_layers = layers_.size();
+  // Stages 2 and 3 reduce every micro-batch (Note [ZeRO in the engine]).
+  reduce = reduce || zero_.shard_gradients;
+  ZTRAIN_ASSERT(!optimizer_->any_pending(),
+                "a backward with optimizer steps pending (its forward gathers every "
+                "trained layer)");
+  if (zero_.shard_gradients) {
+    for (size_t l = 0; l < n_layers; ++l) {
+      if (states_[l]->tie_owner) AllocateFullGradients(l);
+    }
+  }
+  for (size_t i = n_layers; i-- > 0;) {
+    if (i > 0 && run.kept_inputs.size() > i - 1 && run.kept_inputs[i - 1].data() != nullptr) {
+      RestoreInput(i, run);  // a checkpointed block's input kept in host memory or in parts
+    }
+    const Tensor layer_in = i == 0 ? run.input : run.out_views[i - 1];
+    if (gatherer_) gatherer_->BeforeLayer(i);
+    if (zero_.shard_gradients) {
+      AllocateFullGradients(i);
+      BindLayer(i);
+    }
+    // The model's first layer takes token ids: it has no input gradient.
+    Buffer din;
+    Tensor din_view;
+    if (i > 0 || !first_stage()) {
+      din = Buffer(activations_, layer_in.dtype(), layer_in.shape(), MemoryCategory::kActivations);
+      din_view = din.AsTensor(layer_in.dtype(), layer_in.shape());
+    }
+    const Tensor& out = run.out_views[i];
+    if (checkpointed_[i]) Recompute(mb, i, run);
+    layers_[i]->Backward(mb, layer_in, dout.AsTensor(out.dtype(), out.shape()), din_view,
+                         run.ctx[i]);
+    if (gatherer_) gatherer_->AfterLayer();
+    if (reduce) reducer_->Ready(i);
+    run.ctx[i].Release();
+    run.outputs[i].Reset();
+    dout = std::move(din);
+  }
+  if (reduce) reducer_->Finish();
+  if (zero_.shard_gradients) {
+    // The full gradient (and gathered parameter) buffers are gone: no layer may keep a view.
+    for (size_t l = 0; l < n_layers; ++l) BindLayer(l);
+  }
+  if (stats) stats->backward_seconds += SecondsBetween(start, std::chrono::steady_clock::now());
+  return dout;
+}
+
+}  // namespace ztrain
