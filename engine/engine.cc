@@ -4,34 +4,18 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
-#include <filesystem>
-#include <system_error>
 
 #include "core/logging.h"
 #include "engine/engine_state.h"
 #include "estimate/shape_only.h"
 #include "kernels/cuda_memory.h"
 #include "nn/init.h"
-#include "offload/io/io_engine.h"
-#include "offload/optimizer_swapper.h"
-#include "offload/param_swapper.h"
-#include "offload/swap_dir.h"
+#include "offload/nvme_offload.h"
 #include "optim/adam.h"
 #include "optim/grad_clip.h"
 #include "parallel/zero/flat_layout.h"
 
 namespace ztrain {
-
-namespace {
-
-// Whether two spellings of a directory name the same one (compared as written when either
-// does not exist; the SwapDir then says so).
-bool SameDirectory(const std::string& a, const std::string& b) {
-  std::error_code ec;
-  const bool same = std::filesystem::equivalent(a, b, ec);
-  return ec ? a == b : same;
-}
-}  // namespace
 
 Engine::Engine(Config config, std::vector<std::unique_ptr<nn::Layer>> layers, ParallelGroups groups,
                InitialParameters initial)
@@ -129,50 +113,27 @@ Engine::~Engine() {
 }
 
 void Engine::BuildStorage() {
-  const int64_t n_dp = dp_->size();
+  held_ = std::make_unique<offload::ParamStore>(
+      offload::ParamStore::Options{.placement = placement_,
+                                   .on_device = on_device(),
+                                   .compute = act_dtype_,
+                                   .computes = computes_},
+      *ops_, staging(), *host_,
+      [this](Place where, int64_t elements, MemoryCategory category, DType dtype) {
+        return StateBuffer(where, elements, category, dtype);
+      });
+  moments_ = std::make_unique<offload::OptimizerStateStore>(
+      placement_.optimizer, *ops_,
+      [this](Place where, int64_t elements, MemoryCategory category, DType dtype) {
+        return StateBuffer(where, elements, category, dtype);
+      },
+      computes_);
   for (size_t l = 0; l < layers_.size(); ++l) {
+    std::vector<bool> copies;
+    size_t first = 0;
+    const std::vector<nn::ParamSpec> specs = StageSpecs(l, copies, first);
+    const zero::FlatLayout layout = LayOutLayer(l, specs, first);
     auto state = std::make_unique<LayerState>();
-    std::vector<nn::ParamSpec> specs = layers_[l]->Params();
-    // A weight tied across pipeline stages sits at offset 0 in both stages' layers; the stage
-    // holding the copy stores it under the owner's name (Note [Pipeline in the engine]).
-    const StageTie* tie = nullptr;
-    for (const StageTie& t : stage_ties_) {
-      if (t.layer == l) tie = &t;
-    }
-    size_t first = specs.size();
-    std::vector<bool> copies(specs.size(), false);
-    for (size_t i = 0; i < specs.size(); ++i) {
-      nn::ParamSpec& spec = specs[i];
-      // A frozen weight tied to another stage's needs nothing kept equal: this stage holds
-      // its own frozen copy (Note [Frozen parameters in the engine]).
-      const bool frozen_copy =
-          !spec.trainable && !spec.tied_to.empty() && slot_by_name_.count(spec.tied_to) == 0;
-      if ((tie && tie->copy && spec.tied_to == tie->name) || frozen_copy) {
-        spec.name = spec.tied_to;
-        spec.tied_to.clear();
-        copies[i] = true;
-      }
-      if (tie && spec.tied_to.empty() && spec.name == tie->name) first = i;
-    }
-    // Trainable parameters in elements of the flat buffers, frozen ones in elements of the
-    // compute dtype in the frozen region (a quantized one's blob too: a multiple of 4 bytes).
-    const auto es = static_cast<int64_t>(DTypeSize(act_dtype_));
-    std::vector<zero::FlatParam> flat;
-    for (const nn::ParamSpec& spec : specs) {
-      ZTRAIN_CHECK(!spec.tied_to.empty() || slot_by_name_.count(spec.name) == 0, "parameter name '",
-                   spec.name, "' is used twice; parameter names must be unique in the model");
-      flat.push_back({spec.name, spec.trainable ? NumElements(spec.shape) : FrozenBytes(spec) / es,
-                      spec.trainable, spec.packed, spec.tied_to.empty()});
-    }
-    zero::FlatLayoutOptions options;
-    options.dp = static_cast<int>(n_dp);
-    options.rank = dp_->rank();
-    options.shard_optimizer = zero_.shard_optimizer;
-    options.first = first;
-    options.min_padded = min_padded_[l];
-    options.frozen_element_bytes = es;
-    const zero::FlatLayout layout = zero::LayOut(flat, options);
-    const std::vector<int64_t>& offsets = layout.offsets;
     LayerState& st = *state;
     st.padded = layout.padded;
     st.shard = layout.shard;
@@ -181,64 +142,118 @@ void Engine::BuildStorage() {
     st.opt_begin = layout.opt_begin;
     st.opt_len = layout.opt_len;
     st.sharded = zero_.shard_parameters;
-    // Where state lives (Note [State placement], offload/placement.h).
-    const offload::Placement& at = placement_;
-    if (at.params != Place::kNvme) {  // on NVMe the ParamSwapper holds the shard
-      st.params =
-          StateBuffer(at.params, st.sharded ? st.shard : st.padded, MemoryCategory::kParameters);
-    }
-    st.frozen = StateBuffer(at.frozen(), st.sharded ? st.frozen_shard : st.frozen_padded,
-                            MemoryCategory::kParameters, DType::kU8);
-    if (mixed() && !st.sharded) {
-      st.lp = StateBuffer(Place::kDevice, st.padded, MemoryCategory::kParameters, act_dtype_);
-    } else if (mixed() && on_device() && at.params_in_host()) {
-      // Note [Offloaded shards beside compute]: the shard's compute-dtype copy, where it is.
-      st.lp = StateBuffer(at.params, st.shard, MemoryCategory::kParameters, act_dtype_);
-    }
-    if (!zero_.shard_gradients) {
-      st.grads = StateBuffer(Place::kDevice, st.padded, MemoryCategory::kGradients, grad_dtype_);
-    }
-    if (at.optimizer != Place::kNvme) {  // on NVMe the OptimizerSwapper holds m and v
-      st.exp_avg = StateBuffer(at.optimizer, st.opt_len, MemoryCategory::kOptimizerState);
-      st.exp_avg_sq = StateBuffer(at.optimizer, st.opt_len, MemoryCategory::kOptimizerState);
-    }
-    if (zero_.shard_optimizer || grad_dtype_ != DType::kF32) {
-      st.grad_shard = StateBuffer(Place::kDevice, st.opt_len, MemoryCategory::kGradients);
-    }
-    if (on_device() && at.host_adam) {
-      ZTRAIN_ASSERT(zero_.shard_optimizer);  // offload needs ZeRO 1-3 (config validation)
-      st.grad_host = StateBuffer(Place::kPinned, st.opt_len, MemoryCategory::kGradients);
-      if (at.host_master) {
-        st.master = StateBuffer(Place::kPinned, st.opt_len, MemoryCategory::kOptimizerState);
-      }
-    }
-    for (size_t i = 0; i < specs.size(); ++i) {
-      const nn::ParamSpec& spec = specs[i];
-      size_t slot = slots_.size();
-      if (offsets[i] < 0) {
-        auto it = slot_by_name_.find(spec.tied_to);
-        ZTRAIN_CHECK(it != slot_by_name_.end(), "layer ", layers_[l]->Name(), " ties '", spec.name,
-                     "' to '", spec.tied_to, "', which no earlier layer declares");
-        const Slot& owner = slots_[it->second];
-        ZTRAIN_CHECK(owner.spec.shape == spec.shape, "tied parameter '", spec.name, "' has shape ",
-                     ShapeToString(spec.shape), " but '", spec.tied_to, "' has ",
-                     ShapeToString(owner.spec.shape));
-        slot = it->second;
-        states_[owner.layer]->tie_owner = true;
-      } else {
-        slot_by_name_[spec.name] = slot;
-        st.owned.push_back(slot);
-        slots_.push_back({spec, l, offsets[i], copies[i],
-                          param_groups_.Assign(spec.name, spec.shape.size(), spec.trainable)});
-      }
-      st.bound.push_back(slot);
-      const size_t unit = slots_[slot].layer;
-      if (std::find(st.units.begin(), st.units.end(), unit) == st.units.end()) {
-        st.units.push_back(unit);
-      }
-    }
+    AllocateState(st);
+    BindSlots(l, specs, copies, layout.offsets, st);
     states_.push_back(std::move(state));
     BindLayer(l);
+  }
+}
+
+// Layer l's parameters as this stage holds them: a weight tied across pipeline stages sits at
+// offset 0 in both stages' layers (`first`, or none: specs.size()), and the stage holding the
+// copy stores it under the owner's name (`copies`; Note [Pipeline in the engine]).
+std::vector<nn::ParamSpec> Engine::StageSpecs(size_t l, std::vector<bool>& copies,
+                                              size_t& first) const {
+  std::vector<nn::ParamSpec> specs = layers_[l]->Params();
+  const pipeline::StageTie* tie = nullptr;
+  for (const pipeline::StageTie& t : split_.ties) {
+    if (t.layer == l) tie = &t;
+  }
+  first = specs.size();
+  copies.assign(specs.size(), false);
+  for (size_t i = 0; i < specs.size(); ++i) {
+    nn::ParamSpec& spec = specs[i];
+    // A frozen weight tied to another stage's needs nothing kept equal: this stage holds
+    // its own frozen copy (Note [Frozen parameters in the engine]).
+    const bool frozen_copy =
+        !spec.trainable && !spec.tied_to.empty() && slot_by_name_.count(spec.tied_to) == 0;
+    if ((tie && tie->copy && spec.tied_to == tie->name) || frozen_copy) {
+      spec.name = spec.tied_to;
+      spec.tied_to.clear();
+      copies[i] = true;
+    }
+    if (tie && spec.tied_to.empty() && spec.name == tie->name) first = i;
+  }
+  return specs;
+}
+
+// Where layer l's parameters lie in its flat buffer and frozen region (Note [ZeRO flat
+// layout]).
+zero::FlatLayout Engine::LayOutLayer(size_t l, const std::vector<nn::ParamSpec>& specs,
+                                     size_t first) const {
+  // Trainable parameters in elements of the flat buffers, frozen ones in elements of the
+  // compute dtype in the frozen region (a quantized one's blob too: a multiple of 4 bytes).
+  const auto es = static_cast<int64_t>(DTypeSize(act_dtype_));
+  std::vector<zero::FlatParam> flat;
+  for (const nn::ParamSpec& spec : specs) {
+    ZTRAIN_CHECK(!spec.tied_to.empty() || slot_by_name_.count(spec.name) == 0, "parameter name '",
+                 spec.name, "' is used twice; parameter names must be unique in the model");
+    flat.push_back({spec.name, spec.trainable ? NumElements(spec.shape) : FrozenBytes(spec) / es,
+                    spec.trainable, spec.packed, spec.tied_to.empty()});
+  }
+  zero::FlatLayoutOptions options;
+  options.dp = dp_->size();
+  options.rank = dp_->rank();
+  options.shard_optimizer = zero_.shard_optimizer;
+  options.first = first;
+  options.min_padded = split_.min_padded[l];
+  options.frozen_element_bytes = es;
+  return zero::LayOut(flat, options);
+}
+
+// A layer's buffers, each where its kind of state lives (Note [State placement],
+// offload/placement.h), sized by its layout.
+void Engine::AllocateState(LayerState& st) {
+  const offload::Placement& at = placement_;
+  held_->AddLayer({.padded = st.padded,
+                   .shard = st.shard,
+                   .opt_begin = st.opt_begin,
+                   .opt_len = st.opt_len,
+                   .sharded = st.sharded});
+  st.frozen = StateBuffer(at.frozen(), st.sharded ? st.frozen_shard : st.frozen_padded,
+                          MemoryCategory::kParameters, DType::kU8);
+  if (!zero_.shard_gradients) {
+    st.grads = StateBuffer(Place::kDevice, st.padded, MemoryCategory::kGradients, grad_dtype_);
+  }
+  moments_->AddLayer(st.opt_len);
+  if (zero_.shard_optimizer || grad_dtype_ != DType::kF32) {
+    st.grad_shard = StateBuffer(Place::kDevice, st.opt_len, MemoryCategory::kGradients);
+  }
+  if (on_device() && at.host_adam) {
+    ZTRAIN_ASSERT(zero_.shard_optimizer);  // offload needs ZeRO 1-3 (config validation)
+    st.grad_host = StateBuffer(Place::kPinned, st.opt_len, MemoryCategory::kGradients);
+  }
+}
+
+// Layer l's slots: each owned parameter gets one (at its layout offset, in its group), a tied
+// one binds its owner's, and the layer records which layers' buffers it binds.
+void Engine::BindSlots(size_t l, const std::vector<nn::ParamSpec>& specs,
+                       const std::vector<bool>& copies, const std::vector<int64_t>& offsets,
+                       LayerState& st) {
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const nn::ParamSpec& spec = specs[i];
+    size_t slot = slots_.size();
+    if (offsets[i] < 0) {
+      auto it = slot_by_name_.find(spec.tied_to);
+      ZTRAIN_CHECK(it != slot_by_name_.end(), "layer ", layers_[l]->Name(), " ties '", spec.name,
+                   "' to '", spec.tied_to, "', which no earlier layer declares");
+      const Slot& owner = slots_[it->second];
+      ZTRAIN_CHECK(owner.spec.shape == spec.shape, "tied parameter '", spec.name, "' has shape ",
+                   ShapeToString(spec.shape), " but '", spec.tied_to, "' has ",
+                   ShapeToString(owner.spec.shape));
+      slot = it->second;
+      states_[owner.layer]->tie_owner = true;
+    } else {
+      slot_by_name_[spec.name] = slot;
+      st.owned.push_back(slot);
+      slots_.push_back({spec, l, offsets[i], copies[i],
+                        param_groups_.Assign(spec.name, spec.shape.size(), spec.trainable)});
+    }
+    st.bound.push_back(slot);
+    const size_t unit = slots_[slot].layer;
+    if (std::find(st.units.begin(), st.units.end(), unit) == st.units.end()) {
+      st.units.push_back(unit);
+    }
   }
 }
 
@@ -260,9 +275,10 @@ void Engine::BindLayer(size_t l) {
       continue;
     }
     // Layers compute with the compute-dtype copy under mixed precision (gathered at stage 3).
-    const Buffer& whole = !owner.sharded ? (mixed() ? owner.lp : owner.params)
-                          : gatherer_    ? gatherer_->Whole(s.layer)
-                                         : none;
+    const Buffer& whole = !owner.sharded
+                              ? (mixed() ? held_->compute_copy(s.layer) : held_->held(s.layer))
+                          : gatherer_ ? gatherer_->Whole(s.layer)
+                                      : none;
     params.push_back(whole.data() == nullptr
                          ? Tensor()
                          : whole.AsTensor(act_dtype_, {owner.padded}).Flat(s.offset, s.spec.shape));
@@ -288,111 +304,53 @@ void Engine::WaitFor(comm::Work& work) {
 }
 
 void Engine::SetUpOffload() {
-  const OffloadParamConfig& op = config_.zero.offload_param;
-  const OffloadOptimizerConfig& oo = config_.zero.offload_optimizer;
-  const bool param_nvme = placement_.params == Place::kNvme;
-  const bool opt_nvme = placement_.optimizer == Place::kNvme;
-  const bool param_host = placement_.params_in_host();
-  const bool opt_host = oo.device == "cpu";
-  if ((param_host || opt_host) && computes_) {
-    // Pinned state so far: the CPU backend's mlock'ed allocations, or CUDA's pinned memory.
-    const auto* locked = dynamic_cast<const PinnedHostAllocator*>(pinned_.get());
-    const int64_t unpinned = device_.is_cpu() && locked ? locked->unpinned_bytes() : 0;
-    const int64_t pinned = pinned_tracker_.TotalCurrent() - unpinned;
-    Log().info("offload: {}{}{} in host memory{}", opt_host ? "optimizer state" : "",
-               param_host && opt_host ? " and " : "", param_host ? "parameter shards" : "",
-               pinned + unpinned == 0
-                   ? " (pin_memory off)"
-                   : fmt::format(", {} pinned{}", FormatBytes(pinned),
-                                 unpinned == 0 ? ""
-                                               : fmt::format(", {} not (RLIMIT_MEMLOCK too small: "
-                                                             "raise `ulimit -l`)",
-                                                             FormatBytes(unpinned))));
-  }
-  if (!param_nvme && !opt_nvme) return;
+  LogHostOffload();
   std::vector<int64_t> shards, opt_ranges;
   for (const auto& st : states_) {
     shards.push_back(st->shard);
     opt_ranges.push_back(st->opt_len);
   }
-  const int64_t param_bytes =
-      param_nvme ? offload::ParamSwapper::FileBytes(shards, op.max_in_cpu) : 0;
-  const int64_t opt_bytes =
-      opt_nvme ? offload::OptimizerSwapper::FileBytes(opt_ranges, config_.zero.sub_group_size) : 0;
-  swap_file_bytes_ = param_bytes + opt_bytes;
-  // A shape-only engine makes its swappers' buffers, and no directory, file or I/O engine.
-  std::string param_file, opt_file;
-  if (computes_) {
-    io_ = offload::IoEngine::Make(offload::IoOptionsFrom(config_.aio));
-    MakeSwapDirs(param_bytes, opt_bytes, &param_file, &opt_file);
-  }
-  if (param_nvme) {
-    const offload::ParamSwapOptions options{.buffer_count = static_cast<int>(op.buffer_count),
-                                            .buffer_elements = op.buffer_size,
-                                            .max_in_cpu = op.max_in_cpu};
-    param_swap_ = std::make_unique<offload::ParamSwapper>(io_.get(), param_file, shards, options,
-                                                          *host_, *pinned_);
-  }
-  if (opt_nvme) {
-    const offload::OptimizerSwapOptions options{.tile_elements = config_.zero.sub_group_size,
-                                                .pipeline_read = oo.pipeline_read,
-                                                .pipeline_write = oo.pipeline_write,
-                                                .buffers = static_cast<int>(oo.buffer_count)};
-    opt_swap_ = std::make_unique<offload::OptimizerSwapper>(io_.get(), opt_file, opt_ranges,
-                                                            options, *pinned_);
-  }
-  // Note [Deferred optimizer step]: so far on the CPU backend.
-  defer_steps_ = param_swap_ && !on_device();
-  if (!computes_) return;
-  Log().info("offload: {}{}{}; I/O through {}{}",
-             param_nvme ? fmt::format("parameter shards on NVMe ({} swapped, {} kept in memory)",
-                                      FormatBytes(param_bytes),
-                                      FormatBytes(4 * param_swap_->resident_elements()))
-                        : "",
-             param_nvme && opt_nvme ? ", " : "",
-             opt_nvme ? fmt::format("optimizer state on NVMe ({} in tiles of {} elements, {} "
-                                    "buffers)",
-                                    FormatBytes(opt_bytes), opt_swap_->tile_elements(),
-                                    opt_swap_->buffers())
-                      : "",
-             io_->backend(),
-             defer_steps_ ? "; each layer's optimizer step runs as the next forward reads it" : "");
-}
-
-// The rank's swap directories, checked for the space their files need, and the files' paths
-// (empty where nothing is swapped).
-void Engine::MakeSwapDirs(int64_t param_bytes, int64_t opt_bytes, std::string* param_file,
-                          std::string* opt_file) {
-  const OffloadParamConfig& op = config_.zero.offload_param;
-  const OffloadOptimizerConfig& oo = config_.zero.offload_optimizer;
-  const bool param_nvme = placement_.params == Place::kNvme;
-  const bool opt_nvme = placement_.optimizer == Place::kNvme;
-  // One swap directory per distinct nvme_path ("/nvme" and "/nvme/" are one: a second
-  // SwapDir of the same directory would find it locked), checked for the bytes all its files
-  // need.
-  const bool shared = param_nvme && opt_nvme && SameDirectory(op.nvme_path, oo.nvme_path);
   // The rank's place in the dp x pp x tp grid (its world rank, ProcessGrid's order) names its
   // swap directory, so no two ranks of a job share one; the grid's size tells directories of
   // this run's ranks from those an earlier run with more ranks left (Note [Stale swap
   // directories]).
-  const int grid_rank = (pp_->rank() * dp_->size() + dp_->rank()) * tp_->size() + tp_->rank();
-  const int grid_size = pp_->size() * dp_->size() * tp_->size();
-  auto make_dir = [&](const std::string& path, int64_t bytes, const std::string& what) {
-    swap_dirs_.push_back(std::make_unique<offload::SwapDir>(
-        path, config_.training.job_name, grid_rank, grid_size, bytes, what,
-        offload::FreeBytesFunction{}, config_.ranks_on_node));
-    return swap_dirs_.back().get();
-  };
-  offload::SwapDir* param_dir = nullptr;
-  offload::SwapDir* opt_dir = nullptr;
-  if (shared) {
-    param_dir = opt_dir = make_dir(op.nvme_path, param_bytes + opt_bytes, "offload");
-  } else {
-    if (param_nvme) param_dir = make_dir(op.nvme_path, param_bytes, "offload_param");
-    if (opt_nvme) opt_dir = make_dir(oo.nvme_path, opt_bytes, "offload_optimizer");
+  const offload::SwapRank rank{
+      .job_name = config_.training.job_name,
+      .grid_rank = (pp_->rank() * dp_->size() + dp_->rank()) * tp_->size() + tp_->rank(),
+      .grid_size = pp_->size() * dp_->size() * tp_->size(),
+      .ranks_on_node = config_.ranks_on_node};
+  nvme_ = std::make_unique<offload::NvmeOffload>(placement_, config_.zero, config_.aio, rank,
+                                                 computes_, shards, opt_ranges, *host_, *pinned_,
+                                                 *held_, *moments_);
+  swap_file_bytes_ = nvme_->file_bytes();
+  // Note [Deferred optimizer step]: so far on the CPU backend.
+  defer_steps_ = held_->swapped() && !on_device();
+  const std::string on_nvme = nvme_->Describe(*held_, *moments_);
+  if (computes_ && !on_nvme.empty()) {
+    Log().info(
+        "offload: {}{}", on_nvme,
+        defer_steps_ ? "; each layer's optimizer step runs as the next forward reads it" : "");
   }
-  if (param_dir) *param_file = param_dir->File("params.swp");
-  if (opt_dir) *opt_file = opt_dir->File("optimizer.swp");
+}
+
+// With state offloaded to host memory: what is there, and how much of it is pinned.
+void Engine::LogHostOffload() const {
+  const bool param_host = placement_.params_in_host();
+  const bool opt_host = config_.zero.offload_optimizer.device == "cpu";
+  if (!(param_host || opt_host) || !computes_) return;
+  // Pinned state so far: the CPU backend's mlock'ed allocations, or CUDA's pinned memory.
+  const auto* locked = dynamic_cast<const PinnedHostAllocator*>(pinned_.get());
+  const int64_t unpinned = device_.is_cpu() && locked ? locked->unpinned_bytes() : 0;
+  const int64_t pinned = pinned_tracker_.TotalCurrent() - unpinned;
+  Log().info("offload: {}{}{} in host memory{}", opt_host ? "optimizer state" : "",
+             param_host && opt_host ? " and " : "", param_host ? "parameter shards" : "",
+             pinned + unpinned == 0
+                 ? " (pin_memory off)"
+                 : fmt::format(", {} pinned{}", FormatBytes(pinned),
+                               unpinned == 0 ? ""
+                                             : fmt::format(", {} not (RLIMIT_MEMLOCK too small: "
+                                                           "raise `ulimit -l`)",
+                                                           FormatBytes(unpinned))));
 }
 
 void Engine::InitParameters() {
@@ -447,41 +405,14 @@ class CopyBesideWork final : public comm::Work {
 // and waiting for it makes the layer's ops wait on the device, not the host. A frozen base
 // offloaded to the host (LoRA) is gathered the same way (LaunchFrozenGather).
 comm::WorkPtr Engine::LaunchGather(size_t l, const Buffer& whole, DType dtype) {
-  LayerState& st = *states_[l];
-  const Tensor out = whole.AsTensor(dtype, {st.padded});
-  if (!param_swap_ && st.params.device() == whole.device() && dtype == DType::kF32) {
-    return dp_->AllGather(st.Flat(st.params, st.shard), out);
-  }
-  const Tensor mine = out.Flat(st.opt_begin, {st.shard});
-  if (!param_swap_ && st.params.device() == whole.device()) {
-    // The compute-dtype copy of the shard, converted into this rank's chunk.
-    ops_->Copy(st.Flat(st.params, st.shard), mine);
-    return dp_->AllGather(mine, out);
-  }
+  const LayerState& st = *states_[l];
   optimizer_->StepLayer(l);  // Note [Deferred optimizer step]
-  if (param_swap_ && whole.device().is_cpu() && dtype == DType::kF32) {
-    const ScopeTimer timer(swap_wait_seconds_);
-    param_swap_->CopyOut(l, mine.data<float>());
-    return dp_->AllGather(mine, out);
-  }
-  // The shard on the host in the gather's dtype: the master or its `lp` copy, or from NVMe
-  // (staged in pageable memory, which may go once the copy is issued).
-  Buffer staged;
-  Tensor shard;
-  if (!param_swap_) {
-    shard = dtype == DType::kF32 || st.lp.data() == nullptr
-                ? st.Flat(st.params, st.shard)
-                : st.lp.AsTensor(dtype, {st.shard});
-  } else {
-    staged = Buffer(*host_, DType::kF32, {st.shard}, MemoryCategory::kWorkspace);
-    const ScopeTimer timer(swap_wait_seconds_);
-    param_swap_->CopyOut(l, staged.data<float>());
-    shard = st.Flat(staged, st.shard);
-  }
-  if (shard.dtype() != dtype) {  // converted by the ops (NVMe under mixed precision)
-    ops_->Copy(shard, mine);
-    ops_->Synchronize();  // before `staged` goes
-    return dp_->AllGather(mine, out);
+  const Tensor out = whole.AsTensor(dtype, {st.padded});
+  const Tensor mine = out.Flat(st.opt_begin, {st.shard});
+  Buffer staged;  // a shard read from NVMe, kept until the gather has read it
+  const Tensor shard = held_->GatherSource(l, mine, staged);
+  if (shard.data() == mine.data() || shard.device() == out.device()) {
+    return dp_->AllGather(shard, out);
   }
   return GatherHostShard(shard, mine, out);
 }

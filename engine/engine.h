@@ -74,6 +74,8 @@
 #include "optim/lr_schedule.h"
 #include "optim/param_groups.h"
 #include "parallel/comm/communicator.h"
+#include "parallel/pipeline/stage_split.h"
+#include "parallel/zero/flat_layout.h"
 #include "parallel/zero/gradient_reducer.h"
 #include "parallel/zero/param_gatherer.h"
 #include "parallel/zero/sharded_optimizer.h"
@@ -91,10 +93,9 @@ struct Instruction;
 }  // namespace pipeline
 
 namespace offload {
-class IoEngine;
-class OptimizerSwapper;
-class ParamSwapper;
-class SwapDir;
+class NvmeOffload;
+class OptimizerStateStore;
+class ParamStore;
 }  // namespace offload
 
 struct StepStats {
@@ -278,7 +279,7 @@ class Engine {
   bool first_stage() const { return pp_->rank() == 0; }
   bool last_stage() const { return pp_->rank() == pp_->size() - 1; }
   // Model layer index of this stage's first layer; layers() holds the stage's layers.
-  size_t first_layer() const { return stage_begin_; }
+  size_t first_layer() const { return split_.begin; }
   const Config& config() const { return config_; }
   // Where the engine computes (resolved from config.device).
   Device device() const { return device_; }
@@ -302,13 +303,9 @@ class Engine {
   struct Slot;
   struct LayerState;
   struct MicroBatchRun;
-  // The sharded optimizer (engine_optimizer.cc, Note [Sharded optimizer]) and its hooks: m
-  // and v of a layer (all when nullopt) on the host, and the host master of a layer's range.
+  // The sharded optimizer (engine_optimizer.cc, Note [Sharded optimizer]) and its hooks.
   void SetUpOptimizer();
   zero::OptimizerHooks OptimizerHooksFor();
-  void WalkOptimizerState(std::optional<size_t> layer, const zero::StateRange& fn, bool save);
-  float* AcquireMaster(size_t layer);
-  void ReleaseMaster(size_t layer, bool changed);
   // Devices (engine_device.cc).
   struct StagedBatches;
   static Device ResolveDevice(const std::string& setting);
@@ -330,14 +327,6 @@ class Engine {
   // Where host copies of device state are made: host memory on CUDA; on the CPU the
   // caching allocator, as before devices existed (its bytes are counted the same way).
   Allocator& staging() { return on_device() ? *host_ : static_cast<Allocator&>(activations_); }
-  // The parameter elements layer l holds (the whole layer; its shard at stage 3) to and from
-  // host memory, wherever they live (memory, device, NVMe); WriteHeld also refreshes the
-  // host master. Both return with the copies done.
-  void ReadHeld(size_t l, float* dst);
-  void WriteHeld(size_t l, const float* src);
-  // Layer l's held parameters on the host: `params` itself when it is host memory, else a
-  // copy in `staged`.
-  float* HeldOnHost(size_t l, Buffer& staged);
   // `value` reduced over `group`, through device memory when the group needs it.
   float AllReduceScalar(comm::Communicator& group, float value,
                         comm::ReduceOp op = comm::ReduceOp::kSum);
@@ -352,10 +341,19 @@ class Engine {
   void SelectStage(std::vector<std::unique_ptr<nn::Layer>> model);
   // Throws ConfigError for a glob of optimizer.param_groups that selects nothing.
   void CheckParamGroups() const;
+  // The layers' flat buffers and slots (engine.cc): each layer's parameters as this stage
+  // holds them, their layout, its buffers where their state lives, and its slots.
   void BuildStorage();
+  std::vector<nn::ParamSpec> StageSpecs(size_t layer, std::vector<bool>& copies,
+                                        size_t& first) const;
+  zero::FlatLayout LayOutLayer(size_t layer, const std::vector<nn::ParamSpec>& specs,
+                               size_t first) const;
+  void AllocateState(LayerState& st);
+  void BindSlots(size_t layer, const std::vector<nn::ParamSpec>& specs,
+                 const std::vector<bool>& copies, const std::vector<int64_t>& offsets,
+                 LayerState& st);
   void SetUpOffload();
-  void MakeSwapDirs(int64_t param_bytes, int64_t opt_bytes, std::string* param_file,
-                    std::string* opt_file);
+  void LogHostOffload() const;
   void InitParameters();
   // All-gathers layer l's parameters into `whole`: fp32 (the master values) or, under mixed
   // precision, the compute dtype.
@@ -379,8 +377,6 @@ class Engine {
   std::vector<float> FrozenValues(const Slot& s, const std::vector<uint8_t>& region) const;
   // Mixed precision (engine_precision.cc).
   bool mixed() const { return act_dtype_ != DType::kF32; }
-  // The compute-dtype copies of stages 0-2 from the fp32 parameters (after every update).
-  void RefreshLowPrecision();
   // Converts layer l's gradients to fp32 when they accumulate in 16 bits: into `grad_shard`
   // (stage 0, reduced there in place) or a new buffer for the reduction to read.
   Tensor Fp32Gradients(size_t layer, Buffer& staging);
@@ -461,18 +457,8 @@ class Engine {
   // stage boundaries, the layers before this stage (for the shape of its input), and the
   // weights this stage shares with another stage (Note [Pipeline in the engine]).
   std::vector<std::vector<nn::ParamSpec>> model_specs_;
-  std::vector<int> stage_bounds_;
-  size_t stage_begin_ = 0;
+  pipeline::StageSplit split_;  // Note [Weights tied across stages]
   std::vector<std::unique_ptr<nn::Layer>> earlier_layers_;
-  struct StageTie {
-    size_t layer;        // the stage's layer holding it (at offset 0 of its flat buffer)
-    int64_t elements;    // its size
-    int peer;            // the pp rank of the other stage holding it
-    bool copy;           // this stage holds the copy (the owner sits on another stage)
-    std::string name;    // the tied parameter's (owner's) name
-  };
-  std::vector<StageTie> stage_ties_;
-  std::vector<int64_t> min_padded_;  // per stage layer: the least flat size (tied layouts)
   const zero::StagePolicy zero_;     // what the ZeRO stage shards (Note [ZeRO stage policy])
   bool overlap_;  // let gradient reductions run behind backward (stage 0, or overlap_comm)
   // Where each kind of state lives (Note [State placement]).
@@ -492,15 +478,16 @@ class Engine {
   std::unordered_map<std::string, size_t> slot_by_name_;
   int64_t step_ = 0;
   double comm_wait_seconds_ = 0.0;  // blocked in WaitFor, since construction
-  double swap_wait_seconds_ = 0.0;  // blocked on the swappers, since construction
+  // Blocked on the swappers (parameters and optimizer state), since construction.
+  double SwapWaitSeconds() const;
   std::unique_ptr<zero::GradientReducer> reducer_;  // the gradient buckets
   std::unique_ptr<zero::ParamGatherer> gatherer_;   // stage 3's gathers; null below
-  // Offload (Note [Offload in the engine]): the I/O engine, swap directories, and where
-  // parameter shards and optimizer state live when they are on NVMe.
-  std::unique_ptr<offload::IoEngine> io_;
-  std::vector<std::unique_ptr<offload::SwapDir>> swap_dirs_;
-  std::unique_ptr<offload::ParamSwapper> param_swap_;
-  std::unique_ptr<offload::OptimizerSwapper> opt_swap_;
+  // Offload (Note [Offload in the engine]): the I/O engine and swap directories when state is
+  // on NVMe (Note [NVMe offload setup]), and where parameters and optimizer state live.
+  std::unique_ptr<offload::NvmeOffload> nvme_;
+  // Where each layer's held parameters live (Note [Parameter store], offload/param_store.h).
+  std::unique_ptr<offload::ParamStore> held_;
+  std::unique_ptr<offload::OptimizerStateStore> moments_;  // m and v (Note [Optimizer state store])
   // Note [Deferred optimizer step]: on when parameter shards are on NVMe.
   bool defer_steps_ = false;
   std::unique_ptr<zero::ShardedOptimizer> optimizer_;  // Note [Sharded optimizer]

@@ -22,8 +22,6 @@
 #include "checkpoint/checkpoint.h"
 #include "engine/engine.h"
 #include "engine/engine_state.h"
-#include "offload/optimizer_swapper.h"
-#include "offload/param_swapper.h"
 
 namespace ztrain {
 namespace {
@@ -60,7 +58,7 @@ void Engine::SaveState(checkpoint::ShardWriter& writer) {
     LayerState& st = *states_[l];
     const int64_t held_begin = st.sharded ? st.opt_begin : 0;
     Buffer staged;
-    const float* held = HeldOnHost(l, staged);
+    const float* held = held_->OpenOnHost(l, staged, MemoryCategory::kWorkspace, true);
     for (; next < parts.size() && parts[next].layer == l; ++next) {
       const zero::OptimizerPart& p = parts[next];
       const Slot& s = slots_[p.param];
@@ -105,12 +103,7 @@ void Engine::LoadState(const checkpoint::ModelIndex& index, int64_t step) {
     const int64_t held_begin = st.sharded ? st.opt_begin : 0;
     const int64_t held_len = st.sharded ? st.shard : st.padded;
     Buffer staged;
-    float* held = st.params.data<float>();
-    if (param_swap_ || !st.params.device().is_cpu()) {
-      staged = Buffer(staging(), DType::kF32, {held_len}, MemoryCategory::kWorkspace);
-      staged.Zero();
-      held = staged.data<float>();
-    }
+    float* held = held_->OpenOnHost(l, staged, MemoryCategory::kWorkspace, false);
     for (size_t slot : st.owned) {
       const Slot& s = slots_[slot];
       if (s.frozen()) continue;
@@ -120,9 +113,9 @@ void Engine::LoadState(const checkpoint::ModelIndex& index, int64_t step) {
         read(s.spec, Kind::kParam, begin - s.offset, end - s.offset, held + (begin - held_begin));
       }
     }
-    if (staged.data() != nullptr) WriteHeld(l, held);
+    held_->Commit(l, staged);
   }
-  if (param_swap_) param_swap_->Flush();
+  held_->Flush();
   optimizer_->ForEachRange(
       optimizer_->parts(),
       [&](const zero::OptimizerPart& p, int64_t begin, int64_t end, float* m, float* v) {
@@ -132,7 +125,7 @@ void Engine::LoadState(const checkpoint::ModelIndex& index, int64_t step) {
       },
       /*save=*/true);
   step_ = step;
-  RefreshLowPrecision();
+  held_->RefreshComputeCopies();
 }
 
 }  // namespace ztrain

@@ -20,8 +20,8 @@
 //   [Offloaded shards beside compute], engine.cc);
 // - the groups are NCCL communicators; scalars (loss, norm) cross them through device memory;
 // - micro-batches arrive in host memory and are copied in; losses come back to the host;
-//   whole-parameter values, initialisation and checkpoints go through host copies (HeldOnHost,
-//   ReadHeld, WriteHeld).
+//   whole-parameter values, initialisation and checkpoints go through host copies (the
+//   parameter store's Read, Write and OpenOnHost, offload/param_store.h).
 // Tensor parallelism runs on either: its split layers are ops of the op set, its all-reduces
 // on the tp group's communicator (parallel/tensor/).
 // On the CPU every "copy" is host memory to host memory and every buffer is host memory, so
@@ -34,7 +34,6 @@
 #include "engine/engine.h"
 #include "engine/engine_state.h"
 #include "kernels/cuda_memory.h"
-#include "offload/param_swapper.h"
 
 namespace ztrain {
 
@@ -117,44 +116,6 @@ float Engine::AllReduceScalar(comm::Communicator& group, float value, comm::Redu
   CopyIn(&value, t);
   group.AllReduce(t, op)->Wait();
   return ToHost(t)[0];
-}
-
-void Engine::ReadHeld(size_t l, float* dst) {
-  if (!computes_) return;
-  LayerState& st = *states_[l];
-  const int64_t held_len = st.sharded ? st.shard : st.padded;
-  if (param_swap_) {
-    param_swap_->CopyOut(l, dst);
-    return;
-  }
-  CopyOut(st.Flat(st.params, held_len), dst);
-  ops_->Synchronize();
-}
-
-void Engine::WriteHeld(size_t l, const float* src) {
-  if (!computes_) return;
-  LayerState& st = *states_[l];
-  const int64_t held_len = st.sharded ? st.shard : st.padded;
-  if (param_swap_) {
-    param_swap_->Store(l, src);
-    return;
-  }
-  CopyIn(src, st.Flat(st.params, held_len));
-  if (st.master.data() != nullptr) {
-    const int64_t held_begin = st.sharded ? st.opt_begin : 0;
-    std::memcpy(st.master.data(), src + (st.opt_begin - held_begin),
-                static_cast<size_t>(st.opt_len) * sizeof(float));
-  }
-  ops_->Synchronize();
-}
-
-float* Engine::HeldOnHost(size_t l, Buffer& staged) {
-  LayerState& st = *states_[l];
-  if (!param_swap_ && st.params.device().is_cpu()) return st.params.data<float>();
-  staged = Buffer(staging(), DType::kF32, {st.sharded ? st.shard : st.padded},
-                  MemoryCategory::kWorkspace);
-  ReadHeld(l, staged.data<float>());
-  return staged.data<float>();
 }
 
 }  // namespace ztrain

@@ -8,8 +8,6 @@
 
 #include "engine/engine.h"
 #include "engine/engine_state.h"
-#include "offload/optimizer_swapper.h"
-#include "offload/param_swapper.h"
 #include "optim/grad_clip.h"
 
 namespace ztrain {
@@ -20,7 +18,7 @@ void Engine::SetUpOptimizer() {
     zero::OptimizedLayer& layer = layers.emplace_back();
     layer.opt_begin = states_[l]->opt_begin;
     layer.opt_len = states_[l]->opt_len;
-    for (const StageTie& tie : stage_ties_) {
+    for (const pipeline::StageTie& tie : split_.ties) {
       if (tie.copy && tie.layer == l) layer.leading_copy = tie.elements;
     }
   }
@@ -49,7 +47,7 @@ zero::OptimizerHooks Engine::OptimizerHooksFor() {
     return on_device() ? st.grad_host.data<float>() : st.Reduced().data<float>();
   };
   h.walk_state = [this](std::optional<size_t> l, const zero::StateRange& fn, bool save) {
-    WalkOptimizerState(l, fn, save);
+    moments_->Walk(l, fn, save);
   };
   h.all_reduce = [this](comm::Communicator& group, float value) {
     return AllReduceScalar(group, value);
@@ -62,92 +60,19 @@ zero::OptimizerHooks Engine::OptimizerHooksFor() {
       ops_->Synchronize();
     };
   }
-  h.acquire_master = [this](size_t l) { return AcquireMaster(l); };
-  h.release_master = [this](size_t l, bool changed) { ReleaseMaster(l, changed); };
-  if (param_swap_) {
-    h.prefetch_master = [this](size_t l) { param_swap_->Prefetch(l); };
-    h.flush_masters = [this] {
-      const ScopeTimer timer(swap_wait_seconds_);
-      param_swap_->Flush();
-    };
+  h.acquire_master = [this](size_t l) { return held_->Acquire(l); };
+  h.release_master = [this](size_t l, bool changed) { held_->Release(l, changed); };
+  if (held_->swapped()) {
+    h.prefetch_master = [this](size_t l) { held_->Prefetch(l); };
+    h.flush_masters = [this] { held_->Flush(); };
   }
-  h.device_params = [this](size_t l) {
-    const LayerState& st = *states_[l];
-    return st.sharded ? st.Flat(st.params, st.shard)
-                      : st.Flat(st.params, st.padded).Flat(st.opt_begin, {st.opt_len});
-  };
-  h.device_state = [this](size_t l) {
-    const LayerState& st = *states_[l];
-    return std::pair{st.Flat(st.exp_avg, st.opt_len), st.Flat(st.exp_avg_sq, st.opt_len)};
-  };
+  h.device_params = [this](size_t l) { return held_->OptimizerRange(l); };
+  h.device_state = [this](size_t l) { return moments_->DeviceState(l); };
   h.zero_gradient = [this](size_t l) { ZeroFill(states_[l]->grad_shard); };
   return h;
 }
 
 double Engine::GradNorm() { return optimizer_->GradNorm(); }
-
-// m and v of layer l (every layer when nullopt), on the host: the buffers in host memory, host
-// copies of those in device memory (checkpoints; written back when `save`), or the NVMe
-// tiles (the time blocked on them counted as swap wait).
-void Engine::WalkOptimizerState(std::optional<size_t> layer, const zero::StateRange& fn,
-                                bool save) {
-  if (opt_swap_) {
-    double in_fn = 0.0;  // the swap wait is the time in the walk less the time in fn
-    const auto start = std::chrono::steady_clock::now();
-    const offload::OptimizerSwapper::TileStep step = [&](int64_t begin, int64_t count, float* m,
-                                                         float* v) {
-      const ScopeTimer fn_timer(in_fn);
-      fn(begin, count, m, v);
-    };
-    if (layer) {
-      opt_swap_->ForEachTileOf(*layer, step, save);
-    } else {
-      opt_swap_->ForEachTile(step, save);
-    }
-    swap_wait_seconds_ +=
-        std::max(0.0, SecondsBetween(start, std::chrono::steady_clock::now()) - in_fn);
-    return;
-  }
-  const size_t first = layer.value_or(0), last = layer ? *layer + 1 : states_.size();
-  for (size_t l = first; l < last; ++l) {
-    LayerState& st = *states_[l];
-    if (st.opt_len == 0) continue;
-    if (st.exp_avg.device().is_cpu()) {
-      fn(optimizer_->base(l), st.opt_len, st.exp_avg.data<float>(), st.exp_avg_sq.data<float>());
-      continue;
-    }
-    const Tensor m = st.Flat(st.exp_avg, st.opt_len), v = st.Flat(st.exp_avg_sq, st.opt_len);
-    std::vector<float> hm = ToHost(m), hv = ToHost(v);
-    fn(optimizer_->base(l), st.opt_len, hm.data(), hv.data());
-    if (save) {
-      CopyIn(hm.data(), m);
-      CopyIn(hv.data(), v);
-      ops_->Synchronize();
-    }
-  }
-}
-
-// The fp32 master of layer l's optimizer range on the host: the pinned copy beside device
-// parameters (copied back to the device on release), the host parameters themselves, or the
-// shard in the parameter swapper's buffer (written back from there on release).
-float* Engine::AcquireMaster(size_t l) {
-  LayerState& st = *states_[l];
-  if (st.master.data() != nullptr) return st.master.data<float>();
-  if (!param_swap_) return st.params.data<float>() + (st.sharded ? 0 : st.opt_begin);
-  const ScopeTimer timer(swap_wait_seconds_);
-  return param_swap_->Acquire(l);
-}
-
-void Engine::ReleaseMaster(size_t l, bool changed) {
-  LayerState& st = *states_[l];
-  if (st.master.data() != nullptr) {
-    if (!changed) return;
-    const Tensor whole = st.Flat(st.params, st.sharded ? st.shard : st.padded);
-    CopyIn(st.master.data<float>(), whole.Flat(st.sharded ? 0 : st.opt_begin, {st.opt_len}));
-  } else if (param_swap_) {
-    param_swap_->Release(l, changed);
-  }
-}
 
 void Engine::OptimizerStep(double grad_norm, StepStats& stats) {
   // Steps skipped for an fp16 overflow took no update: the lr schedule and Adam's step count
@@ -162,7 +87,7 @@ void Engine::OptimizerStep(double grad_norm, StepStats& stats) {
   ++step_;
   optimizer_->Step({lr, coef, updates + 1});
   if (zero_.gather_after_step && dp_->size() > 1) GatherParameters();
-  RefreshLowPrecision();
+  held_->RefreshComputeCopies();
   stats.step = step_;
   stats.lr = lr;
   stats.clip_coef = scaler_ ? std::min(1.0, coef * scale) : coef;
@@ -177,7 +102,7 @@ void Engine::OptimizerStep(double grad_norm, StepStats& stats) {
 // and every layer with an optimizer range becomes pending (Note [Sharded optimizer]). A
 // pending layer is stepped the next time its shard is read — by the next forward's gather
 // (LaunchGather), which reads it anyway — on the shard as read, in the swapper's buffer
-// (ParamSwapper::Acquire), from which it is written back in the background and copied for the
+// (ParamStore::Acquire), from which it is written back in the background and copied for the
 // gather; with m and v on NVMe too, with its own tiles
 // (OptimizerSwapper::ForEachTileOf). The gatherer launches a prefetched layer's gather
 // (and so its step) just before the layer that needs it, so the steps run beside the compute

@@ -8,7 +8,6 @@
 #include "engine/engine.h"
 #include "engine/engine_state.h"
 #include "nn/init.h"
-#include "offload/param_swapper.h"
 
 namespace ztrain {
 
@@ -25,7 +24,7 @@ Tensor Engine::Parameter(const std::string& name) const {
                "holds only its shard; use ForEachFullParameter (collective)");
   const LayerState& st = *states_[s.layer];
   if (s.frozen()) return FrozenView(st.frozen, s);  // in the compute dtype
-  return st.Flat(st.params, st.padded).Flat(s.offset, s.spec.shape);
+  return held_->HeldTensor(s.layer).Flat(s.offset, s.spec.shape);
 }
 
 Shape Engine::ParameterShape(const std::string& name) const { return FindSlot(name).spec.shape; }
@@ -70,7 +69,7 @@ void Engine::ForEachFullParameter(const std::function<void(const std::string&, c
   for (size_t l = 0; l < states_.size(); ++l) {
     LayerState& st = *states_[l];
     Buffer whole, host_copy;
-    const float* base = st.params.data<float>();
+    const float* base = held_->held(l).data<float>();
     if (st.sharded && st.padded > 0) {
       whole = Buffer(activations_, DType::kF32, {st.padded}, MemoryCategory::kParameters);
       WaitFor(*LaunchGather(l, whole));
@@ -78,7 +77,8 @@ void Engine::ForEachFullParameter(const std::function<void(const std::string&, c
     }
     if (on_device()) {  // the whole layer comes to the host
       host_copy = Buffer(*host_, DType::kF32, {st.padded}, MemoryCategory::kWorkspace);
-      CopyOut(st.Flat(st.sharded ? whole : st.params, st.padded), host_copy.data<float>());
+      CopyOut(st.sharded ? st.Flat(whole, st.padded) : held_->HeldTensor(l),
+              host_copy.data<float>());
       ops_->Synchronize();
       base = host_copy.data<float>();
     }
@@ -127,7 +127,7 @@ void Engine::SetFullParameters(
   for (size_t l = 0; l < states_.size(); ++l) {
     LayerState& st = *states_[l];
     Buffer whole;  // the whole layer on the host, when the parameters are not
-    float* base = st.params.data<float>();
+    float* base = held_->held(l).data<float>();
     if (st.sharded || on_device()) {
       whole = Buffer(staging(), DType::kF32, {st.padded}, MemoryCategory::kWorkspace);
       whole.Zero();
@@ -145,7 +145,7 @@ void Engine::SetFullParameters(
       fill(s.spec.name, full.AsTensor(DType::kF32, full_shape));
       CopySlice(s.spec.tp, s.spec.shape, base + s.offset, full.data<float>(), /*to_full=*/false);
     }
-    if (whole.data() != nullptr) WriteHeld(l, base + (st.sharded ? st.opt_begin : 0));
+    if (whole.data() != nullptr) held_->Write(l, base + (st.sharded ? st.opt_begin : 0));
     // Frozen parameters: each whole value once, its held runs stored.
     std::map<std::string, Buffer> values;
     SetHeldFrozen(l, [&](const std::string& name, const Shape& full_shape, int64_t begin,
@@ -162,8 +162,8 @@ void Engine::SetFullParameters(
                   static_cast<size_t>(count) * sizeof(float));
     });
   }
-  if (param_swap_) param_swap_->Flush();
-  RefreshLowPrecision();
+  held_->Flush();
+  held_->RefreshComputeCopies();
 }
 
 // Note [Reading only what a rank holds]: a model file larger than one rank's memory loads
@@ -174,8 +174,8 @@ void Engine::SetFullParameters(
 // slice (nn::ForEachSliceRun) maps local elements to whole-parameter elements, so the
 // intersection of a run with the held range is one contiguous request to `fill`. Parameters
 // in host memory are written in place; elsewhere (a device, NVMe) the held range is staged
-// on the host, one layer at a time, and stored where they live (WriteHeld, which also
-// refreshes the fp32 master).
+// on the host, one layer at a time, and stored where they live (ParamStore::Write,
+// which also refreshes the fp32 master).
 void Engine::SetHeldParameters(const HeldParameterFill& fill,
                                const std::function<bool(const std::string&)>& only) {
   optimizer_->ApplyPending();  // Note [Deferred optimizer step]
@@ -184,16 +184,9 @@ void Engine::SetHeldParameters(const HeldParameterFill& fill,
     const LayerState& st = *states_[l];
     const int64_t held_begin = st.sharded ? st.opt_begin : 0;
     const int64_t held_len = st.sharded ? st.shard : st.padded;
+    // The parameters not chosen are written back as they are.
     Buffer staged;
-    float* held = nullptr;
-    if (!param_swap_ && st.params.device().is_cpu()) {
-      held = st.params.data<float>();
-    } else {
-      staged = Buffer(staging(), DType::kF32, {held_len}, MemoryCategory::kParameters);
-      staged.Zero();
-      held = staged.data<float>();
-      if (only) ReadHeld(l, held);  // the parameters not chosen are written back as they are
-    }
+    float* held = held_->OpenOnHost(l, staged, MemoryCategory::kParameters, bool(only));
     // A shape-only engine walks the staging copies and writes nothing.
     for (size_t slot : st.owned) {
       if (!computes_) break;
@@ -210,11 +203,11 @@ void Engine::SetHeldParameters(const HeldParameterFill& fill,
                         held + (s.offset + a - held_begin));
       });
     }
-    if (staged.data() != nullptr) WriteHeld(l, held);
+    held_->Commit(l, staged);
     SetHeldFrozen(l, fill, only);
   }
-  if (param_swap_) param_swap_->Flush();
-  RefreshLowPrecision();
+  held_->Flush();
+  held_->RefreshComputeCopies();
 }
 
 std::vector<std::string> Engine::ParameterNames() const {

@@ -23,7 +23,8 @@
 // backwards.
 //
 // A weight used on two stages (GPT-2's token embedding, owned by the first layer, tied into
-// the LM head on the last stage) is held by both: the later stage stores a copy under the
+// the LM head on the last stage) is held by both (pipeline::SplitStages, Note [Weights tied
+// across stages] in parallel/pipeline/stage_split.h): the later stage stores a copy under the
 // owner's name, initialised from the same (seed, name, index), so both start equal. Both
 // layers lay the weight out at offset 0 of their flat buffer and are padded to the same
 // size, so a dp rank's shard covers the same elements of it on both stages. After the
@@ -32,101 +33,46 @@
 // take the same AdamW step and stay bitwise equal. The gradient norm counts the copy once.
 // Everything else a step reports (the loss, the norm) is summed over the pp group.
 #include <algorithm>
-#include <chrono>
-#include <unordered_map>
+#include <string>
 
 #include "core/logging.h"
 #include "engine/engine.h"
 #include "engine/engine_state.h"
-#include "parallel/pipeline/partition.h"
-#include "parallel/pipeline/schedule.h"
-#include "parallel/zero/flat_layout.h"
+#include "parallel/pipeline/stage_split.h"
 
 namespace ztrain {
 namespace {
 
 constexpr int kTieTag = 30000;  // above every activation tag 2m, 2m+1 of a step
 
-// A layer's parameters as the flat layout sees them (sizes of the trainable ones only matter
-// to TiedLayoutSize).
-std::vector<zero::FlatParam> FlatParamsOf(const std::vector<nn::ParamSpec>& specs) {
-  std::vector<zero::FlatParam> out;
-  for (const nn::ParamSpec& s : specs) {
-    out.push_back({s.name, NumElements(s.shape), s.trainable, s.packed, s.tied_to.empty()});
-  }
-  return out;
-}
-
 }  // namespace
 
 void Engine::SelectStage(std::vector<std::unique_ptr<nn::Layer>> model) {
-  for (const auto& layer : model) model_specs_.push_back(layer->Params());
+  std::vector<std::vector<pipeline::StageParam>> params;
+  std::vector<std::string> names;
+  for (const auto& layer : model) {
+    model_specs_.push_back(layer->Params());
+    names.push_back(layer->Name());
+    std::vector<pipeline::StageParam>& of_layer = params.emplace_back();
+    for (const nn::ParamSpec& s : model_specs_.back()) {
+      of_layer.push_back({s.name, s.tied_to, NumElements(s.shape), s.trainable, s.packed});
+    }
+  }
   const int stages = pp_->size(), stage = pp_->rank();
-  if (stages == 1) {
-    stage_bounds_ = {0, static_cast<int>(model.size())};
-    min_padded_.assign(model.size(), 0);
-    layers_ = std::move(model);
-    return;
-  }
-  std::vector<int64_t> counts;
-  for (const auto& specs : model_specs_) {
+  split_ = pipeline::SplitStages(params, names, stages, stage,
+                                 stages == 1
+                                     ? pipeline::PartitionMethod::kUniform
+                                     : pipeline::ParsePartitionMethod(config_.pipeline_partition));
+  const size_t begin = split_.begin, end = split_.end;
+  if (stages > 1 && computes_) {
     int64_t n = 0;
-    for (const nn::ParamSpec& s : specs) n += NumElements(s.shape);
-    counts.push_back(n);
-  }
-  stage_bounds_ = pipeline::PartitionLayers(
-      counts, stages, pipeline::ParsePartitionMethod(config_.pipeline_partition));
-  const auto begin = static_cast<size_t>(stage_bounds_[static_cast<size_t>(stage)]);
-  const auto end = static_cast<size_t>(stage_bounds_[static_cast<size_t>(stage) + 1]);
-  stage_begin_ = begin;
-  auto stage_of = [&](size_t l) {
-    return static_cast<int>(std::upper_bound(stage_bounds_.begin(), stage_bounds_.end(),
-                                             static_cast<int>(l)) -
-                            stage_bounds_.begin()) - 1;
-  };
-  std::unordered_map<std::string, size_t> owner;
-  for (size_t l = 0; l < model_specs_.size(); ++l) {
-    for (const nn::ParamSpec& s : model_specs_[l]) {
-      if (s.tied_to.empty()) owner[s.name] = l;
+    for (size_t l = begin; l < end; ++l) {
+      for (const pipeline::StageParam& p : params[l]) n += p.elements;
     }
+    Log().info("pipeline: stage {} of {} runs layers {}..{} ({} .. {}), {} parameters{}", stage,
+               stages, begin, end - 1, names[begin], names[end - 1], n,
+               split_.ties.empty() ? "" : ", sharing a tied weight with another stage");
   }
-  min_padded_.assign(end - begin, 0);
-  for (size_t l = 0; l < model_specs_.size(); ++l) {
-    for (const nn::ParamSpec& s : model_specs_[l]) {
-      auto it = s.tied_to.empty() ? owner.end() : owner.find(s.tied_to);
-      if (it == owner.end()) continue;  // untied, or BuildStorage names the missing owner
-      if (!s.trainable) continue;       // each stage holds its own frozen copy (engine_frozen.cc)
-      const size_t o = it->second;
-      const int so = stage_of(o), sl = stage_of(l);
-      if (so == sl) continue;
-      for (const StageTie& t : stage_ties_) {
-        ZTRAIN_CHECK(t.layer != l - begin && t.layer != o - begin, "layer ",
-                     model[t.layer + begin]->Name(), " shares more than one weight with other "
-                     "pipeline stages; ztrain ties one weight per layer across stages");
-      }
-      const int64_t elements = NumElements(s.shape);
-      const int64_t size = std::max(zero::TiedLayoutSize(FlatParamsOf(model_specs_[o]), s.tied_to),
-                                    zero::TiedLayoutSize(FlatParamsOf(model_specs_[l]), s.name));
-      if (sl == stage) {
-        stage_ties_.push_back({l - begin, elements, so, /*copy=*/true, s.tied_to});
-        min_padded_[l - begin] = std::max(min_padded_[l - begin], size);
-      }
-      if (so == stage) {
-        stage_ties_.push_back({o - begin, elements, sl, /*copy=*/false, s.tied_to});
-        min_padded_[o - begin] = std::max(min_padded_[o - begin], size);
-      }
-    }
-  }
-  if (computes_)
-    Log().info(
-        "pipeline: stage {} of {} runs layers {}..{} ({} .. {}), {} parameters{}", stage, stages,
-        begin, end - 1, model[begin]->Name(), model[end - 1]->Name(),
-        [&] {
-          int64_t n = 0;
-          for (size_t l = begin; l < end; ++l) n += counts[l];
-          return n;
-        }(),
-        stage_ties_.empty() ? "" : ", sharing a tied weight with another stage");
   for (size_t l = 0; l < model.size(); ++l) {
     if (l < begin) {
       earlier_layers_.push_back(std::move(model[l]));
@@ -148,7 +94,7 @@ double Engine::SumOverPipeline(double value) {
 }
 
 void Engine::SumStageTiedGradients() {
-  for (const StageTie& tie : stage_ties_) {
+  for (const pipeline::StageTie& tie : split_.ties) {
     LayerState& st = *states_[tie.layer];
     // The tie's elements within the reduced range (all of them at stage 0).
     const int64_t n = std::clamp<int64_t>(tie.elements - st.opt_begin, 0, st.opt_len);
@@ -221,8 +167,8 @@ void Engine::ForEachModelParameter(const std::function<void(const std::string&, 
   if (!writer) return;
   // The later stages' parameters, stage by stage in model order.
   for (int s = 1; s < pp_->size(); ++s) {
-    const auto b = static_cast<size_t>(stage_bounds_[static_cast<size_t>(s)]);
-    const auto e = static_cast<size_t>(stage_bounds_[static_cast<size_t>(s) + 1]);
+    const auto b = static_cast<size_t>(split_.bounds[static_cast<size_t>(s)]);
+    const auto e = static_cast<size_t>(split_.bounds[static_cast<size_t>(s) + 1]);
     for (size_t l = b; l < e; ++l) {
       for (const nn::ParamSpec& spec : model_specs_[l]) {
         if (!spec.tied_to.empty() || (trainable_only && !spec.trainable)) continue;

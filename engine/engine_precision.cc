@@ -10,7 +10,7 @@
 // their activations and activation gradients are D (LayerContext::dtype); layernorm
 // statistics, attention's log-sum-exp, the logits' softmax and the losses stay fp32 (ops.h).
 // The fp32 parameters are the master weights: AdamW updates them with fp32 m and v, sharded
-// as the ZeRO stage says, and RefreshLowPrecision rounds them into `lp` after every update
+// as the ZeRO stage says, and the parameter store rounds them into `lp` after every update
 // (and after initialisation, loading and SetFullParameters). Checkpoints and whole-parameter
 // values are the fp32 masters, so a mixed-precision checkpoint loads into an fp32 run and
 // back.
@@ -42,15 +42,6 @@
 #include "optim/grad_clip.h"
 
 namespace ztrain {
-
-void Engine::RefreshLowPrecision() {
-  if (!mixed()) return;
-  for (auto& st : states_) {
-    if (st->lp.data() == nullptr) continue;  // stage 3 on the device: converted at each gather
-    const int64_t n = st->sharded ? st->shard : st->padded;
-    ops_->Copy(st->Flat(st->params, n), st->lp.AsTensor(act_dtype_, {n}));
-  }
-}
 
 Tensor Engine::Fp32Gradients(size_t l, Buffer& staging) {
   LayerState& st = *states_[l];

@@ -10,6 +10,8 @@
 #include "engine/engine.h"
 #include "nn/layer.h"
 #include "nn/layer_context.h"
+#include "offload/optimizer_state_store.h"
+#include "offload/param_store.h"
 #include "parallel/comm/communicator.h"
 
 namespace ztrain {
@@ -21,19 +23,6 @@ inline double SecondsBetween(std::chrono::steady_clock::time_point a,
                              std::chrono::steady_clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
-
-// Adds the wall time of its scope to `total` (time blocked on the swappers).
-class ScopeTimer {
- public:
-  explicit ScopeTimer(double& total) : total_(total) {}
-  ~ScopeTimer() { total_ += SecondsBetween(start_, std::chrono::steady_clock::now()); }
-  ScopeTimer(const ScopeTimer&) = delete;
-  ScopeTimer& operator=(const ScopeTimer&) = delete;
-
- private:
-  double& total_;
-  const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
-};
 
 // Where one parameter lives: layer, index in the layer's Params(), offset in its flat buffer
 // (elements), or for a frozen one in its layer's frozen region (bytes: Note [Frozen parameters
@@ -108,13 +97,13 @@ struct Engine::MicroBatchRun {
 // Note [Offload in the engine]
 // offload_optimizer {device: cpu} and offload_param {device: cpu} keep the state in host
 // memory, as the CPU backend always does; with pin_memory it comes from the pinned (mlock)
-// allocator. offload_param {device: nvme} (stage 3) gives no layer a `params` buffer: the
-// ParamSwapper holds the shards (the first max_in_cpu elements' worth in memory, the rest in
+// allocator. offload_param {device: nvme} (stage 3) gives the parameter store no buffers:
+// its ParamSwapper holds the shards (the first max_in_cpu elements' worth in memory, the rest in
 // a swap file); a gather reads the shard into its own chunk of the gathered buffer and
 // all-gathers in place, and the swapper reads the next planned gathers ahead. The optimizer
 // step is deferred to the next read of each shard (Note [Deferred optimizer step],
 // engine_optimizer.cc).
-// offload_optimizer {device: nvme} gives no layer m and v buffers: the OptimizerSwapper holds
+// offload_optimizer {device: nvme} gives m and v no buffers: the OptimizerSwapper holds
 // them in a file as one array over the layers' optimizer ranges in order, and the step runs
 // tile by tile (sub_group_size elements), each tile's parameters stepped from that array.
 // Every offload mode does the same arithmetic in the same order as no offload, so the
@@ -123,17 +112,14 @@ struct Engine::LayerState {
   int64_t padded = 0;
   int64_t shard = 0;
   int64_t opt_begin = 0, opt_len = 0;
-  Buffer params;              // fp32: the whole layer; at stage 3 only this rank's shard
-  // Mixed precision (Note [Mixed precision in the engine]): the whole layer in the compute
-  // dtype, what the layers compute with (stages 0-2; refreshed from `params` after updates);
-  // at stage 3 with offload_param cpu on a device, the shard's copy in host memory, which
-  // the gathers move (Note [Offloaded shards beside compute] in engine.cc).
-  Buffer lp;
-  Buffer grads, exp_avg, exp_avg_sq;
-  // CUDA with AdamW on the host (Note [Devices in the engine]): the fp32 master of the
-  // optimizer range and the gradient range's copy, in pinned host memory (master absent when
-  // `params` itself is host memory).
-  Buffer master, grad_host;
+  // The fp32 parameters (the whole layer; at stage 3 only this rank's shard), their fp32
+  // master on the host and their compute-dtype copy live in Engine::held_ (Note [Parameter
+  // store], offload/param_store.h); m and v in Engine::moments_ (Note [Optimizer state
+  // store], offload/optimizer_state_store.h).
+  Buffer grads;
+  // CUDA with AdamW on the host (Note [Devices in the engine]): the gradient range's copy in
+  // pinned host memory.
+  Buffer grad_host;
   // fp32: this rank's reduced gradient range (stages >= 1, and stage 0 when gradients
   // accumulate in 16 bits: then the whole layer, reduced in fp32).
   Buffer grad_shard;
@@ -146,7 +132,7 @@ struct Engine::LayerState {
   std::vector<size_t> bound;  // the slot of each of the layer's Params() (ties resolved)
   std::vector<size_t> units;  // layers whose buffers hold the bound parameters, no repeats
   bool tie_owner = false;     // a later layer uses one of this layer's parameters
-  bool sharded = false;       // stage 3: `params` holds only the shard
+  bool sharded = false;       // stage 3: only the shard is held
   Tensor Flat(const Buffer& b, int64_t n) const { return b.AsTensor(DType::kF32, {n}); }
   // The reduced fp32 gradients of the optimizer range's layer buffer: `grad_shard` when it
   // exists (its opt_len elements), else the full fp32 `grads` (stage 0).

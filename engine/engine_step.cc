@@ -58,7 +58,8 @@ StepStats Engine::TrainStep(std::span<const nn::MicroBatch> host_batches) {
   ZTRAIN_CHECK(!host_batches.empty(), "TrainStep needs at least one micro-batch");
   const StagedBatches staged = StageBatches(host_batches);
   const auto start = std::chrono::steady_clock::now();
-  const double wait_before = comm_wait_seconds_, swap_before = swap_wait_seconds_;
+  const double wait_before = comm_wait_seconds_;
+  const double swap_before = SwapWaitSeconds();
   const int m = static_cast<int>(staged.batches.size());
   const pipeline::ScheduleKind kind = pp_->size() == 1
                                           ? pipeline::ScheduleKind::k1F1B
@@ -94,7 +95,7 @@ StepStats Engine::TrainStep(std::span<const nn::MicroBatch> host_batches) {
   for (const nn::MicroBatch& mb : s.micro_batches) stats.tokens += mb.tokens.numel() * dp_->size();
   stats.seconds = SecondsBetween(start, std::chrono::steady_clock::now());
   stats.comm_wait_seconds = comm_wait_seconds_ - wait_before;
-  stats.swap_wait_seconds = swap_wait_seconds_ - swap_before;
+  stats.swap_wait_seconds = SwapWaitSeconds() - swap_before;
   return stats;
 }
 
@@ -316,5 +317,7 @@ Buffer Engine::RunBackward(const nn::MicroBatch& mb, Buffer dout, MicroBatchRun&
   if (stats) stats->backward_seconds += SecondsBetween(start, std::chrono::steady_clock::now());
   return dout;
 }
+
+double Engine::SwapWaitSeconds() const { return held_->wait_seconds() + moments_->wait_seconds(); }
 
 }  // namespace ztrain

@@ -7,8 +7,6 @@
 
 #include "engine/engine.h"
 #include "engine/engine_state.h"
-#include "offload/optimizer_swapper.h"
-#include "offload/param_swapper.h"
 #include "parallel/zero/gradient_reducer.h"
 #include "parallel/zero/param_gatherer.h"
 
@@ -41,11 +39,11 @@ void Engine::SetUpGatherer() {
   hooks.gather_frozen = [this](size_t u, const Buffer& whole) {
     return LaunchFrozenGather(u, whole);
   };
-  if (param_swap_) {
+  if (held_->swapped()) {
     hooks.read_ahead = [this](size_t u) {
-      param_swap_->Prefetch(u);
+      held_->Prefetch(u);
       // A deferred step needs the layer's m and v too (Note [Deferred optimizer step]).
-      if (defer_steps_ && opt_swap_) opt_swap_->Prefetch(u);
+      if (defer_steps_) moments_->Prefetch(u);
     };
   }
   hooks.wait = [this](comm::Work& work) { WaitFor(work); };
@@ -88,7 +86,8 @@ void Engine::GatherParameters() {
     in_flight -= flight.front().elements;
     flight.pop_front();
   };
-  for (auto& st : states_) {
+  for (size_t l = 0; l < states_.size(); ++l) {
+    const LayerState* st = states_[l].get();
     if (st->padded == 0) continue;
     while (!flight.empty() && in_flight + st->padded > config_.zero.allgather_bucket_size) {
       wait_oldest();
@@ -96,8 +95,9 @@ void Engine::GatherParameters() {
     // The send buffer is a copy: the gathered output covers this rank's own range too.
     Buffer send(activations_, DType::kF32, Shape{st->shard}, MemoryCategory::kCommunication);
     const Tensor send_view = send.AsTensor(DType::kF32, {st->shard});
-    ops_->Copy(st->Flat(st->params, st->padded).Flat(st->opt_begin, {st->shard}), send_view);
-    comm::WorkPtr work = dp_->AllGather(send_view, st->Flat(st->params, st->padded));
+    const Tensor whole = held_->HeldTensor(l);
+    ops_->Copy(whole.Flat(st->opt_begin, {st->shard}), send_view);
+    comm::WorkPtr work = dp_->AllGather(send_view, whole);
     flight.push_back({std::move(send), std::move(work), st->padded});
     in_flight += st->padded;
   }
