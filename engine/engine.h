@@ -275,11 +275,6 @@ class Engine {
   comm::Communicator& pp() { return *pp_; }
   int tp_rank() const { return tp_->rank(); }
   int tp_size() const { return tp_->size(); }
-  comm::Communicator& tp() { return *tp_; }
-  bool first_stage() const { return pp_->rank() == 0; }
-  bool last_stage() const { return pp_->rank() == pp_->size() - 1; }
-  // Model layer index of this stage's first layer; layers() holds the stage's layers.
-  size_t first_layer() const { return split_.begin; }
   const Config& config() const { return config_; }
   // Where the engine computes (resolved from config.device).
   Device device() const { return device_; }

@@ -295,7 +295,7 @@ Buffer Engine::RunBackward(const nn::MicroBatch& mb, Buffer dout, MicroBatchRun&
     // The model's first layer takes token ids: it has no input gradient.
     Buffer din;
     Tensor din_view;
-    if (i > 0 || !first_stage()) {
+    if (i > 0 || pp_->rank() > 0) {
       din = Buffer(activations_, layer_in.dtype(), layer_in.shape(), MemoryCategory::kActivations);
       din_view = din.AsTensor(layer_in.dtype(), layer_in.shape());
     }

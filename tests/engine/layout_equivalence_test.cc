@@ -26,7 +26,6 @@
 
 #include "engine/engine.h"
 #include "estimate/estimate.h"
-#include "estimate_check.h"
 #include "kernels/ops.h"
 #include "nn/family.h"
 #include "parallel/comm/mpi/mpi_communicator.h"
@@ -35,6 +34,7 @@
 #include "side_by_side.h"
 #include "staging_communicator.h"
 #include "test_model.h"
+#include "tests/estimate/estimate_check.h"
 #include "tests/parallel/rank_output.h"
 
 namespace ztrain {

@@ -4,11 +4,11 @@
 
 #include <gtest/gtest.h>
 
-#include "../expect_error.h"
 #include "core/error.h"
 #include "kernels/ops.h"
 #include "run/trainer.h"
-#include "test_model.h"
+#include "tests/engine/test_model.h"
+#include "tests/expect_error.h"
 
 namespace ztrain {
 namespace {

@@ -12,8 +12,8 @@
 #include "core/error.h"
 #include "data/token_shard.h"
 #include "run/trainer.h"
-#include "test_model.h"
 #include "tests/data/data_test_util.h"
+#include "tests/engine/test_model.h"
 #include "tests/expect_error.h"
 #include "tests/read_only_dir.h"
 

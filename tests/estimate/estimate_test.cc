@@ -22,10 +22,10 @@
 #include <vector>
 
 #include "engine/engine.h"
-#include "estimate_check.h"
 #include "nn/gpt2.h"
 #include "run/run_config.h"
-#include "test_model.h"
+#include "tests/engine/test_model.h"
+#include "tests/estimate/estimate_check.h"
 
 namespace ztrain {
 namespace {

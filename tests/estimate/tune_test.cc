@@ -13,7 +13,7 @@
 #include "estimate/estimate.h"
 #include "kernels/cpu/gemm_choice.h"
 #include "kernels/cpu/onednn_matmul.h"
-#include "test_model.h"
+#include "tests/engine/test_model.h"
 #include "tests/expect_error.h"
 #include "tests/scoped_env.h"
 #include "tests/temp_dir.h"

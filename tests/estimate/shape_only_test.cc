@@ -16,7 +16,7 @@
 #include "core/caching_allocator.h"
 #include "engine/engine.h"
 #include "nn/family.h"
-#include "test_model.h"
+#include "tests/engine/test_model.h"
 
 namespace ztrain {
 namespace {

@@ -16,8 +16,8 @@
 #include "kernels/ops.h"
 #include "nn/gpt2.h"
 #include "nn/llmc_model_file.h"
-#include "test_model.h"
 #include "tests/data/data_test_util.h"
+#include "tests/engine/test_model.h"
 #include "tests/expect_error.h"
 
 namespace ztrain {

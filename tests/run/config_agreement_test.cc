@@ -14,7 +14,7 @@
 #include "estimate/tune.h"
 #include "kernels/cpu/gemm_choice.h"
 #include "kernels/cpu/onednn_matmul.h"
-#include "test_model.h"
+#include "tests/engine/test_model.h"
 #include "tests/expect_error.h"
 #include "tests/parallel/mpi_test_env.h"
 #include "tests/scoped_env.h"
