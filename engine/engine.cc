@@ -393,17 +393,17 @@ class CopyBesideWork final : public comm::Work {
 // All-gathers layer l's shard into `whole` (its padded size). With parameters on NVMe the
 // shard is read into this rank's own chunk of `whole` and gathered in place.
 //
-// Note [Offloaded shards beside compute]: with offload_param on a GPU the shard is host
-// memory: the fp32 master, or under mixed precision its compute-dtype copy `lp`, refreshed
-// with the master, so the gather moves 2 bytes a parameter over PCIe (DeepSpeed keeps the
-// same 16-bit copy on the host). The copy to this rank's chunk of `whole` runs beside the
-// ops, so the copy for a layer the plan prefetches runs while the layer before it computes.
-// Across ranks the all-gather takes the host shard itself and copies it on the group's
-// stream before gathering (communicator.h), where NCCL orders it after the ops issued before
-// it; the gatherer waits for the whole gather as for any other. On one rank there is nothing
-// to gather: the copy goes beside the ops (Ops::CopyBeside), the gather's Work is its ticket,
-// and waiting for it makes the layer's ops wait on the device, not the host. A frozen base
-// offloaded to the host (LoRA) is gathered the same way (LaunchFrozenGather).
+// Note [Offloaded shards beside compute]: with offload_param on a GPU the shard is host memory:
+// the fp32 master, or under mixed precision its compute-dtype copy (the parameter store's
+// compute copy), refreshed with the master, so the gather moves 2 bytes a parameter over PCIe
+// (DeepSpeed keeps the same 16-bit copy on the host). The copy to this rank's chunk of `whole`
+// runs beside the ops, so the copy for a layer the plan prefetches runs while the layer before
+// it computes. Across ranks the all-gather takes the host shard itself and copies it on the
+// group's stream before gathering (communicator.h), where NCCL orders it after the ops issued
+// before it; the gatherer waits for the whole gather as for any other. On one rank there is
+// nothing to gather: the copy goes beside the ops (Ops::CopyBeside), the gather's Work is its
+// ticket, and waiting for it makes the layer's ops wait on the device, not the host. A frozen
+// base offloaded to the host (LoRA) is gathered the same way (LaunchFrozenGather).
 comm::WorkPtr Engine::LaunchGather(size_t l, const Buffer& whole, DType dtype) {
   const LayerState& st = *states_[l];
   optimizer_->StepLayer(l);  // Note [Deferred optimizer step]

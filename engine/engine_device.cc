@@ -9,11 +9,11 @@
 // - parameters, gradients, Adam's m and v and activations live in device memory
 //   (cudaMallocAsync; activations through the caching allocator), and AdamW runs on the
 //   device (optim::AdamStep on device tensors, fp32);
-// - with offload_optimizer (or offload_param) AdamW runs on the host, as ZeRO-Offload does:
-//   m and v live in host memory (or NVMe), the fp32 master of the rank's optimizer range in
-//   pinned host memory (`master`; at stage 3 with offloaded parameters the host shard is
-//   itself the master), and each step copies the reduced gradient range to pinned host memory
-//   (`grad_host`), steps on the host, and copies each layer's updated range back to the
+// - with offload_optimizer (or offload_param) AdamW runs on the host, as ZeRO-Offload does: m
+//   and v live in host memory (or NVMe), the fp32 master of the rank's optimizer range in pinned
+//   host memory (the parameter store's master; at stage 3 with offloaded parameters the host
+//   shard is itself the master), and each step copies the reduced gradient range to pinned host
+//   memory (`grad_host`), steps on the host, and copies each layer's updated range back to the
 //   device as soon as the host has stepped it, so the copy of one layer runs while the host
 //   steps the next. Offloaded stage-3 parameter shards are copied into their own chunk of the
 //   gathered buffer beside the ops, and all-gathered in place, as with NVMe on the CPU (Note

@@ -88,8 +88,8 @@ struct Engine::MicroBatchRun {
 // gradients exist (plus those of layers whose weights are tied into later layers, which must
 // live through the whole backward).
 //
-// Stage 3 also keeps only the shard of the parameters (`params` is shard-sized and is the
-// fp32 master the optimizer updates). The whole layer exists only while it is gathered
+// Stage 3 also keeps only the shard of the parameters (the parameter store holds the
+// shard, the fp32 master the optimizer updates). The whole layer exists only while it is gathered
 // (zero::ParamGatherer's Whole), as planned by zero::PlanGathers over the step's positions:
 // forward 0..n-1 then backward n-1..0 per micro-batch, each layer needing its own buffer and
 // those of the layers it ties to. Gathers the plan prefetches run on the communicator while
