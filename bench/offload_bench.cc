@@ -33,6 +33,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -71,30 +72,60 @@ constexpr Variant kVariants[] = {{"memory", false, false, false},
                                  {"param+opt", true, true, true},
                                  {"unpipelined", true, true, false}};
 
-const char* Arg(int argc, char** argv, const char* name) {
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::strcmp(argv[i], name) == 0) return argv[i + 1];
-  return nullptr;
-}
+constexpr const char* kUsage =
+    "usage: offload_bench [--dir DIR] [--steps N] [--layers L] [--embd C] [--heads H] [--seq T]\n"
+    "                     [--batch B] [--vocab V] [--sub-group-size E] [--opt-buffers N]\n"
+    "                     [--param-buffers N] [--zero KEY=VALUE]...\n"
+    "(the variants and what is printed: the comment at the top of bench/offload_bench.cc)\n";
 
+// Every argument is an option with its value; --help prints the usage and exits. An unknown
+// option, a missing value or a number that does not parse is an error naming it (nothing
+// runs: a typo must not silently bench the defaults).
 Options ParseOptions(int argc, char** argv) {
   Options o;
-  auto int_arg = [&](const char* name, auto& value) {
-    if (const char* v = Arg(argc, argv, name)) value = std::atoll(v);
+  auto small = [](int& field) {
+    return [&field](int64_t n) {
+      ZTRAIN_CHECK(n >= 0 && n <= 1 << 30, "a size of ", n, " is out of range");
+      field = static_cast<int>(n);
+    };
   };
-  if (const char* d = Arg(argc, argv, "--dir")) o.dir = d;
-  int_arg("--steps", o.steps), int_arg("--layers", o.layers), int_arg("--embd", o.embd);
-  int_arg("--heads", o.heads), int_arg("--seq", o.seq), int_arg("--batch", o.batch);
-  int_arg("--vocab", o.vocab), int_arg("--sub-group-size", o.sub_group_size);
-  int_arg("--opt-buffers", o.opt_buffers), int_arg("--param-buffers", o.param_buffers);
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (std::strcmp(argv[i], "--zero") != 0) continue;
-    const std::string kv = argv[i + 1];
-    const size_t eq = kv.find('=');
-    ZTRAIN_CHECK(eq != std::string::npos, "--zero takes KEY=VALUE, got '", kv, "'");
-    const std::string value = kv.substr(eq + 1);
-    o.zero[kv.substr(0, eq)] =
-        nlohmann::json::accept(value) ? nlohmann::json::parse(value) : nlohmann::json(value);
+  auto large = [](int64_t& field) { return [&field](int64_t n) { field = n; }; };
+  const std::unordered_map<std::string, std::function<void(int64_t)>> numbers = {
+      {"--steps", small(o.steps)},
+      {"--layers", small(o.layers)},
+      {"--embd", small(o.embd)},
+      {"--heads", small(o.heads)},
+      {"--seq", small(o.seq)},
+      {"--batch", small(o.batch)},
+      {"--vocab", small(o.vocab)},
+      {"--sub-group-size", large(o.sub_group_size)},
+      {"--opt-buffers", large(o.opt_buffers)},
+      {"--param-buffers", large(o.param_buffers)}};
+  for (int i = 1; i < argc; i += 2) {
+    const std::string name = argv[i];
+    if (name == "--help" || name == "-h") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    }
+    const bool known = numbers.count(name) > 0 || name == "--dir" || name == "--zero";
+    ZTRAIN_CHECK(known, "unknown argument '", name, "'\n", kUsage);
+    ZTRAIN_CHECK(i + 1 < argc, name, " needs a value\n", kUsage);
+    const std::string value = argv[i + 1];
+    if (name == "--dir") {
+      o.dir = value;
+    } else if (name == "--zero") {
+      const size_t eq = value.find('=');
+      ZTRAIN_CHECK(eq != std::string::npos, "--zero takes KEY=VALUE, got '", value, "'");
+      const std::string v = value.substr(eq + 1);
+      o.zero[value.substr(0, eq)] =
+          nlohmann::json::accept(v) ? nlohmann::json::parse(v) : nlohmann::json(v);
+    } else {
+      char* end = nullptr;
+      const long long n = std::strtoll(value.c_str(), &end, 10);
+      ZTRAIN_CHECK(!value.empty() && *end == '\0', name, " takes a whole number, got '", value,
+                   "'");
+      numbers.at(name)(n);
+    }
   }
   ZTRAIN_CHECK(o.steps >= 1 && o.batch >= 1 && o.seq >= 1 && o.seq <= 1024,
                "--steps and --batch must be >= 1 and --seq in [1, 1024]");
