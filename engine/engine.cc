@@ -113,21 +113,19 @@ Engine::~Engine() {
 }
 
 void Engine::BuildStorage() {
-  held_ = std::make_unique<offload::ParamStore>(
-      offload::ParamStore::Options{.placement = placement_,
-                                   .on_device = on_device(),
-                                   .compute = act_dtype_,
-                                   .computes = computes_},
-      *ops_, staging(), *host_,
-      [this](Place where, int64_t elements, MemoryCategory category, DType dtype) {
-        return StateBuffer(where, elements, category, dtype);
-      });
-  moments_ = std::make_unique<offload::OptimizerStateStore>(
-      placement_.optimizer, *ops_,
-      [this](Place where, int64_t elements, MemoryCategory category, DType dtype) {
-        return StateBuffer(where, elements, category, dtype);
-      },
-      computes_);
+  // Both stores allocate where the placement says through the engine's trackers.
+  const offload::ParamStore::Allocate allocate = [this](Place where, int64_t elements,
+                                                        MemoryCategory category, DType dtype) {
+    return StateBuffer(where, elements, category, dtype);
+  };
+  held_ =
+      std::make_unique<offload::ParamStore>(offload::ParamStore::Options{.placement = placement_,
+                                                                         .on_device = on_device(),
+                                                                         .compute = act_dtype_,
+                                                                         .computes = computes_},
+                                            *ops_, staging(), *host_, allocate);
+  moments_ = std::make_unique<offload::OptimizerStateStore>(placement_.optimizer, *ops_, allocate,
+                                                            computes_);
   for (size_t l = 0; l < layers_.size(); ++l) {
     std::vector<bool> copies;
     size_t first = 0;
