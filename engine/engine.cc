@@ -14,6 +14,7 @@
 #include "optim/adam.h"
 #include "optim/grad_clip.h"
 #include "parallel/zero/flat_layout.h"
+#include "parallel/zero/frozen_regions.h"
 
 namespace ztrain {
 
@@ -126,6 +127,19 @@ void Engine::BuildStorage() {
                                             *ops_, staging(), *host_, allocate);
   moments_ = std::make_unique<offload::OptimizerStateStore>(placement_.optimizer, *ops_, allocate,
                                                             computes_);
+  zero::FrozenHooks frozen_hooks;
+  frozen_hooks.allocate = [this](int64_t bytes) {
+    return StateBuffer(placement_.frozen(), bytes, MemoryCategory::kParameters, DType::kU8);
+  };
+  frozen_hooks.gather_host_shard = [this](const Tensor& shard, const Tensor& mine,
+                                          const Tensor& out) {
+    return GatherHostShard(shard, mine, out);
+  };
+  frozen_hooks.wait = [this](comm::Work& work) { WaitFor(work); };
+  frozen_ = std::make_unique<zero::FrozenRegions>(
+      zero::FrozenRegions::Options{
+          .compute = act_dtype_, .sharded = zero_.shard_parameters, .computes = computes_},
+      *dp_, *ops_, staging(), activations_, std::move(frozen_hooks));
   for (size_t l = 0; l < layers_.size(); ++l) {
     std::vector<bool> copies;
     size_t first = 0;
@@ -135,12 +149,16 @@ void Engine::BuildStorage() {
     LayerState& st = *state;
     st.padded = layout.padded;
     st.shard = layout.shard;
-    st.frozen_padded = layout.frozen_padded;
-    st.frozen_shard = layout.frozen_shard;
     st.opt_begin = layout.opt_begin;
     st.opt_len = layout.opt_len;
     st.sharded = zero_.shard_parameters;
     AllocateState(st);
+    std::vector<zero::FrozenParam> frozen;
+    for (size_t i = 0; i < specs.size(); ++i) {
+      if (!specs[i].trainable && layout.offsets[i] >= 0)
+        frozen.push_back({specs[i], layout.offsets[i]});
+    }
+    frozen_->AddLayer(layout.frozen_padded, layout.frozen_shard, std::move(frozen));
     BindSlots(l, specs, copies, layout.offsets, st);
     states_.push_back(std::move(state));
     BindLayer(l);
@@ -162,7 +180,7 @@ std::vector<nn::ParamSpec> Engine::StageSpecs(size_t l, std::vector<bool>& copie
   for (size_t i = 0; i < specs.size(); ++i) {
     nn::ParamSpec& spec = specs[i];
     // A frozen weight tied to another stage's needs nothing kept equal: this stage holds
-    // its own frozen copy (Note [Frozen parameters in the engine]).
+    // its own frozen copy (Note [Frozen regions]).
     const bool frozen_copy =
         !spec.trainable && !spec.tied_to.empty() && slot_by_name_.count(spec.tied_to) == 0;
     if ((tie && tie->copy && spec.tied_to == tie->name) || frozen_copy) {
@@ -186,7 +204,7 @@ zero::FlatLayout Engine::LayOutLayer(size_t l, const std::vector<nn::ParamSpec>&
   for (const nn::ParamSpec& spec : specs) {
     ZTRAIN_CHECK(!spec.tied_to.empty() || slot_by_name_.count(spec.name) == 0, "parameter name '",
                  spec.name, "' is used twice; parameter names must be unique in the model");
-    flat.push_back({spec.name, spec.trainable ? NumElements(spec.shape) : FrozenBytes(spec) / es,
+    flat.push_back({spec.name, spec.trainable ? NumElements(spec.shape) : frozen_->Bytes(spec) / es,
                     spec.trainable, spec.packed, spec.tied_to.empty()});
   }
   zero::FlatLayoutOptions options;
@@ -208,8 +226,6 @@ void Engine::AllocateState(LayerState& st) {
                    .opt_begin = st.opt_begin,
                    .opt_len = st.opt_len,
                    .sharded = st.sharded});
-  st.frozen = StateBuffer(at.frozen(), st.sharded ? st.frozen_shard : st.frozen_padded,
-                          MemoryCategory::kParameters, DType::kU8);
   if (!zero_.shard_gradients) {
     st.grads = StateBuffer(Place::kDevice, st.padded, MemoryCategory::kGradients, grad_dtype_);
   }
@@ -264,11 +280,11 @@ void Engine::BindLayer(size_t l) {
   for (size_t slot : states_[l]->bound) {
     const Slot& s = slots_[slot];
     const LayerState& owner = *states_[s.layer];
-    if (s.frozen()) {  // no gradient (Note [Frozen parameters in the engine])
-      params.push_back(FrozenView(!owner.sharded ? owner.frozen
-                                  : gatherer_    ? gatherer_->FrozenWhole(s.layer)
-                                                 : none,
-                                  s));
+    if (s.frozen()) {  // no gradient (Note [Frozen regions])
+      params.push_back(frozen_->View(!owner.sharded ? frozen_->held(s.layer)
+                                     : gatherer_    ? gatherer_->FrozenWhole(s.layer)
+                                                    : none,
+                                     s.spec, s.offset));
       grads.emplace_back();
       continue;
     }
@@ -401,7 +417,7 @@ class CopyBesideWork final : public comm::Work {
 // before it; the gatherer waits for the whole gather as for any other. On one rank there is
 // nothing to gather: the copy goes beside the ops (Ops::CopyBeside), the gather's Work is its
 // ticket, and waiting for it makes the layer's ops wait on the device, not the host. A frozen
-// base offloaded to the host (LoRA) is gathered the same way (LaunchFrozenGather).
+// base offloaded to the host (LoRA) is gathered the same way (zero::FrozenRegions).
 comm::WorkPtr Engine::LaunchGather(size_t l, const Buffer& whole, DType dtype) {
   const LayerState& st = *states_[l];
   optimizer_->StepLayer(l);  // Note [Deferred optimizer step]

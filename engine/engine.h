@@ -98,6 +98,10 @@ class OptimizerStateStore;
 class ParamStore;
 }  // namespace offload
 
+namespace zero {
+class FrozenRegions;
+}  // namespace zero
+
 struct StepStats {
   int64_t step = 0;          // 1-based number of the optimizer step just taken
   double loss = 0.0;         // mean per-token loss over the global batch, before the update
@@ -193,9 +197,9 @@ class Engine {
   Tensor Parameter(const std::string& name) const;
   Tensor Gradient(const std::string& name) const;
   Shape ParameterShape(const std::string& name) const;
-  // False for a frozen parameter (Note [Frozen parameters in the engine]): no gradient, and
-  // Parameter() is its value in the compute dtype, or for a quantized one (Note [Quantized
-  // base], nn/adapters.h) its blob's bytes (U8; ForEachFullParameter dequantizes).
+  // False for a frozen parameter (Note [Frozen regions], parallel/zero/frozen_regions.h): no
+  // gradient, and Parameter() is its value in the compute dtype, or for a quantized one (Note
+  // [Quantized base], nn/adapters.h) its blob's bytes (U8; ForEachFullParameter dequantizes).
   bool Trainable(const std::string& name) const;
   // Calls fn(name, value) for every owned parameter, in model order, with its whole value
   // (valid during the call only). At stage 3 this is collective: every rank of the dp group
@@ -240,8 +244,7 @@ class Engine {
   };
   std::vector<ParamGroupUse> ParamGroupUses() const;
   int64_t NumParameters() const;                    // owned elements, without padding
-  // The owned elements that train (the rest are frozen: Note [Frozen parameters in the
-  // engine], engine_frozen.cc).
+  // The owned elements that train (the rest are frozen: Note [Frozen regions]).
   int64_t NumTrainableParameters() const;
   // Matmul FLOPs of forward + backward per token at sequence length T (3x forward).
   double TrainFlopsPerToken(int64_t seq_len) const;
@@ -356,20 +359,6 @@ class Engine {
   // The gather of a shard in host memory into `out` on the device, `mine` being this rank's
   // chunk of it, its copy beside the compute (Note [Offloaded shards beside compute]).
   comm::WorkPtr GatherHostShard(const Tensor& shard, const Tensor& mine, const Tensor& out);
-  // Frozen parameters (engine_frozen.cc): the bytes a frozen parameter takes in its region
-  // (its values in the compute dtype, or its quantized blob), a frozen slot's view into a
-  // layer's frozen region (undefined when the region is absent; U8 for a quantized one), the
-  // region as 16-bit words, the stage-3 gather of layer l's region into `whole`, setting the
-  // rank's part of it, the whole region's bytes on the host, and a frozen parameter's fp32
-  // values (this piece's, dequantized) from them.
-  int64_t FrozenBytes(const nn::ParamSpec& spec) const;
-  Tensor FrozenView(const Buffer& region, const Slot& s) const;
-  static Tensor FrozenWords(const Buffer& region, int64_t bytes);
-  comm::WorkPtr LaunchFrozenGather(size_t layer, const Buffer& whole);
-  void SetHeldFrozen(size_t layer, const HeldParameterFill& fill,
-                     const std::function<bool(const std::string&)>& only = {});
-  std::vector<uint8_t> WholeFrozen(size_t layer);
-  std::vector<float> FrozenValues(const Slot& s, const std::vector<uint8_t>& region) const;
   // Mixed precision (engine_precision.cc).
   bool mixed() const { return act_dtype_ != DType::kF32; }
   // Converts layer l's gradients to fp32 when they accumulate in 16 bits: into `grad_shard`
@@ -409,7 +398,6 @@ class Engine {
   void SetUpGatherer();
   void GatherParameters();
   const Slot& FindSlot(const std::string& name) const;
-  static Shape FullShape(const nn::ParamSpec& spec);
   static void CopySlice(const nn::TensorSlice& slice, const Shape& local_shape, float* local,
                         float* full, bool to_full);
 
@@ -483,6 +471,9 @@ class Engine {
   // Where each layer's held parameters live (Note [Parameter store], offload/param_store.h).
   std::unique_ptr<offload::ParamStore> held_;
   std::unique_ptr<offload::OptimizerStateStore> moments_;  // m and v (Note [Optimizer state store])
+  // The frozen parameters' regions, each layer's (Note [Frozen regions],
+  // parallel/zero/frozen_regions.h).
+  std::unique_ptr<zero::FrozenRegions> frozen_;
   // Note [Deferred optimizer step]: on when parameter shards are on NVMe.
   bool defer_steps_ = false;
   std::unique_ptr<zero::ShardedOptimizer> optimizer_;  // Note [Sharded optimizer]

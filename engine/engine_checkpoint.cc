@@ -62,7 +62,7 @@ void Engine::SaveState(checkpoint::ShardWriter& writer) {
     for (; next < parts.size() && parts[next].layer == l; ++next) {
       const zero::OptimizerPart& p = parts[next];
       const Slot& s = slots_[p.param];
-      writer.Add(s.spec.name, Kind::kParam, FullShape(s.spec),
+      writer.Add(s.spec.name, Kind::kParam, nn::FullShape(s.spec),
                  WholeRuns(s.spec, p.begin - s.offset, p.end - s.offset),
                  held + (p.begin - held_begin));
     }
@@ -72,8 +72,8 @@ void Engine::SaveState(checkpoint::ShardWriter& writer) {
       [&](const zero::OptimizerPart& p, int64_t begin, int64_t end, float* m, float* v) {
         const Slot& s = slots_[p.param];
         const std::vector<Run> runs = WholeRuns(s.spec, begin - s.offset, end - s.offset);
-        writer.Add(s.spec.name, Kind::kExpAvg, FullShape(s.spec), runs, m);
-        writer.Add(s.spec.name, Kind::kExpAvgSq, FullShape(s.spec), runs, v);
+        writer.Add(s.spec.name, Kind::kExpAvg, nn::FullShape(s.spec), runs, m);
+        writer.Add(s.spec.name, Kind::kExpAvgSq, nn::FullShape(s.spec), runs, v);
       },
       /*save=*/false);
 }
@@ -83,13 +83,13 @@ void Engine::LoadState(const checkpoint::ModelIndex& index, int64_t step) {
   // The checkpoint must describe this model: the same parameters with the same whole shapes.
   std::map<std::string, Shape> saved(index.parameters().begin(), index.parameters().end());
   for (const Slot& s : slots_) {
-    if (s.frozen()) continue;  // not in checkpoints (Note [Frozen parameters in the engine])
+    if (s.frozen()) continue;  // not in checkpoints (Note [Frozen regions])
     auto it = saved.find(s.spec.name);
     ZTRAIN_CHECK(it != saved.end(), "the checkpoint has no parameter '", s.spec.name,
                  "': it was saved from another model");
-    ZTRAIN_CHECK(it->second == FullShape(s.spec), "parameter '", s.spec.name, "' is ",
+    ZTRAIN_CHECK(it->second == nn::FullShape(s.spec), "parameter '", s.spec.name, "' is ",
                  ShapeToString(it->second), " in the checkpoint but ",
-                 ShapeToString(FullShape(s.spec)), " in this model (model.* differs)");
+                 ShapeToString(nn::FullShape(s.spec)), " in this model (model.* differs)");
   }
   // Reads a parameter's local elements [a, b) of `kind` into out (local order).
   auto read = [&](const nn::ParamSpec& spec, Kind kind, int64_t a, int64_t b, float* out) {

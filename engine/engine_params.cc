@@ -8,6 +8,7 @@
 #include "engine/engine.h"
 #include "engine/engine_state.h"
 #include "nn/init.h"
+#include "parallel/zero/frozen_regions.h"
 
 namespace ztrain {
 
@@ -22,8 +23,7 @@ Tensor Engine::Parameter(const std::string& name) const {
   ZTRAIN_CHECK(!zero_.shard_parameters, "parameter '", name,
                "' is not kept whole at ZeRO stage 3: each rank "
                "holds only its shard; use ForEachFullParameter (collective)");
-  const LayerState& st = *states_[s.layer];
-  if (s.frozen()) return FrozenView(st.frozen, s);  // in the compute dtype
+  if (s.frozen()) return frozen_->View(frozen_->held(s.layer), s.spec, s.offset);
   return held_->HeldTensor(s.layer).Flat(s.offset, s.spec.shape);
 }
 
@@ -44,10 +44,6 @@ Tensor Engine::Gradient(const std::string& name) const {
   ZTRAIN_CHECK(!s.frozen(), "parameter '", name, "' is frozen: it has no gradient");
   return states_[s.layer]->grads.AsTensor(DType::kF32, {states_[s.layer]->padded})
       .Flat(s.offset, s.spec.shape);
-}
-
-Shape Engine::FullShape(const nn::ParamSpec& spec) {
-  return spec.tp.split() ? spec.tp.full_shape : spec.shape;
 }
 
 // Copies between a rank's slice (`local`) and the whole parameter (`full`) along the slice's
@@ -83,12 +79,12 @@ void Engine::ForEachFullParameter(const std::function<void(const std::string&, c
       base = host_copy.data<float>();
     }
     // The frozen region's bytes on the host (collective at stage 3).
-    const std::vector<uint8_t> frozen = trainable_only ? std::vector<uint8_t>() : WholeFrozen(l);
+    const std::vector<uint8_t> frozen = trainable_only ? std::vector<uint8_t>() : frozen_->Whole(l);
     for (size_t slot : st.owned) {
       const Slot& s = slots_[slot];
       if (trainable_only && s.frozen()) continue;
       std::vector<float> frozen_values;  // widened or dequantized
-      if (s.frozen()) frozen_values = FrozenValues(s, frozen);
+      if (s.frozen()) frozen_values = frozen_->Values(s.spec, s.offset, frozen);
       float* at = s.frozen() ? frozen_values.data() : const_cast<float*>(base) + s.offset;
       const Tensor local(at, DType::kF32, s.spec.shape);
       if (!s.spec.tp.split()) {
@@ -109,7 +105,7 @@ void Engine::ForEachFullParameter(const std::function<void(const std::string&, c
         ops_->Synchronize();
         gathered = host_slices.data<float>();
       }
-      const Shape full_shape = FullShape(s.spec);
+      const Shape full_shape = nn::FullShape(s.spec);
       Buffer full(staging(), DType::kF32, full_shape, MemoryCategory::kWorkspace);
       nn::TensorSlice slice = s.spec.tp;
       for (int r = 0; r < t; ++r) {
@@ -140,7 +136,7 @@ void Engine::SetFullParameters(
         fill(s.spec.name, Tensor(base + s.offset, DType::kF32, s.spec.shape));
         continue;
       }
-      const Shape full_shape = FullShape(s.spec);
+      const Shape full_shape = nn::FullShape(s.spec);
       Buffer full(staging(), DType::kF32, full_shape, MemoryCategory::kWorkspace);  // host
       fill(s.spec.name, full.AsTensor(DType::kF32, full_shape));
       CopySlice(s.spec.tp, s.spec.shape, base + s.offset, full.data<float>(), /*to_full=*/false);
@@ -148,8 +144,8 @@ void Engine::SetFullParameters(
     if (whole.data() != nullptr) held_->Write(l, base + (st.sharded ? st.opt_begin : 0));
     // Frozen parameters: each whole value once, its held runs stored.
     std::map<std::string, Buffer> values;
-    SetHeldFrozen(l, [&](const std::string& name, const Shape& full_shape, int64_t begin,
-                         int64_t count, float* out) {
+    frozen_->SetHeld(l, [&](const std::string& name, const Shape& full_shape, int64_t begin,
+                            int64_t count, float* out) {
       auto it = values.find(name);
       if (it == values.end()) {
         it = values
@@ -191,12 +187,12 @@ void Engine::SetHeldParameters(const HeldParameterFill& fill,
     for (size_t slot : st.owned) {
       if (!computes_) break;
       const Slot& s = slots_[slot];
-      if (s.frozen() || !chosen(s)) continue;  // frozen: SetHeldFrozen, below
+      if (s.frozen() || !chosen(s)) continue;  // frozen: below
       const int64_t lo = std::max(s.offset, held_begin) - s.offset;
       const int64_t hi = std::min(s.offset + NumElements(s.spec.shape), held_begin + held_len) -
                          s.offset;
       if (lo >= hi) continue;
-      const Shape full_shape = FullShape(s.spec);
+      const Shape full_shape = nn::FullShape(s.spec);
       nn::ForEachSliceRun(s.spec.tp, s.spec.shape, [&](int64_t local, int64_t full, int64_t n) {
         const int64_t a = std::max(local, lo), b = std::min(local + n, hi);
         if (a < b) fill(s.spec.name, full_shape, full + (a - local), b - a,
@@ -204,7 +200,7 @@ void Engine::SetHeldParameters(const HeldParameterFill& fill,
       });
     }
     held_->Commit(l, staged);
-    SetHeldFrozen(l, fill, only);
+    frozen_->SetHeld(l, fill, only);
   }
   held_->Flush();
   held_->RefreshComputeCopies();
@@ -219,6 +215,12 @@ std::vector<std::string> Engine::ParameterNames() const {
 int64_t Engine::NumParameters() const {
   int64_t n = 0;
   for (const Slot& s : slots_) n += NumElements(s.spec.shape);
+  return n;
+}
+
+int64_t Engine::NumTrainableParameters() const {
+  int64_t n = 0;
+  for (const Slot& s : slots_) n += s.frozen() ? 0 : NumElements(s.spec.shape);
   return n;
 }
 

@@ -113,7 +113,7 @@ std::vector<std::pair<std::string, Shape>> Engine::ModelParameters() const {
   std::vector<std::pair<std::string, Shape>> out;
   for (const auto& specs : model_specs_) {
     for (const nn::ParamSpec& s : specs) {
-      if (s.tied_to.empty()) out.emplace_back(s.name, FullShape(s));
+      if (s.tied_to.empty()) out.emplace_back(s.name, nn::FullShape(s));
     }
   }
   return out;
@@ -135,7 +135,7 @@ std::vector<Engine::ParamGroupUse> Engine::ParamGroupUses() const {
   for (const auto& specs : model_specs_) {
     for (const nn::ParamSpec& s : specs) {
       if (!s.tied_to.empty()) continue;
-      const Shape full = FullShape(s);
+      const Shape full = nn::FullShape(s);
       ParamGroupUse& use = uses[param_groups_.Assign(s.name, full.size(), s.trainable)];
       ++use.tensors;
       use.elements += NumElements(full);
@@ -172,7 +172,7 @@ void Engine::ForEachModelParameter(const std::function<void(const std::string&, 
     for (size_t l = b; l < e; ++l) {
       for (const nn::ParamSpec& spec : model_specs_[l]) {
         if (!spec.tied_to.empty() || (trainable_only && !spec.trainable)) continue;
-        const Shape shape = FullShape(spec);
+        const Shape shape = nn::FullShape(spec);
         Buffer value(activations_, DType::kF32, shape, MemoryCategory::kWorkspace);
         const Tensor view = value.AsTensor(DType::kF32, shape);
         WaitFor(*pp_->Recv(view, s, 0));

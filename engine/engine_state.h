@@ -25,8 +25,8 @@ inline double SecondsBetween(std::chrono::steady_clock::time_point a,
 }
 
 // Where one parameter lives: layer, index in the layer's Params(), offset in its flat buffer
-// (elements), or for a frozen one in its layer's frozen region (bytes: Note [Frozen parameters
-// in the engine], engine_frozen.cc).
+// (elements), or for a frozen one in its layer's frozen region (bytes: Note [Frozen regions],
+// parallel/zero/frozen_regions.h).
 struct Engine::Slot {
   nn::ParamSpec spec;
   size_t layer = 0;
@@ -123,11 +123,6 @@ struct Engine::LayerState {
   // fp32: this rank's reduced gradient range (stages >= 1, and stage 0 when gradients
   // accumulate in 16 bits: then the whole layer, reduced in fp32).
   Buffer grad_shard;
-  // Frozen parameters (Note [Frozen parameters in the engine]): a region of frozen_padded
-  // bytes in the compute dtype, no gradient, no optimizer state; the whole region at stages
-  // 0-2, the rank's frozen_shard bytes of it at stage 3, gathered with the layer.
-  int64_t frozen_padded = 0, frozen_shard = 0;
-  Buffer frozen;
   std::vector<size_t> owned;  // indices into slots_
   std::vector<size_t> bound;  // the slot of each of the layer's Params() (ties resolved)
   std::vector<size_t> units;  // layers whose buffers hold the bound parameters, no repeats

@@ -7,17 +7,20 @@
 
 #include "engine/engine.h"
 #include "engine/engine_state.h"
+#include "parallel/zero/frozen_regions.h"
 #include "parallel/zero/gradient_reducer.h"
 #include "parallel/zero/param_gatherer.h"
 
 namespace ztrain {
 
 // Stage 3: the gatherer runs the gather plan (Note [Parameter gatherer]); the shards come
-// from LaunchGather and LaunchFrozenGather, wherever they live, and NVMe reads ahead.
+// from LaunchGather and the frozen regions, wherever they live, and NVMe reads ahead.
 void Engine::SetUpGatherer() {
   if (!zero_.shard_parameters) return;
   std::vector<zero::GatherUnit> units;
-  for (const auto& st : states_) units.push_back({st->padded, st->frozen_padded, st->units});
+  for (size_t l = 0; l < states_.size(); ++l) {
+    units.push_back({states_[l]->padded, frozen_->padded(l), states_[l]->units});
+  }
   const ZeroConfig& z = config_.zero;
   zero::ParamGatherer::Options o;
   o.dtype = act_dtype_;
@@ -37,7 +40,7 @@ void Engine::SetUpGatherer() {
     return LaunchGather(u, whole, act_dtype_);
   };
   hooks.gather_frozen = [this](size_t u, const Buffer& whole) {
-    return LaunchFrozenGather(u, whole);
+    return frozen_->LaunchGather(u, whole);
   };
   if (held_->swapped()) {
     hooks.read_ahead = [this](size_t u) {

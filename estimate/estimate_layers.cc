@@ -150,7 +150,7 @@ LayerEvents MeasuredLayer::MeasureOn(kernels::Ops& ops, const Shape& input_shape
   std::vector<Tensor> params, grads;
   for (size_t i = 0; i < specs.size(); ++i) {
     // A quantized weight is bound as its blob, a frozen one without a gradient, as the
-    // engine binds them (Note [Frozen parameters in the engine]).
+    // engine binds them (Note [Frozen regions]).
     const int64_t blob =
         specs[i].quantized() ? kernels::LayoutOf(specs[i].quant, specs[i].quant_geometry).total : 0;
     params.push_back(specs[i].quantized() ? tensor(DType::kU8, {blob})

@@ -20,9 +20,9 @@
 //     an entry. Only the blocks' linears take adapters: an entry that matches nothing, or
 //     matches the LM head or an embedding, is a ConfigError naming what it matches.
 //   - The engine keeps a frozen parameter in the compute dtype only, with no gradient and no
-//     optimizer state, and shards it at ZeRO-3 (Note [Frozen parameters in the engine]);
-//     the layers' backward skips the gradients of frozen parameters (Note [Frozen
-//     parameters], kernels/ops.h).
+//     optimizer state, and shards it at ZeRO-3 (Note [Frozen regions],
+//     parallel/zero/frozen_regions.h); the layers' backward skips the gradients of frozen
+//     parameters (Note [Frozen parameters], kernels/ops.h).
 // A default-constructed plan freezes nothing and adds nothing: the model as the family built
 // it. Not thread safe while a model is being built (it counts what each target matched).
 //
@@ -40,7 +40,8 @@
 //     (a ConfigError names the weight otherwise).
 //   - The engine stores the piece's blob in the frozen region instead of its values, quantizes
 //     it while loading, one weight at a time, from the whole weight in fp32, and at ZeRO-3
-//     shards, gathers and offloads the blob's bytes (Note [Frozen parameters in the engine]).
+//     shards, gathers and offloads the blob's bytes (Note [Frozen regions],
+//     parallel/zero/frozen_regions.h).
 //   - A linear dequantizes its weight into the compute dtype just before each GEMM that reads
 //     it (forward, and the input gradient in backward) and frees it after: at most the weights
 //     of the linears that read one input (SwiGLU's gate and up) are ever dequantized at once.

@@ -78,6 +78,11 @@ struct ParamSpec {
   bool quantized() const { return quant.type != kernels::QuantType::kNone; }
 };
 
+// The whole parameter's shape: the slice's full_shape when tensor parallelism splits it.
+inline Shape FullShape(const ParamSpec& spec) {
+  return spec.tp.split() ? spec.tp.full_shape : spec.shape;
+}
+
 // A layer's bound parameter and gradient views in the order of its Params(), for the modules
 // a layer is made of (nn/modules.h). Index -1 is "none": an undefined Tensor.
 struct ParamViews {

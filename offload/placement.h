@@ -7,7 +7,7 @@
 //                at stage 3 with offload_param cpu host memory (pinned with pin_memory), with
 //                offload_param nvme the swap file. Below stage 3 offload_param is ignored, as
 //                DeepSpeed ignores it.
-//   frozen       the frozen regions (Note [Frozen parameters in the engine]): where params
+//   frozen       the frozen regions (Note [Frozen regions]): where params
 //                are, but host memory where those are on NVMe (frozen shards are not swapped).
 //   optimizer    Adam's m and v: device memory unless AdamW runs on the host, then host
 //                memory (pinned with offload_optimizer cpu and pin_memory), or with

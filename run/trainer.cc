@@ -224,7 +224,7 @@ void Trainer::WarnAboutAdapters() const {
   std::map<std::string, Shape> shapes;
   for (const auto& layer : engine_->layers()) {
     for (const nn::ParamSpec& s : layer->Params()) {
-      shapes[s.name] = s.tp.split() ? s.tp.full_shape : s.shape;  // whole, not a tp slice
+      shapes[s.name] = nn::FullShape(s);  // whole, not a tp slice
     }
   }
   int over = 0;
