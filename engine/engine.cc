@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "core/logging.h"
+#include "engine/activation_checkpointing.h"
 #include "engine/engine_state.h"
 #include "estimate/shape_only.h"
 #include "kernels/cuda_memory.h"
@@ -15,6 +16,7 @@
 #include "optim/grad_clip.h"
 #include "parallel/zero/flat_layout.h"
 #include "parallel/zero/frozen_regions.h"
+#include "parallel/zero/param_table.h"
 
 namespace ztrain {
 
@@ -140,11 +142,23 @@ void Engine::BuildStorage() {
       zero::FrozenRegions::Options{
           .compute = act_dtype_, .sharded = zero_.shard_parameters, .computes = computes_},
       *dp_, *ops_, staging(), activations_, std::move(frozen_hooks));
+  table_ = std::make_unique<zero::ParamTable>(
+      zero::ParamTable::Options{
+          .dp = dp_->size(),
+          .rank = dp_->rank(),
+          .shard_optimizer = zero_.shard_optimizer,
+          .shard_parameters = zero_.shard_parameters,
+          .frozen_element_bytes = static_cast<int64_t>(DTypeSize(act_dtype_)),
+          .frozen_bytes = [this](const nn::ParamSpec& spec) { return frozen_->Bytes(spec); }},
+      param_groups_);
   for (size_t l = 0; l < layers_.size(); ++l) {
-    std::vector<bool> copies;
-    size_t first = 0;
-    const std::vector<nn::ParamSpec> specs = StageSpecs(l, copies, first);
-    const zero::FlatLayout layout = LayOutLayer(l, specs, first);
+    const pipeline::StageTie* tie = nullptr;
+    for (const pipeline::StageTie& t : split_.ties) {
+      if (t.layer == l) tie = &t;
+    }
+    const zero::LayerSlots& slots =
+        table_->AddLayer(layers_[l]->Name(), layers_[l]->Params(), tie, split_.min_padded[l]);
+    const zero::FlatLayout& layout = slots.layout;
     auto state = std::make_unique<LayerState>();
     LayerState& st = *state;
     st.padded = layout.padded;
@@ -154,67 +168,14 @@ void Engine::BuildStorage() {
     st.sharded = zero_.shard_parameters;
     AllocateState(st);
     std::vector<zero::FrozenParam> frozen;
-    for (size_t i = 0; i < specs.size(); ++i) {
-      if (!specs[i].trainable && layout.offsets[i] >= 0)
-        frozen.push_back({specs[i], layout.offsets[i]});
+    for (size_t slot : slots.owned) {
+      const Slot& s = table_->slot(slot);
+      if (s.frozen()) frozen.push_back({s.spec, s.offset});
     }
     frozen_->AddLayer(layout.frozen_padded, layout.frozen_shard, std::move(frozen));
-    BindSlots(l, specs, copies, layout.offsets, st);
     states_.push_back(std::move(state));
     BindLayer(l);
   }
-}
-
-// Layer l's parameters as this stage holds them: a weight tied across pipeline stages sits at
-// offset 0 in both stages' layers (`first`, or none: specs.size()), and the stage holding the
-// copy stores it under the owner's name (`copies`; Note [Pipeline in the engine]).
-std::vector<nn::ParamSpec> Engine::StageSpecs(size_t l, std::vector<bool>& copies,
-                                              size_t& first) const {
-  std::vector<nn::ParamSpec> specs = layers_[l]->Params();
-  const pipeline::StageTie* tie = nullptr;
-  for (const pipeline::StageTie& t : split_.ties) {
-    if (t.layer == l) tie = &t;
-  }
-  first = specs.size();
-  copies.assign(specs.size(), false);
-  for (size_t i = 0; i < specs.size(); ++i) {
-    nn::ParamSpec& spec = specs[i];
-    // A frozen weight tied to another stage's needs nothing kept equal: this stage holds
-    // its own frozen copy (Note [Frozen regions]).
-    const bool frozen_copy =
-        !spec.trainable && !spec.tied_to.empty() && slot_by_name_.count(spec.tied_to) == 0;
-    if ((tie && tie->copy && spec.tied_to == tie->name) || frozen_copy) {
-      spec.name = spec.tied_to;
-      spec.tied_to.clear();
-      copies[i] = true;
-    }
-    if (tie && spec.tied_to.empty() && spec.name == tie->name) first = i;
-  }
-  return specs;
-}
-
-// Where layer l's parameters lie in its flat buffer and frozen region (Note [ZeRO flat
-// layout]).
-zero::FlatLayout Engine::LayOutLayer(size_t l, const std::vector<nn::ParamSpec>& specs,
-                                     size_t first) const {
-  // Trainable parameters in elements of the flat buffers, frozen ones in elements of the
-  // compute dtype in the frozen region (a quantized one's blob too: a multiple of 4 bytes).
-  const auto es = static_cast<int64_t>(DTypeSize(act_dtype_));
-  std::vector<zero::FlatParam> flat;
-  for (const nn::ParamSpec& spec : specs) {
-    ZTRAIN_CHECK(!spec.tied_to.empty() || slot_by_name_.count(spec.name) == 0, "parameter name '",
-                 spec.name, "' is used twice; parameter names must be unique in the model");
-    flat.push_back({spec.name, spec.trainable ? NumElements(spec.shape) : frozen_->Bytes(spec) / es,
-                    spec.trainable, spec.packed, spec.tied_to.empty()});
-  }
-  zero::FlatLayoutOptions options;
-  options.dp = dp_->size();
-  options.rank = dp_->rank();
-  options.shard_optimizer = zero_.shard_optimizer;
-  options.first = first;
-  options.min_padded = split_.min_padded[l];
-  options.frozen_element_bytes = es;
-  return zero::LayOut(flat, options);
 }
 
 // A layer's buffers, each where its kind of state lives (Note [State placement],
@@ -239,46 +200,14 @@ void Engine::AllocateState(LayerState& st) {
   }
 }
 
-// Layer l's slots: each owned parameter gets one (at its layout offset, in its group), a tied
-// one binds its owner's, and the layer records which layers' buffers it binds.
-void Engine::BindSlots(size_t l, const std::vector<nn::ParamSpec>& specs,
-                       const std::vector<bool>& copies, const std::vector<int64_t>& offsets,
-                       LayerState& st) {
-  for (size_t i = 0; i < specs.size(); ++i) {
-    const nn::ParamSpec& spec = specs[i];
-    size_t slot = slots_.size();
-    if (offsets[i] < 0) {
-      auto it = slot_by_name_.find(spec.tied_to);
-      ZTRAIN_CHECK(it != slot_by_name_.end(), "layer ", layers_[l]->Name(), " ties '", spec.name,
-                   "' to '", spec.tied_to, "', which no earlier layer declares");
-      const Slot& owner = slots_[it->second];
-      ZTRAIN_CHECK(owner.spec.shape == spec.shape, "tied parameter '", spec.name, "' has shape ",
-                   ShapeToString(spec.shape), " but '", spec.tied_to, "' has ",
-                   ShapeToString(owner.spec.shape));
-      slot = it->second;
-      states_[owner.layer]->tie_owner = true;
-    } else {
-      slot_by_name_[spec.name] = slot;
-      st.owned.push_back(slot);
-      slots_.push_back({spec, l, offsets[i], copies[i],
-                        param_groups_.Assign(spec.name, spec.shape.size(), spec.trainable)});
-    }
-    st.bound.push_back(slot);
-    const size_t unit = slots_[slot].layer;
-    if (std::find(st.units.begin(), st.units.end(), unit) == st.units.end()) {
-      st.units.push_back(unit);
-    }
-  }
-}
-
 // Gives layer l views of its parameters and of the full gradient buffers they accumulate
 // into (its own, or an earlier layer's for tied parameters). At stages 2 and 3 it runs again
 // before each use, once the buffers exist; views of absent buffers stay undefined.
 void Engine::BindLayer(size_t l) {
   const Buffer none;  // stage 3 before the gatherer exists (construction)
   std::vector<Tensor> params, grads;
-  for (size_t slot : states_[l]->bound) {
-    const Slot& s = slots_[slot];
+  for (size_t slot : table_->layer(l).bound) {
+    const Slot& s = table_->slot(slot);
     const LayerState& owner = *states_[s.layer];
     if (s.frozen()) {  // no gradient (Note [Frozen regions])
       params.push_back(frozen_->View(!owner.sharded ? frozen_->held(s.layer)
@@ -365,6 +294,16 @@ void Engine::LogHostOffload() const {
                                              : fmt::format(", {} not (RLIMIT_MEMLOCK too small: "
                                                            "raise `ulimit -l`)",
                                                            FormatBytes(unpinned))));
+}
+
+void Engine::SetUpCheckpointing() {
+  std::vector<int> blocks;
+  for (const auto& layer : layers_) blocks.push_back(layer->BlockIndex());
+  const ActivationCheckpointingConfig& ac = config_.activation_checkpointing;
+  checkpointing_ = std::make_unique<ActivationCheckpointing>(
+      ActivationCheckpointing::OptionsFor(ac, blocks, on_device(), tp_->size()), *tp_, *ops_,
+      activations_, cuda_pinned_.get(), [this](comm::Work& work) { WaitFor(work); });
+  if (computes_ && ac.enabled) Log().info(checkpointing_->Describe(ac, on_device()));
 }
 
 void Engine::InitParameters() {

@@ -83,6 +83,8 @@
 
 namespace ztrain {
 
+class ActivationCheckpointing;
+
 namespace checkpoint {
 class ShardWriter;
 class ModelIndex;
@@ -100,6 +102,8 @@ class ParamStore;
 
 namespace zero {
 class FrozenRegions;
+class ParamTable;
+struct ParamSlot;
 }  // namespace zero
 
 struct StepStats {
@@ -298,7 +302,7 @@ class Engine {
   const std::vector<std::unique_ptr<nn::Layer>>& layers() const { return layers_; }
 
  private:
-  struct Slot;
+  using Slot = zero::ParamSlot;
   struct LayerState;
   struct MicroBatchRun;
   // The sharded optimizer (engine_optimizer.cc, Note [Sharded optimizer]) and its hooks.
@@ -328,28 +332,15 @@ class Engine {
   // `value` reduced over `group`, through device memory when the group needs it.
   float AllReduceScalar(comm::Communicator& group, float value,
                         comm::ReduceOp op = comm::ReduceOp::kSum);
-  // Activation checkpointing (engine_recompute.cc): after a checkpointed layer's
-  // forward, drops what it saved (and with cpu_checkpointing on a device moves its input to
-  // host memory; with partition_activations keeps only this tp rank's part of it); before its
-  // backward, brings the input back and runs the forward again.
+  // Builds checkpointing_ (Note [Activation checkpointing in the engine]).
   void SetUpCheckpointing();
-  void KeepOnlyInput(size_t layer, MicroBatchRun& run);
-  void RestoreInput(size_t layer, MicroBatchRun& run);
-  void Recompute(const nn::MicroBatch& mb, size_t layer, MicroBatchRun& run);
   void SelectStage(std::vector<std::unique_ptr<nn::Layer>> model);
   // Throws ConfigError for a glob of optimizer.param_groups that selects nothing.
   void CheckParamGroups() const;
   // The layers' flat buffers and slots (engine.cc): each layer's parameters as this stage
   // holds them, their layout, its buffers where their state lives, and its slots.
   void BuildStorage();
-  std::vector<nn::ParamSpec> StageSpecs(size_t layer, std::vector<bool>& copies,
-                                        size_t& first) const;
-  zero::FlatLayout LayOutLayer(size_t layer, const std::vector<nn::ParamSpec>& specs,
-                               size_t first) const;
   void AllocateState(LayerState& st);
-  void BindSlots(size_t layer, const std::vector<nn::ParamSpec>& specs,
-                 const std::vector<bool>& copies, const std::vector<int64_t>& offsets,
-                 LayerState& st);
   void SetUpOffload();
   void LogHostOffload() const;
   void InitParameters();
@@ -397,7 +388,6 @@ class Engine {
   void SetUpReducer();
   void SetUpGatherer();
   void GatherParameters();
-  const Slot& FindSlot(const std::string& name) const;
   static void CopySlice(const nn::TensorSlice& slice, const Shape& local_shape, float* local,
                         float* full, bool to_full);
 
@@ -446,9 +436,9 @@ class Engine {
   bool overlap_;  // let gradient reductions run behind backward (stage 0, or overlap_comm)
   // Where each kind of state lives (Note [State placement]).
   const offload::Placement placement_;
-  std::vector<bool> checkpointed_;  // per stage layer: activation checkpointing
-  bool offload_checkpoints_ = false;    // cpu_checkpointing on a device
-  bool partition_checkpoints_ = false;  // partition_activations with tensor parallelism
+  // Which layers rerun their forward in backward, and where their inputs wait (Note
+  // [Activation checkpointing in the engine], engine/activation_checkpointing.h).
+  std::unique_ptr<ActivationCheckpointing> checkpointing_;
   DType act_dtype_;   // activations and the parameters layers compute with
   DType grad_dtype_;  // gradient accumulation (data_types.grad_accum_dtype)
   std::unique_ptr<optim::LossScaler> scaler_;  // fp16 only
@@ -457,8 +447,8 @@ class Engine {
   std::unique_ptr<optim::LrSchedule> schedule_;
   optim::ParamGroups param_groups_;  // Note [Parameter groups]; each slot names its group
   std::vector<std::unique_ptr<LayerState>> states_;
-  std::vector<Slot> slots_;
-  std::unordered_map<std::string, size_t> slot_by_name_;
+  // Where each parameter lives (Note [Parameter table], parallel/zero/param_table.h).
+  std::unique_ptr<zero::ParamTable> table_;
   int64_t step_ = 0;
   double comm_wait_seconds_ = 0.0;  // blocked in WaitFor, since construction
   // Blocked on the swappers (parameters and optimizer state), since construction.

@@ -50,18 +50,17 @@ void Engine::SaveState(checkpoint::ShardWriter& writer) {
   };
   std::vector<zero::OptimizerPart> parts;
   for (const zero::OptimizerPart& p : optimizer_->parts()) {
-    if (saves(slots_[p.param])) parts.push_back(p);
+    if (saves(table_->slot(p.param))) parts.push_back(p);
   }
   // fp32 master values, a layer at a time (read from the swap file when on NVMe).
   size_t next = 0;
   for (size_t l = 0; l < states_.size(); ++l) {
-    LayerState& st = *states_[l];
-    const int64_t held_begin = st.sharded ? st.opt_begin : 0;
+    const int64_t held_begin = table_->Held(l).begin;
     Buffer staged;
     const float* held = held_->OpenOnHost(l, staged, MemoryCategory::kWorkspace, true);
     for (; next < parts.size() && parts[next].layer == l; ++next) {
       const zero::OptimizerPart& p = parts[next];
-      const Slot& s = slots_[p.param];
+      const Slot& s = table_->slot(p.param);
       writer.Add(s.spec.name, Kind::kParam, nn::FullShape(s.spec),
                  WholeRuns(s.spec, p.begin - s.offset, p.end - s.offset),
                  held + (p.begin - held_begin));
@@ -70,7 +69,7 @@ void Engine::SaveState(checkpoint::ShardWriter& writer) {
   optimizer_->ForEachRange(
       parts,
       [&](const zero::OptimizerPart& p, int64_t begin, int64_t end, float* m, float* v) {
-        const Slot& s = slots_[p.param];
+        const Slot& s = table_->slot(p.param);
         const std::vector<Run> runs = WholeRuns(s.spec, begin - s.offset, end - s.offset);
         writer.Add(s.spec.name, Kind::kExpAvg, nn::FullShape(s.spec), runs, m);
         writer.Add(s.spec.name, Kind::kExpAvgSq, nn::FullShape(s.spec), runs, v);
@@ -82,7 +81,7 @@ void Engine::LoadState(const checkpoint::ModelIndex& index, int64_t step) {
   optimizer_->ApplyPending();  // Note [Deferred optimizer step]
   // The checkpoint must describe this model: the same parameters with the same whole shapes.
   std::map<std::string, Shape> saved(index.parameters().begin(), index.parameters().end());
-  for (const Slot& s : slots_) {
+  for (const Slot& s : table_->slots()) {
     if (s.frozen()) continue;  // not in checkpoints (Note [Frozen regions])
     auto it = saved.find(s.spec.name);
     ZTRAIN_CHECK(it != saved.end(), "the checkpoint has no parameter '", s.spec.name,
@@ -99,27 +98,19 @@ void Engine::LoadState(const checkpoint::ModelIndex& index, int64_t step) {
     }
   };
   for (size_t l = 0; l < states_.size(); ++l) {
-    LayerState& st = *states_[l];
-    const int64_t held_begin = st.sharded ? st.opt_begin : 0;
-    const int64_t held_len = st.sharded ? st.shard : st.padded;
+    const int64_t held_begin = table_->Held(l).begin;
     Buffer staged;
     float* held = held_->OpenOnHost(l, staged, MemoryCategory::kWorkspace, false);
-    for (size_t slot : st.owned) {
-      const Slot& s = slots_[slot];
-      if (s.frozen()) continue;
-      const int64_t begin = std::max(s.offset, held_begin);
-      const int64_t end = std::min(s.offset + NumElements(s.spec.shape), held_begin + held_len);
-      if (begin < end) {
-        read(s.spec, Kind::kParam, begin - s.offset, end - s.offset, held + (begin - held_begin));
-      }
-    }
+    table_->ForEachHeldPart(l, [&](const Slot& s, int64_t begin, int64_t end) {
+      read(s.spec, Kind::kParam, begin, end, held + (s.offset + begin - held_begin));
+    });
     held_->Commit(l, staged);
   }
   held_->Flush();
   optimizer_->ForEachRange(
       optimizer_->parts(),
       [&](const zero::OptimizerPart& p, int64_t begin, int64_t end, float* m, float* v) {
-        const Slot& s = slots_[p.param];
+        const Slot& s = table_->slot(p.param);
         read(s.spec, Kind::kExpAvg, begin - s.offset, end - s.offset, m);
         read(s.spec, Kind::kExpAvgSq, begin - s.offset, end - s.offset, v);
       },

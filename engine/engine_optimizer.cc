@@ -23,7 +23,7 @@ void Engine::SetUpOptimizer() {
     }
   }
   std::vector<zero::OptimizedParam> params;  // one per slot, in order
-  for (const Slot& s : slots_) {
+  for (const Slot& s : table_->slots()) {
     params.push_back({s.layer, s.offset, NumElements(s.spec.shape), s.group, !s.frozen(),
                       !s.spec.tp.split(), s.stage_copy});
   }

@@ -12,14 +12,8 @@
 
 namespace ztrain {
 
-const Engine::Slot& Engine::FindSlot(const std::string& name) const {
-  auto it = slot_by_name_.find(name);
-  ZTRAIN_CHECK(it != slot_by_name_.end(), "no parameter named '", name, "'");
-  return slots_[it->second];
-}
-
 Tensor Engine::Parameter(const std::string& name) const {
-  const Slot& s = FindSlot(name);
+  const Slot& s = table_->Find(name);
   ZTRAIN_CHECK(!zero_.shard_parameters, "parameter '", name,
                "' is not kept whole at ZeRO stage 3: each rank "
                "holds only its shard; use ForEachFullParameter (collective)");
@@ -27,18 +21,20 @@ Tensor Engine::Parameter(const std::string& name) const {
   return held_->HeldTensor(s.layer).Flat(s.offset, s.spec.shape);
 }
 
-Shape Engine::ParameterShape(const std::string& name) const { return FindSlot(name).spec.shape; }
+Shape Engine::ParameterShape(const std::string& name) const {
+  return table_->Find(name).spec.shape;
+}
 
-bool Engine::Trainable(const std::string& name) const { return !FindSlot(name).frozen(); }
+bool Engine::Trainable(const std::string& name) const { return !table_->Find(name).frozen(); }
 
 void Engine::InitialValues(const std::string& name, int64_t begin, int64_t count,
                            float* out) const {
-  nn::InitParam(FindSlot(name).spec, config_.training.seed, Tensor(out, DType::kF32, {count}),
+  nn::InitParam(table_->Find(name).spec, config_.training.seed, Tensor(out, DType::kF32, {count}),
                 begin);
 }
 
 Tensor Engine::Gradient(const std::string& name) const {
-  const Slot& s = FindSlot(name);
+  const Slot& s = table_->Find(name);
   ZTRAIN_CHECK(!zero_.shard_gradients, "gradient '", name, "' is not kept whole at ZeRO stage ",
                zero_.stage, ": each rank holds only its reduced shard");
   ZTRAIN_CHECK(!s.frozen(), "parameter '", name, "' is frozen: it has no gradient");
@@ -80,8 +76,8 @@ void Engine::ForEachFullParameter(const std::function<void(const std::string&, c
     }
     // The frozen region's bytes on the host (collective at stage 3).
     const std::vector<uint8_t> frozen = trainable_only ? std::vector<uint8_t>() : frozen_->Whole(l);
-    for (size_t slot : st.owned) {
-      const Slot& s = slots_[slot];
+    for (size_t slot : table_->layer(l).owned) {
+      const Slot& s = table_->slot(slot);
       if (trainable_only && s.frozen()) continue;
       std::vector<float> frozen_values;  // widened or dequantized
       if (s.frozen()) frozen_values = frozen_->Values(s.spec, s.offset, frozen);
@@ -129,8 +125,8 @@ void Engine::SetFullParameters(
       whole.Zero();
       base = whole.data<float>();
     }
-    for (size_t slot : st.owned) {
-      const Slot& s = slots_[slot];
+    for (size_t slot : table_->layer(l).owned) {
+      const Slot& s = table_->slot(slot);
       if (s.frozen()) continue;  // below
       if (!s.spec.tp.split()) {
         fill(s.spec.name, Tensor(base + s.offset, DType::kF32, s.spec.shape));
@@ -164,8 +160,8 @@ void Engine::SetFullParameters(
 
 // Note [Reading only what a rank holds]: a model file larger than one rank's memory loads
 // when each rank asks only for its own elements; random initialisation (InitParameters)
-// walks the same way. Layer l's held range is [held_begin, held_begin + held_len) of its flat
-// buffer: the whole layer, or at ZeRO-3 this rank's shard. A parameter occupies
+// walks the same way. Layer l's held range (zero::ParamTable::Held) is the whole layer's flat
+// buffer, or at ZeRO-3 this rank's shard of it. A parameter occupies
 // [offset, offset + numel) of that buffer in its local (tp-sliced) shape; each run of the
 // slice (nn::ForEachSliceRun) maps local elements to whole-parameter elements, so the
 // intersection of a run with the held range is one contiguous request to `fill`. Parameters
@@ -175,30 +171,22 @@ void Engine::SetFullParameters(
 void Engine::SetHeldParameters(const HeldParameterFill& fill,
                                const std::function<bool(const std::string&)>& only) {
   optimizer_->ApplyPending();  // Note [Deferred optimizer step]
-  const auto chosen = [&](const Slot& s) { return !only || only(s.spec.name); };
   for (size_t l = 0; l < states_.size(); ++l) {
-    const LayerState& st = *states_[l];
-    const int64_t held_begin = st.sharded ? st.opt_begin : 0;
-    const int64_t held_len = st.sharded ? st.shard : st.padded;
+    const int64_t held_begin = table_->Held(l).begin;
     // The parameters not chosen are written back as they are.
     Buffer staged;
     float* held = held_->OpenOnHost(l, staged, MemoryCategory::kParameters, bool(only));
-    // A shape-only engine walks the staging copies and writes nothing.
-    for (size_t slot : st.owned) {
-      if (!computes_) break;
-      const Slot& s = slots_[slot];
-      if (s.frozen() || !chosen(s)) continue;  // frozen: below
-      const int64_t lo = std::max(s.offset, held_begin) - s.offset;
-      const int64_t hi = std::min(s.offset + NumElements(s.spec.shape), held_begin + held_len) -
-                         s.offset;
-      if (lo >= hi) continue;
+    // A shape-only engine walks the staging copies and writes nothing; frozen parameters are
+    // below.
+    table_->ForEachHeldPart(l, [&](const Slot& s, int64_t lo, int64_t hi) {
+      if (!computes_ || (only && !only(s.spec.name))) return;
       const Shape full_shape = nn::FullShape(s.spec);
       nn::ForEachSliceRun(s.spec.tp, s.spec.shape, [&](int64_t local, int64_t full, int64_t n) {
         const int64_t a = std::max(local, lo), b = std::min(local + n, hi);
         if (a < b) fill(s.spec.name, full_shape, full + (a - local), b - a,
                         held + (s.offset + a - held_begin));
       });
-    }
+    });
     held_->Commit(l, staged);
     frozen_->SetHeld(l, fill, only);
   }
@@ -208,20 +196,14 @@ void Engine::SetHeldParameters(const HeldParameterFill& fill,
 
 std::vector<std::string> Engine::ParameterNames() const {
   std::vector<std::string> names;
-  for (const Slot& s : slots_) names.push_back(s.spec.name);
+  for (const Slot& s : table_->slots()) names.push_back(s.spec.name);
   return names;
 }
 
-int64_t Engine::NumParameters() const {
-  int64_t n = 0;
-  for (const Slot& s : slots_) n += NumElements(s.spec.shape);
-  return n;
-}
+int64_t Engine::NumParameters() const { return table_->NumParameters(); }
 
 int64_t Engine::NumTrainableParameters() const {
-  int64_t n = 0;
-  for (const Slot& s : slots_) n += s.frozen() ? 0 : NumElements(s.spec.shape);
-  return n;
+  return table_->NumParameters(/*trainable_only=*/true);
 }
 
 int64_t Engine::PaddedParameters() const {

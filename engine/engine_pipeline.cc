@@ -151,7 +151,7 @@ void Engine::ForEachModelParameter(const std::function<void(const std::string&, 
   const bool sender = lead && pp_->rank() > 0;
   ForEachFullParameter(
       [&](const std::string& name, const Tensor& value) {
-        if (slots_[slot_by_name_.at(name)].stage_copy) return;  // the owner's stage sends it
+        if (table_->Find(name).stage_copy) return;  // the owner's stage sends it
         if (writer) fn(name, value);
         if (!sender) return;
         if (!on_device()) {

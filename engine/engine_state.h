@@ -13,6 +13,7 @@
 #include "offload/optimizer_state_store.h"
 #include "offload/param_store.h"
 #include "parallel/comm/communicator.h"
+#include "parallel/zero/param_table.h"
 
 namespace ztrain {
 
@@ -23,18 +24,6 @@ inline double SecondsBetween(std::chrono::steady_clock::time_point a,
                              std::chrono::steady_clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
-
-// Where one parameter lives: layer, index in the layer's Params(), offset in its flat buffer
-// (elements), or for a frozen one in its layer's frozen region (bytes: Note [Frozen regions],
-// parallel/zero/frozen_regions.h).
-struct Engine::Slot {
-  nn::ParamSpec spec;
-  size_t layer = 0;
-  int64_t offset = 0;
-  bool stage_copy = false;  // this stage's copy of a weight another stage owns (pipeline)
-  size_t group = 0;         // in Engine::param_groups_ (Note [Parameter groups])
-  bool frozen() const { return !spec.trainable; }
-};
 
 // Micro-batches whose tokens and targets the engine's device can read: copies on a CUDA
 // device (owned by `buffers`), the caller's views on the CPU.
@@ -123,10 +112,6 @@ struct Engine::LayerState {
   // fp32: this rank's reduced gradient range (stages >= 1, and stage 0 when gradients
   // accumulate in 16 bits: then the whole layer, reduced in fp32).
   Buffer grad_shard;
-  std::vector<size_t> owned;  // indices into slots_
-  std::vector<size_t> bound;  // the slot of each of the layer's Params() (ties resolved)
-  std::vector<size_t> units;  // layers whose buffers hold the bound parameters, no repeats
-  bool tie_owner = false;     // a later layer uses one of this layer's parameters
   bool sharded = false;       // stage 3: only the shard is held
   Tensor Flat(const Buffer& b, int64_t n) const { return b.AsTensor(DType::kF32, {n}); }
   // The reduced fp32 gradients of the optimizer range's layer buffer: `grad_shard` when it

@@ -15,10 +15,12 @@
 // layer loops: the gatherer around each layer's forward and backward (BeforeLayer,
 // AfterLayer; recomputation runs inside the backward's position), the reducer after each
 // layer's backward (Ready) and at the end of the last (Finish), and activation checkpointing
-// after a checkpointed layer's forward (KeepOnlyInput) and before its backward (Recompute).
+// after a checkpointed layer's forward (KeepInput) and before its backward (RestoreInput,
+// Recompute).
 #include <algorithm>
 #include <chrono>
 
+#include "engine/activation_checkpointing.h"
 #include "engine/engine.h"
 #include "engine/engine_state.h"
 #include "parallel/pipeline/schedule.h"
@@ -260,8 +262,12 @@ void Engine::RunForward(const nn::MicroBatch& mb, const Tensor& input, MicroBatc
     if (!run.backward) {  // evaluation: the layer's context and its input are done with
       if (i > 0) run.outputs[i - 1].Reset();
       run.ctx[i].Release();
-    } else if (checkpointed_[i]) {
-      KeepOnlyInput(i, run);
+    } else if (checkpointing_->checkpointed(i)) {  // only its input stays
+      run.ctx[i].Release();
+      if (i > 0 && checkpointing_->moves_inputs()) {
+        run.kept_inputs.resize(std::max(run.kept_inputs.size(), i));
+        checkpointing_->KeepInput(run.out_views[i - 1], run.outputs[i - 1], run.kept_inputs[i - 1]);
+      }
     }
     x = run.out_views[i];
   }
@@ -279,12 +285,14 @@ Buffer Engine::RunBackward(const nn::MicroBatch& mb, Buffer dout, MicroBatchRun&
                 "trained layer)");
   if (zero_.shard_gradients) {
     for (size_t l = 0; l < n_layers; ++l) {
-      if (states_[l]->tie_owner) AllocateFullGradients(l);
+      if (table_->layer(l).tie_owner) AllocateFullGradients(l);
     }
   }
   for (size_t i = n_layers; i-- > 0;) {
     if (i > 0 && run.kept_inputs.size() > i - 1 && run.kept_inputs[i - 1].data() != nullptr) {
-      RestoreInput(i, run);  // a checkpointed block's input kept in host memory or in parts
+      // A checkpointed block's input kept in host memory or in parts.
+      run.out_views[i - 1] = checkpointing_->RestoreInput(run.kept_inputs[i - 1],
+                                                          run.out_views[i - 1], run.outputs[i - 1]);
     }
     const Tensor layer_in = i == 0 ? run.input : run.out_views[i - 1];
     if (gatherer_) gatherer_->BeforeLayer(i);
@@ -300,7 +308,9 @@ Buffer Engine::RunBackward(const nn::MicroBatch& mb, Buffer dout, MicroBatchRun&
       din_view = din.AsTensor(layer_in.dtype(), layer_in.shape());
     }
     const Tensor& out = run.out_views[i];
-    if (checkpointed_[i]) Recompute(mb, i, run);
+    if (checkpointing_->checkpointed(i)) {
+      checkpointing_->Recompute(*layers_[i], mb, layer_in, out, run.ctx[i]);
+    }
     layers_[i]->Backward(mb, layer_in, dout.AsTensor(out.dtype(), out.shape()), din_view,
                          run.ctx[i]);
     if (gatherer_) gatherer_->AfterLayer();

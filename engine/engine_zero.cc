@@ -19,7 +19,7 @@ void Engine::SetUpGatherer() {
   if (!zero_.shard_parameters) return;
   std::vector<zero::GatherUnit> units;
   for (size_t l = 0; l < states_.size(); ++l) {
-    units.push_back({states_[l]->padded, frozen_->padded(l), states_[l]->units});
+    units.push_back({states_[l]->padded, frozen_->padded(l), table_->layer(l).units});
   }
   const ZeroConfig& z = config_.zero;
   zero::ParamGatherer::Options o;
