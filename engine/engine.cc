@@ -8,6 +8,7 @@
 #include "core/logging.h"
 #include "engine/activation_checkpointing.h"
 #include "engine/engine_state.h"
+#include "engine/whole_params.h"
 #include "estimate/shape_only.h"
 #include "kernels/cuda_memory.h"
 #include "nn/init.h"
@@ -176,6 +177,14 @@ void Engine::BuildStorage() {
     states_.push_back(std::move(state));
     BindLayer(l);
   }
+  WholeParameters::Hooks hooks;
+  hooks.settle = [this] { optimizer_->ApplyPending(); };  // Note [Deferred optimizer step]
+  hooks.gather = [this](size_t l, const Buffer& whole) { return LaunchGather(l, whole); };
+  hooks.wait = [this](comm::Work& work) { WaitFor(work); };
+  whole_ =
+      std::make_unique<WholeParameters>(*table_, *held_, *frozen_, *tp_, *ops_,
+                                        WholeParameters::Memory{activations_, staging(), *host_},
+                                        on_device(), computes_, std::move(hooks));
 }
 
 // A layer's buffers, each where its kind of state lives (Note [State placement],

@@ -84,6 +84,7 @@
 namespace ztrain {
 
 class ActivationCheckpointing;
+class WholeParameters;
 
 namespace checkpoint {
 class ShardWriter;
@@ -388,8 +389,6 @@ class Engine {
   void SetUpReducer();
   void SetUpGatherer();
   void GatherParameters();
-  static void CopySlice(const nn::TensorSlice& slice, const Shape& local_shape, float* local,
-                        float* full, bool to_full);
 
   // Where the allocators come from (MakeAllocator).
   enum class Memory { kDevice, kRawDevice, kHost, kPinnedHost, kDevicePinned };
@@ -464,6 +463,8 @@ class Engine {
   // The frozen parameters' regions, each layer's (Note [Frozen regions],
   // parallel/zero/frozen_regions.h).
   std::unique_ptr<zero::FrozenRegions> frozen_;
+  // Parameters in and out as whole values (Note [Whole parameters], engine/whole_params.h).
+  std::unique_ptr<WholeParameters> whole_;
   // Note [Deferred optimizer step]: on when parameter shards are on NVMe.
   bool defer_steps_ = false;
   std::unique_ptr<zero::ShardedOptimizer> optimizer_;  // Note [Sharded optimizer]
