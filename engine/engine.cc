@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "checkpoint/trained_state.h"
 #include "core/logging.h"
 #include "engine/activation_checkpointing.h"
 #include "engine/engine_state.h"
@@ -303,6 +304,21 @@ void Engine::LogHostOffload() const {
                                              : fmt::format(", {} not (RLIMIT_MEMLOCK too small: "
                                                            "raise `ulimit -l`)",
                                                            FormatBytes(unpinned))));
+}
+
+// Checkpoints (Note [Checkpoints in the engine], checkpoint/trained_state.h).
+void Engine::SaveState(checkpoint::ShardWriter& writer) {
+  optimizer_->ApplyPending();  // Note [Deferred optimizer step]
+  checkpoint::SaveTrainedState(
+      *table_, *held_, *optimizer_,
+      {.sharded_optimizer = zero_.shard_optimizer, .dp_rank = dp_->rank(), .tp_rank = tp_->rank()},
+      writer);
+}
+
+void Engine::LoadState(const checkpoint::ModelIndex& index, int64_t step) {
+  optimizer_->ApplyPending();  // Note [Deferred optimizer step]
+  checkpoint::LoadTrainedState(*table_, *held_, *optimizer_, index);
+  step_ = step;
 }
 
 void Engine::SetUpCheckpointing() {

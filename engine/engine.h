@@ -254,7 +254,7 @@ class Engine {
   // Matmul FLOPs of forward + backward per token at sequence length T (3x forward).
   double TrainFlopsPerToken(int64_t seq_len) const;
 
-  // Checkpoints (Note [Checkpoints in the engine], engine_checkpoint.cc): SaveState appends
+  // Checkpoints (Note [Checkpoints in the engine], checkpoint/trained_state.h): SaveState appends
   // the elements this rank is responsible for (each element of the model is saved by exactly
   // one rank) to `writer`; LoadState sets every element this rank holds, in its own layout,
   // from a checkpoint written by any layout, and the step counter. Swapped-out state streams

@@ -13,20 +13,6 @@
 namespace ztrain {
 
 void Engine::SetUpOptimizer() {
-  std::vector<zero::OptimizedLayer> layers;
-  for (size_t l = 0; l < states_.size(); ++l) {
-    zero::OptimizedLayer& layer = layers.emplace_back();
-    layer.opt_begin = states_[l]->opt_begin;
-    layer.opt_len = states_[l]->opt_len;
-    for (const pipeline::StageTie& tie : split_.ties) {
-      if (tie.copy && tie.layer == l) layer.leading_copy = tie.elements;
-    }
-  }
-  std::vector<zero::OptimizedParam> params;  // one per slot, in order
-  for (const Slot& s : table_->slots()) {
-    params.push_back({s.layer, s.offset, NumElements(s.spec.shape), s.group, !s.frozen(),
-                      !s.spec.tp.split(), s.stage_copy});
-  }
   zero::ShardedOptimizer::Options o{.optimizer = config_.optimizer,
                                     .host_step = placement_.host_adam,
                                     .defer = defer_steps_,
@@ -34,7 +20,7 @@ void Engine::SetUpOptimizer() {
                                     .host_gradients = !on_device(),
                                     .sharded = zero_.shard_optimizer};
   optimizer_ = std::make_unique<zero::ShardedOptimizer>(
-      o, param_groups_, std::move(layers), std::move(params),
+      o, param_groups_, zero::OptimizedLayersOf(*table_), zero::OptimizedParamsOf(*table_),
       zero::ShardedOptimizer::Groups{dp_, pp_, tp_}, *ops_, OptimizerHooksFor());
 }
 

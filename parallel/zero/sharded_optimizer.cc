@@ -30,6 +30,29 @@ std::vector<OptimizerPart> PartsOf(const std::vector<OptimizedLayer>& layers,
   return parts;
 }
 
+std::vector<OptimizedLayer> OptimizedLayersOf(const ParamTable& table) {
+  std::vector<OptimizedLayer> layers;
+  for (size_t l = 0; l < table.num_layers(); ++l) {
+    OptimizedLayer& layer = layers.emplace_back();
+    layer.opt_begin = table.layer(l).layout.opt_begin;
+    layer.opt_len = table.layer(l).layout.opt_len;
+    for (size_t slot : table.layer(l).owned) {
+      const ParamSlot& s = table.slot(slot);
+      if (s.stage_copy && !s.frozen()) layer.leading_copy = NumElements(s.spec.shape);
+    }
+  }
+  return layers;
+}
+
+std::vector<OptimizedParam> OptimizedParamsOf(const ParamTable& table) {
+  std::vector<OptimizedParam> params;
+  for (const ParamSlot& s : table.slots()) {
+    params.push_back({s.layer, s.offset, NumElements(s.spec.shape), s.group, !s.frozen(),
+                      !s.spec.tp.split(), s.stage_copy});
+  }
+  return params;
+}
+
 ShardedOptimizer::ShardedOptimizer(Options options, optim::ParamGroups groups,
                                    std::vector<OptimizedLayer> layers,
                                    std::vector<OptimizedParam> params, Groups comms,

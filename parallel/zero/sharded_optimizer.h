@@ -35,6 +35,7 @@
 #include "kernels/ops.h"
 #include "optim/param_groups.h"
 #include "parallel/comm/communicator.h"
+#include "parallel/zero/param_table.h"
 
 namespace ztrain::zero {
 
@@ -64,6 +65,12 @@ struct OptimizerPart {
   int64_t begin = 0, end = 0;
   int64_t global = 0;
 };
+
+// What the optimizer sees of a parameter table (Note [Parameter table]): each layer's
+// optimizer range (a trained stage copy, which sits at offset 0, leading), and each slot as a
+// parameter, in slot order.
+std::vector<OptimizedLayer> OptimizedLayersOf(const ParamTable& table);
+std::vector<OptimizedParam> OptimizedParamsOf(const ParamTable& table);
 
 // The parts of `params` in the ranges of `layers`, in the order of `params`.
 std::vector<OptimizerPart> PartsOf(const std::vector<OptimizedLayer>& layers,
