@@ -36,13 +36,8 @@ Engine::Engine(Config config, std::vector<std::unique_ptr<nn::Layer>> layers, Pa
     : config_(std::move(config)),
       computes_(shape_only == nullptr),
       device_(shape_only ? shape_only->device : ResolveDevice(config_.device)),
-      pinned_tracker_(device_.is_cpu() ? &device_tracker_ : &host_tracker_),
-      host_(MakeAllocator(Memory::kHost)),
-      pinned_(MakeAllocator(Memory::kPinnedHost)),
-      device_alloc_(MakeAllocator(Memory::kDevice)),
-      raw_device_(MakeAllocator(Memory::kRawDevice)),
-      cuda_pinned_(MakeAllocator(Memory::kDevicePinned)),
-      activations_(*raw_device_, &device_tracker_),
+      ops_(MakeOps()),
+      memory_(device_, computes_, *ops_),
       self_comm_(groups.dp ? nullptr
                            : comm::MakeSelfCommunicator(
                                  [this](const Tensor& a, const Tensor& b) { ops_->Copy(a, b); })),
@@ -60,7 +55,6 @@ Engine::Engine(Config config, std::vector<std::unique_ptr<nn::Layer>> layers, Pa
       scaler_(config_.precision.fp16
                   ? std::make_unique<optim::LossScaler>(LossScalerOptionsFrom(config_.precision))
                   : nullptr),
-      ops_(MakeOps()),
       schedule_(optim::MakeLrSchedule(config_.scheduler, config_.optimizer.lr)),
       param_groups_(config_.optimizer) {
   ZTRAIN_CHECK(!layers.empty(), "the model has no layers");
@@ -73,38 +67,6 @@ Engine::Engine(Config config, std::vector<std::unique_ptr<nn::Layer>> layers, Pa
   SetUpOptimizer();
   SetUpGatherer();
   if (initial == InitialParameters::kRandom) InitParameters();
-}
-
-// The engine's memory, each kind counted by its tracker: on the CPU backend host memory is
-// the device's. A shape-only engine counts the same allocations of address space.
-std::unique_ptr<Allocator> Engine::MakeAllocator(Memory memory) {
-  const bool cpu = device_.is_cpu();
-  MemoryTracker* host = cpu ? &device_tracker_ : &host_tracker_;
-  if (memory == Memory::kDevicePinned && cpu) return nullptr;
-  if (!computes_) {
-    const bool on_device = memory == Memory::kDevice || memory == Memory::kRawDevice;
-    MemoryTracker* tracker = memory == Memory::kDevice      ? &device_tracker_
-                             : memory == Memory::kRawDevice ? nullptr
-                             : memory == Memory::kHost      ? host
-                                                            : &pinned_tracker_;
-    return std::make_unique<detail::ShapeOnlyAllocator>(on_device ? device_ : Device::Cpu(),
-                                                        tracker);
-  }
-  switch (memory) {
-    case Memory::kDevice:
-      return cpu ? std::make_unique<HostAllocator>(&device_tracker_)
-                 : kernels::MakeCudaAllocator(device_.index, &device_tracker_);
-    case Memory::kRawDevice:
-      return cpu ? std::make_unique<HostAllocator>(nullptr)
-                 : kernels::MakeCudaAllocator(device_.index, nullptr);
-    case Memory::kHost:
-      return std::make_unique<HostAllocator>(host);
-    case Memory::kPinnedHost:
-      return std::make_unique<PinnedHostAllocator>(&pinned_tracker_);
-    case Memory::kDevicePinned:
-      return kernels::MakeCudaPinnedAllocator(&pinned_tracker_);
-  }
-  return nullptr;
 }
 
 std::unique_ptr<kernels::Ops> Engine::MakeOps() const {
@@ -121,19 +83,19 @@ void Engine::BuildStorage() {
   // Both stores allocate where the placement says through the engine's trackers.
   const offload::ParamStore::Allocate allocate = [this](Place where, int64_t elements,
                                                         MemoryCategory category, DType dtype) {
-    return StateBuffer(where, elements, category, dtype);
+    return memory_.State(where, elements, category, dtype);
   };
-  held_ =
-      std::make_unique<offload::ParamStore>(offload::ParamStore::Options{.placement = placement_,
-                                                                         .on_device = on_device(),
-                                                                         .compute = act_dtype_,
-                                                                         .computes = computes_},
-                                            *ops_, staging(), *host_, allocate);
+  held_ = std::make_unique<offload::ParamStore>(
+      offload::ParamStore::Options{.placement = placement_,
+                                   .on_device = on_device(),
+                                   .compute = act_dtype_,
+                                   .computes = computes_},
+      *ops_, memory_.staging(), memory_.host_memory(), allocate);
   moments_ = std::make_unique<offload::OptimizerStateStore>(placement_.optimizer, *ops_, allocate,
                                                             computes_);
   zero::FrozenHooks frozen_hooks;
   frozen_hooks.allocate = [this](int64_t bytes) {
-    return StateBuffer(placement_.frozen(), bytes, MemoryCategory::kParameters, DType::kU8);
+    return memory_.State(placement_.frozen(), bytes, MemoryCategory::kParameters, DType::kU8);
   };
   frozen_hooks.gather_host_shard = [this](const Tensor& shard, const Tensor& mine,
                                           const Tensor& out) {
@@ -143,7 +105,7 @@ void Engine::BuildStorage() {
   frozen_ = std::make_unique<zero::FrozenRegions>(
       zero::FrozenRegions::Options{
           .compute = act_dtype_, .sharded = zero_.shard_parameters, .computes = computes_},
-      *dp_, *ops_, staging(), activations_, std::move(frozen_hooks));
+      *dp_, *ops_, memory_.staging(), memory_.activations(), std::move(frozen_hooks));
   table_ = std::make_unique<zero::ParamTable>(
       zero::ParamTable::Options{
           .dp = dp_->size(),
@@ -154,12 +116,8 @@ void Engine::BuildStorage() {
           .frozen_bytes = [this](const nn::ParamSpec& spec) { return frozen_->Bytes(spec); }},
       param_groups_);
   for (size_t l = 0; l < layers_.size(); ++l) {
-    const pipeline::StageTie* tie = nullptr;
-    for (const pipeline::StageTie& t : split_.ties) {
-      if (t.layer == l) tie = &t;
-    }
-    const zero::LayerSlots& slots =
-        table_->AddLayer(layers_[l]->Name(), layers_[l]->Params(), tie, split_.min_padded[l]);
+    const zero::LayerSlots& slots = table_->AddLayer(
+        layers_[l]->Name(), layers_[l]->Params(), stage_->TieOf(l), stage_->split().min_padded[l]);
     const zero::FlatLayout& layout = slots.layout;
     auto state = std::make_unique<LayerState>();
     LayerState& st = *state;
@@ -182,10 +140,10 @@ void Engine::BuildStorage() {
   hooks.settle = [this] { optimizer_->ApplyPending(); };  // Note [Deferred optimizer step]
   hooks.gather = [this](size_t l, const Buffer& whole) { return LaunchGather(l, whole); };
   hooks.wait = [this](comm::Work& work) { WaitFor(work); };
-  whole_ =
-      std::make_unique<WholeParameters>(*table_, *held_, *frozen_, *tp_, *ops_,
-                                        WholeParameters::Memory{activations_, staging(), *host_},
-                                        on_device(), computes_, std::move(hooks));
+  whole_ = std::make_unique<WholeParameters>(
+      *table_, *held_, *frozen_, *tp_, *ops_,
+      WholeParameters::Memory{memory_.activations(), memory_.staging(), memory_.host_memory()},
+      on_device(), computes_, std::move(hooks));
 }
 
 // A layer's buffers, each where its kind of state lives (Note [State placement],
@@ -198,15 +156,15 @@ void Engine::AllocateState(LayerState& st) {
                    .opt_len = st.opt_len,
                    .sharded = st.sharded});
   if (!zero_.shard_gradients) {
-    st.grads = StateBuffer(Place::kDevice, st.padded, MemoryCategory::kGradients, grad_dtype_);
+    st.grads = memory_.State(Place::kDevice, st.padded, MemoryCategory::kGradients, grad_dtype_);
   }
   moments_->AddLayer(st.opt_len);
   if (zero_.shard_optimizer || grad_dtype_ != DType::kF32) {
-    st.grad_shard = StateBuffer(Place::kDevice, st.opt_len, MemoryCategory::kGradients);
+    st.grad_shard = memory_.State(Place::kDevice, st.opt_len, MemoryCategory::kGradients);
   }
   if (on_device() && at.host_adam) {
     ZTRAIN_ASSERT(zero_.shard_optimizer);  // offload needs ZeRO 1-3 (config validation)
-    st.grad_host = StateBuffer(Place::kPinned, st.opt_len, MemoryCategory::kGradients);
+    st.grad_host = memory_.State(Place::kPinned, st.opt_len, MemoryCategory::kGradients);
   }
 }
 
@@ -246,8 +204,8 @@ void Engine::BindLayer(size_t l) {
 void Engine::AllocateFullGradients(size_t l) {
   LayerState& st = *states_[l];
   if (st.grads.data() != nullptr) return;
-  st.grads = Buffer(activations_, grad_dtype_, {st.padded}, MemoryCategory::kGradients);
-  ZeroFill(st.grads);
+  st.grads = Buffer(memory_.activations(), grad_dtype_, {st.padded}, MemoryCategory::kGradients);
+  memory_.Zero(st.grads);
 }
 
 void Engine::WaitFor(comm::Work& work) {
@@ -272,9 +230,9 @@ void Engine::SetUpOffload() {
       .grid_rank = (pp_->rank() * dp_->size() + dp_->rank()) * tp_->size() + tp_->rank(),
       .grid_size = pp_->size() * dp_->size() * tp_->size(),
       .ranks_on_node = config_.ranks_on_node};
-  nvme_ = std::make_unique<offload::NvmeOffload>(placement_, config_.zero, config_.aio, rank,
-                                                 computes_, shards, opt_ranges, *host_, *pinned_,
-                                                 *held_, *moments_);
+  nvme_ = std::make_unique<offload::NvmeOffload>(
+      placement_, config_.zero, config_.aio, rank, computes_, shards, opt_ranges,
+      memory_.host_memory(), memory_.locked_host(), *held_, *moments_);
   swap_file_bytes_ = nvme_->file_bytes();
   // Note [Deferred optimizer step]: so far on the CPU backend.
   defer_steps_ = held_->swapped() && !on_device();
@@ -292,9 +250,8 @@ void Engine::LogHostOffload() const {
   const bool opt_host = config_.zero.offload_optimizer.device == "cpu";
   if (!(param_host || opt_host) || !computes_) return;
   // Pinned state so far: the CPU backend's mlock'ed allocations, or CUDA's pinned memory.
-  const auto* locked = dynamic_cast<const PinnedHostAllocator*>(pinned_.get());
-  const int64_t unpinned = device_.is_cpu() && locked ? locked->unpinned_bytes() : 0;
-  const int64_t pinned = pinned_tracker_.TotalCurrent() - unpinned;
+  const int64_t unpinned = memory_.unpinned_bytes();
+  const int64_t pinned = memory_.pinned().TotalCurrent() - unpinned;
   Log().info("offload: {}{}{} in host memory{}", opt_host ? "optimizer state" : "",
              param_host && opt_host ? " and " : "", param_host ? "parameter shards" : "",
              pinned + unpinned == 0
@@ -327,7 +284,7 @@ void Engine::SetUpCheckpointing() {
   const ActivationCheckpointingConfig& ac = config_.activation_checkpointing;
   checkpointing_ = std::make_unique<ActivationCheckpointing>(
       ActivationCheckpointing::OptionsFor(ac, blocks, on_device(), tp_->size()), *tp_, *ops_,
-      activations_, cuda_pinned_.get(), [this](comm::Work& work) { WaitFor(work); });
+      memory_.activations(), memory_.device_pinned(), [this](comm::Work& work) { WaitFor(work); });
   if (computes_ && ac.enabled) Log().info(checkpointing_->Describe(ac, on_device()));
 }
 
@@ -409,9 +366,9 @@ double Engine::TrainFlopsPerToken(int64_t seq_len) const {
 void Engine::ZeroGrad() {
   for (size_t l = 0; l < states_.size(); ++l) {
     LayerState& st = *states_[l];
-    if (!zero_.shard_gradients) ZeroFill(st.grads);
+    if (!zero_.shard_gradients) memory_.Zero(st.grads);
     // A pending layer's gradients wait for its step (Note [Deferred optimizer step]).
-    if (zero_.shard_gradients && !optimizer_->pending(l)) ZeroFill(st.grad_shard);
+    if (zero_.shard_gradients && !optimizer_->pending(l)) memory_.Zero(st.grad_shard);
   }
   optimizer_->GradientsZeroed();
 }

@@ -67,6 +67,7 @@
 #include "core/caching_allocator.h"
 #include "core/config.h"
 #include "core/memory_tracker.h"
+#include "engine/state_memory.h"
 #include "kernels/ops.h"
 #include "nn/layer.h"
 #include "offload/placement.h"
@@ -290,10 +291,10 @@ class Engine {
   // device (on the CPU backend, all of it), host memory (on a GPU: offloaded state, staging
   // copies, swap buffers), and the page-locked part of that (pin_memory state, swap buffers;
   // counted in the device's figures on the CPU backend).
-  MemoryTracker& memory() { return tracker_; }
-  const MemoryTracker& device_memory() const { return device_tracker_; }
-  const MemoryTracker& host_memory() const { return host_tracker_; }
-  const MemoryTracker& pinned_memory() const { return pinned_tracker_; }
+  MemoryTracker& memory() { return memory_.all(); }
+  const MemoryTracker& device_memory() const { return memory_.device(); }
+  const MemoryTracker& host_memory() const { return memory_.host(); }
+  const MemoryTracker& pinned_memory() const { return memory_.pinned(); }
   // The rank's flat parameter buffers summed: NumParameters() with each layer's padding
   // (Note [ZeRO in the engine]); at ZeRO stage 3 the rank holds 1/dp of it.
   int64_t PaddedParameters() const;
@@ -313,11 +314,7 @@ class Engine {
   struct StagedBatches;
   static Device ResolveDevice(const std::string& setting);
   bool on_device() const { return !device_.is_cpu(); }
-  // Model-state buffers: where `where` says, zeroed.
   using Place = offload::Place;
-  Buffer StateBuffer(Place where, int64_t elements, MemoryCategory category,
-                     DType dtype = DType::kF32);
-  void ZeroFill(const Buffer& b);
   // The micro-batches' tokens and targets on the engine's device (the same views on the CPU).
   StagedBatches StageBatches(std::span<const nn::MicroBatch> micro_batches);
   // A tensor's values on the host (waits for the ops that produce it); a shape-only engine's
@@ -327,9 +324,6 @@ class Engine {
   // with the ops; Synchronize before reading or reusing the host side.
   void CopyIn(const float* host, const Tensor& dst);
   void CopyOut(const Tensor& src, float* host);
-  // Where host copies of device state are made: host memory on CUDA; on the CPU the
-  // caching allocator, as before devices existed (its bytes are counted the same way).
-  Allocator& staging() { return on_device() ? *host_ : static_cast<Allocator&>(activations_); }
   // `value` reduced over `group`, through device memory when the group needs it.
   float AllReduceScalar(comm::Communicator& group, float value,
                         comm::ReduceOp op = comm::ReduceOp::kSum);
@@ -378,7 +372,6 @@ class Engine {
   // The gradient of the objective loss_weight * mean(per-token loss) w.r.t. the losses.
   Buffer LossGradient(const Shape& shape, float loss_weight);
   // Pipeline (engine_pipeline.cc).
-  Shape StageInputShape(const nn::MicroBatch& mb) const;
   void SumStageTiedGradients();
   double SumOverPipeline(double value);
   void BindLayer(size_t layer);
@@ -390,11 +383,8 @@ class Engine {
   void SetUpGatherer();
   void GatherParameters();
 
-  // Where the allocators come from (MakeAllocator).
-  enum class Memory { kDevice, kRawDevice, kHost, kPinnedHost, kDevicePinned };
   Engine(Config config, std::vector<std::unique_ptr<nn::Layer>> layers, ParallelGroups groups,
          InitialParameters initial, const ShapeOnly* shape_only);
-  std::unique_ptr<Allocator> MakeAllocator(Memory memory);
   std::unique_ptr<kernels::Ops> MakeOps() const;
 
   Config config_;
@@ -403,34 +393,19 @@ class Engine {
   // work are skipped; everything that allocates runs.
   const bool computes_;
   Device device_;
-  MemoryTracker tracker_;  // all memory; the next three add up into it
-  MemoryTracker device_tracker_{&tracker_};
-  MemoryTracker host_tracker_{&tracker_};
-  MemoryTracker pinned_tracker_;  // inside host memory (on the CPU backend: the device's)
-  // Host memory: host state (all state on the CPU backend), staging copies, swapped shards.
-  std::unique_ptr<Allocator> host_;
-  // Page-locked host memory (mlock): offloaded state with pin_memory on the CPU backend, and
-  // the swappers' I/O buffers.
-  std::unique_ptr<Allocator> pinned_;
-  // On the CPU backend these are host allocators; on CUDA, device memory (cudaMallocAsync)
-  // for the model state and, untracked, for the caching allocator, and cudaHostAlloc'd host
-  // memory for offloaded state and the buffers copies go through.
-  std::unique_ptr<Allocator> device_alloc_;
-  std::unique_ptr<Allocator> raw_device_;
-  std::unique_ptr<Allocator> cuda_pinned_;
-  CachingAllocator activations_;  // activations and per-step buffers, on the device
+  std::unique_ptr<kernels::Ops> ops_;
+  // Every allocator, and the trackers counting what they hold (Note [The engine's memory],
+  // engine/state_memory.h).
+  StateMemory memory_;
   std::unique_ptr<comm::Communicator> self_comm_;  // the dp group when none is given
   comm::Communicator* dp_;
   std::unique_ptr<comm::Communicator> self_pp_;  // the pp group when none is given
   comm::Communicator* pp_;
   std::unique_ptr<comm::Communicator> self_tp_;  // the tp group when none is given
   comm::Communicator* tp_;
-  // Pipeline: the model's parameters by layer (to name and shape what other stages hold), the
-  // stage boundaries, the layers before this stage (for the shape of its input), and the
-  // weights this stage shares with another stage (Note [Pipeline in the engine]).
-  std::vector<std::vector<nn::ParamSpec>> model_specs_;
-  pipeline::StageSplit split_;  // Note [Weights tied across stages]
-  std::vector<std::unique_ptr<nn::Layer>> earlier_layers_;
+  // The whole model as this pipeline stage holds it: its boundaries, the weights it shares
+  // with another stage, every layer's parameters (Note [Pipeline in the engine]).
+  std::unique_ptr<pipeline::StageModel> stage_;
   const zero::StagePolicy zero_;     // what the ZeRO stage shards (Note [ZeRO stage policy])
   bool overlap_;  // let gradient reductions run behind backward (stage 0, or overlap_comm)
   // Where each kind of state lives (Note [State placement]).
@@ -441,7 +416,6 @@ class Engine {
   DType act_dtype_;   // activations and the parameters layers compute with
   DType grad_dtype_;  // gradient accumulation (data_types.grad_accum_dtype)
   std::unique_ptr<optim::LossScaler> scaler_;  // fp16 only
-  std::unique_ptr<kernels::Ops> ops_;
   kernels::GemmPlan gemm_plan_;
   std::unique_ptr<optim::LrSchedule> schedule_;
   optim::ParamGroups param_groups_;  // Note [Parameter groups]; each slot names its group

@@ -52,25 +52,6 @@ Device Engine::ResolveDevice(const std::string& setting) {
   return Device::Cuda(std::max(parsed->index, 0));
 }
 
-Buffer Engine::StateBuffer(Place where, int64_t elements, MemoryCategory category, DType dtype) {
-  Allocator* alloc = device_alloc_.get();
-  if (where == Place::kHost) alloc = host_.get();
-  if (where == Place::kPinned) alloc = on_device() ? cuda_pinned_.get() : pinned_.get();
-  ZTRAIN_ASSERT(where != Place::kNvme, "state on NVMe lives in a swapper");
-  Buffer b(*alloc, dtype, {elements}, category);
-  ZeroFill(b);
-  return b;
-}
-
-void Engine::ZeroFill(const Buffer& b) {
-  if (!computes_ || b.nbytes() == 0) return;
-  if (b.device().is_cpu()) {
-    std::memset(b.data(), 0, b.nbytes());
-  } else {
-    ops_->Zero(b.AsTensor(DType::kU16, {static_cast<int64_t>(b.nbytes() / 2)}));
-  }
-}
-
 void Engine::CopyIn(const float* host, const Tensor& dst) {
   ops_->Copy(Tensor(const_cast<float*>(host), DType::kF32, dst.shape()), dst);
 }
@@ -95,7 +76,7 @@ Engine::StagedBatches Engine::StageBatches(std::span<const nn::MicroBatch> micro
   // token arrays may change as soon as this returns.
   for (nn::MicroBatch& mb : staged.batches) {
     for (Tensor* t : {&mb.tokens, &mb.targets}) {
-      Buffer& b = staged.buffers.emplace_back(activations_, DType::kI32, t->shape(),
+      Buffer& b = staged.buffers.emplace_back(memory_.activations(), DType::kI32, t->shape(),
                                               MemoryCategory::kActivations);
       const Tensor dst = b.AsTensor(DType::kI32, t->shape());
       ops_->Copy(*t, dst);
@@ -111,7 +92,7 @@ float Engine::AllReduceScalar(comm::Communicator& group, float value, comm::Redu
     group.AllReduce(Tensor(&value, DType::kF32, {1}), op)->Wait();
     return value;
   }
-  Buffer b(activations_, DType::kF32, {1}, MemoryCategory::kCommunication);
+  Buffer b(memory_.activations(), DType::kF32, {1}, MemoryCategory::kCommunication);
   const Tensor t = b.AsTensor(DType::kF32, {1});
   CopyIn(&value, t);
   group.AllReduce(t, op)->Wait();

@@ -54,7 +54,7 @@ zero::OptimizerHooks Engine::OptimizerHooksFor() {
   }
   h.device_params = [this](size_t l) { return held_->OptimizerRange(l); };
   h.device_state = [this](size_t l) { return moments_->DeviceState(l); };
-  h.zero_gradient = [this](size_t l) { ZeroFill(states_[l]->grad_shard); };
+  h.zero_gradient = [this](size_t l) { memory_.Zero(states_[l]->grad_shard); };
   return h;
 }
 

@@ -48,44 +48,12 @@ constexpr int kTieTag = 30000;  // above every activation tag 2m, 2m+1 of a step
 }  // namespace
 
 void Engine::SelectStage(std::vector<std::unique_ptr<nn::Layer>> model) {
-  std::vector<std::vector<pipeline::StageParam>> params;
-  std::vector<std::string> names;
-  for (const auto& layer : model) {
-    model_specs_.push_back(layer->Params());
-    names.push_back(layer->Name());
-    std::vector<pipeline::StageParam>& of_layer = params.emplace_back();
-    for (const nn::ParamSpec& s : model_specs_.back()) {
-      of_layer.push_back({s.name, s.tied_to, NumElements(s.shape), s.trainable, s.packed});
-    }
-  }
-  const int stages = pp_->size(), stage = pp_->rank();
-  split_ = pipeline::SplitStages(params, names, stages, stage,
-                                 stages == 1
-                                     ? pipeline::PartitionMethod::kUniform
-                                     : pipeline::ParsePartitionMethod(config_.pipeline_partition));
-  const size_t begin = split_.begin, end = split_.end;
-  if (stages > 1 && computes_) {
-    int64_t n = 0;
-    for (size_t l = begin; l < end; ++l) {
-      for (const pipeline::StageParam& p : params[l]) n += p.elements;
-    }
-    Log().info("pipeline: stage {} of {} runs layers {}..{} ({} .. {}), {} parameters{}", stage,
-               stages, begin, end - 1, names[begin], names[end - 1], n,
-               split_.ties.empty() ? "" : ", sharing a tied weight with another stage");
-  }
-  for (size_t l = 0; l < model.size(); ++l) {
-    if (l < begin) {
-      earlier_layers_.push_back(std::move(model[l]));
-    } else if (l < end) {
-      layers_.push_back(std::move(model[l]));
-    }
-  }
-}
-
-Shape Engine::StageInputShape(const nn::MicroBatch& mb) const {
-  Shape shape = mb.tokens.shape();
-  for (const auto& layer : earlier_layers_) shape = layer->OutputShape(shape);
-  return shape;
+  stage_ = std::make_unique<pipeline::StageModel>(
+      std::move(model), pp_->size(), pp_->rank(),
+      pp_->size() == 1 ? pipeline::PartitionMethod::kUniform
+                       : pipeline::ParsePartitionMethod(config_.pipeline_partition));
+  layers_ = stage_->TakeLayers();
+  if (pp_->size() > 1 && computes_) Log().info("pipeline: {}", stage_->Describe());
 }
 
 double Engine::SumOverPipeline(double value) {
@@ -94,13 +62,13 @@ double Engine::SumOverPipeline(double value) {
 }
 
 void Engine::SumStageTiedGradients() {
-  for (const pipeline::StageTie& tie : split_.ties) {
+  for (const pipeline::StageTie& tie : stage_->split().ties) {
     LayerState& st = *states_[tie.layer];
     // The tie's elements within the reduced range (all of them at stage 0).
     const int64_t n = std::clamp<int64_t>(tie.elements - st.opt_begin, 0, st.opt_len);
     if (n == 0) continue;  // the same on the peer: its shard covers the same elements
     const Tensor mine = st.Reduced().Flat(0, {n});
-    Buffer theirs(activations_, DType::kF32, mine.shape(), MemoryCategory::kCommunication);
+    Buffer theirs(memory_.activations(), DType::kF32, mine.shape(), MemoryCategory::kCommunication);
     comm::WorkPtr sent = pp_->Send(mine, tie.peer, kTieTag);
     comm::WorkPtr got = pp_->Recv(theirs.AsTensor(DType::kF32, mine.shape()), tie.peer, kTieTag);
     WaitFor(*sent);
@@ -110,18 +78,12 @@ void Engine::SumStageTiedGradients() {
 }
 
 std::vector<std::pair<std::string, Shape>> Engine::ModelParameters() const {
-  std::vector<std::pair<std::string, Shape>> out;
-  for (const auto& specs : model_specs_) {
-    for (const nn::ParamSpec& s : specs) {
-      if (s.tied_to.empty()) out.emplace_back(s.name, nn::FullShape(s));
-    }
-  }
-  return out;
+  return stage_->Parameters();
 }
 
 void Engine::CheckParamGroups() const {
   std::vector<std::string> trainable, frozen;
-  for (const auto& specs : model_specs_) {
+  for (const auto& specs : stage_->specs()) {
     for (const nn::ParamSpec& s : specs) {
       if (s.tied_to.empty()) (s.trainable ? trainable : frozen).push_back(s.name);
     }
@@ -132,7 +94,7 @@ void Engine::CheckParamGroups() const {
 std::vector<Engine::ParamGroupUse> Engine::ParamGroupUses() const {
   std::vector<ParamGroupUse> uses;
   for (size_t g = 0; g < param_groups_.size(); ++g) uses.push_back({param_groups_[g], 0, 0});
-  for (const auto& specs : model_specs_) {
+  for (const auto& specs : stage_->specs()) {
     for (const nn::ParamSpec& s : specs) {
       if (!s.tied_to.empty()) continue;
       const Shape full = nn::FullShape(s);
@@ -158,7 +120,7 @@ void Engine::ForEachModelParameter(const std::function<void(const std::string&, 
           WaitFor(*pp_->Send(value, 0, 0));
           return;
         }
-        Buffer sent(activations_, DType::kF32, value.shape(), MemoryCategory::kWorkspace);
+        Buffer sent(memory_.activations(), DType::kF32, value.shape(), MemoryCategory::kWorkspace);
         const Tensor view = sent.AsTensor(DType::kF32, value.shape());
         CopyIn(value.data<float>(), view);
         WaitFor(*pp_->Send(view, 0, 0));
@@ -167,13 +129,13 @@ void Engine::ForEachModelParameter(const std::function<void(const std::string&, 
   if (!writer) return;
   // The later stages' parameters, stage by stage in model order.
   for (int s = 1; s < pp_->size(); ++s) {
-    const auto b = static_cast<size_t>(split_.bounds[static_cast<size_t>(s)]);
-    const auto e = static_cast<size_t>(split_.bounds[static_cast<size_t>(s) + 1]);
+    const auto b = static_cast<size_t>(stage_->split().bounds[static_cast<size_t>(s)]);
+    const auto e = static_cast<size_t>(stage_->split().bounds[static_cast<size_t>(s) + 1]);
     for (size_t l = b; l < e; ++l) {
-      for (const nn::ParamSpec& spec : model_specs_[l]) {
+      for (const nn::ParamSpec& spec : stage_->specs()[l]) {
         if (!spec.tied_to.empty() || (trainable_only && !spec.trainable)) continue;
         const Shape shape = nn::FullShape(spec);
-        Buffer value(activations_, DType::kF32, shape, MemoryCategory::kWorkspace);
+        Buffer value(memory_.activations(), DType::kF32, shape, MemoryCategory::kWorkspace);
         const Tensor view = value.AsTensor(DType::kF32, shape);
         WaitFor(*pp_->Recv(view, s, 0));
         if (!on_device()) {

@@ -51,7 +51,8 @@ Tensor Engine::Fp32Gradients(size_t l, Buffer& staging) {
   if (!zero_.shard_optimizer) {
     out = st.Flat(st.grad_shard, st.padded);
   } else {
-    staging = Buffer(activations_, DType::kF32, {st.padded}, MemoryCategory::kCommunication);
+    staging =
+        Buffer(memory_.activations(), DType::kF32, {st.padded}, MemoryCategory::kCommunication);
     out = st.Flat(staging, st.padded);
   }
   ops_->Copy(grads, out);

@@ -117,7 +117,10 @@ void Engine::RunInstruction(const pipeline::Instruction& in, size_t index, Sched
       break;
     case pipeline::OpType::kForward:
       run.dropout = DropoutFor(mb, static_cast<int>(mb_index));
-      RunForward(mb, stage == 0 ? mb.tokens : run.received.AsTensor(act_dtype_, StageInputShape(mb)),
+      RunForward(mb,
+                 stage == 0
+                     ? mb.tokens
+                     : run.received.AsTensor(act_dtype_, stage_->InputShape(mb.tokens.shape())),
                  run, &s.stats);
       if (stage == stages - 1) s.loss_sum += MeanOf(ToHost(run.out_views.back()));
       break;
@@ -154,8 +157,8 @@ void Engine::Communicate(const pipeline::Instruction& in, ScheduleRun& s) {
   const nn::MicroBatch& mb = s.micro_batches[mb_index];
   MicroBatchRun& run = s.runs[mb_index];
   if (in.op == pipeline::OpType::kRecvActivation) {
-    const Shape shape = StageInputShape(mb);
-    run.received = Buffer(activations_, act_dtype_, shape, MemoryCategory::kActivations);
+    const Shape shape = stage_->InputShape(mb.tokens.shape());
+    run.received = Buffer(memory_.activations(), act_dtype_, shape, MemoryCategory::kActivations);
     WaitFor(*pp_->Recv(run.received.AsTensor(act_dtype_, shape), stage - 1,
                        ActivationTag(in.micro_batch)));
   } else if (in.op == pipeline::OpType::kSendActivation) {
@@ -167,12 +170,12 @@ void Engine::Communicate(const pipeline::Instruction& in, ScheduleRun& s) {
   } else if (in.op == pipeline::OpType::kRecvGrad) {
     const Shape shape = run.out_views.back().shape();
     Buffer& g = s.received_grads[mb_index];
-    g = Buffer(activations_, act_dtype_, shape, MemoryCategory::kActivations);
+    g = Buffer(memory_.activations(), act_dtype_, shape, MemoryCategory::kActivations);
     WaitFor(*pp_->Recv(g.AsTensor(act_dtype_, shape), stage + 1, GradTag(in.micro_batch)));
   } else {  // kSendGrad
     Buffer g = std::move(s.din[mb_index]);
-    comm::WorkPtr w = pp_->Send(g.AsTensor(act_dtype_, StageInputShape(mb)), stage - 1,
-                                GradTag(in.micro_batch));
+    comm::WorkPtr w = pp_->Send(g.AsTensor(act_dtype_, stage_->InputShape(mb.tokens.shape())),
+                                stage - 1, GradTag(in.micro_batch));
     s.sends.push_back({std::move(g), std::move(w)});
   }
 }
@@ -186,8 +189,8 @@ double Engine::EvalLoss(const nn::MicroBatch& host_mb) {
   run.backward = false;
   Tensor input = mb.tokens;
   if (stage > 0) {
-    const Shape shape = StageInputShape(mb);
-    run.received = Buffer(activations_, act_dtype_, shape, MemoryCategory::kActivations);
+    const Shape shape = stage_->InputShape(mb.tokens.shape());
+    run.received = Buffer(memory_.activations(), act_dtype_, shape, MemoryCategory::kActivations);
     input = run.received.AsTensor(act_dtype_, shape);
     WaitFor(*pp_->Recv(input, stage - 1, ActivationTag(0)));
   }
@@ -225,7 +228,7 @@ double Engine::ForwardBackward(const nn::MicroBatch& host_mb, float loss_weight,
 }
 
 Buffer Engine::LossGradient(const Shape& shape, float loss_weight) {
-  Buffer dout(activations_, DType::kF32, shape, MemoryCategory::kActivations);
+  Buffer dout(memory_.activations(), DType::kF32, shape, MemoryCategory::kActivations);
   if (!computes_) return dout;
   const int64_t n = NumElements(shape);
   // fp16: the loss is multiplied by the loss scale (Note [Mixed precision in the engine]).
@@ -247,11 +250,11 @@ void Engine::RunForward(const nn::MicroBatch& mb, const Tensor& input, MicroBatc
   run.out_views.resize(n_layers);
   Tensor x = input;
   for (size_t i = 0; i < n_layers; ++i) {
-    run.ctx.emplace_back(*ops_, activations_, act_dtype_);
+    run.ctx.emplace_back(*ops_, memory_.activations(), act_dtype_);
     if (run.dropout) run.ctx.back().set_dropout(*run.dropout);
     const Shape shape = layers_[i]->OutputShape(x.shape());
     const DType dtype = layers_[i]->OutputDType(act_dtype_);
-    run.outputs[i] = Buffer(activations_, dtype, shape, MemoryCategory::kActivations);
+    run.outputs[i] = Buffer(memory_.activations(), dtype, shape, MemoryCategory::kActivations);
     run.out_views[i] = run.outputs[i].AsTensor(dtype, shape);
     if (gatherer_) {
       gatherer_->BeforeLayer(i);
@@ -304,7 +307,8 @@ Buffer Engine::RunBackward(const nn::MicroBatch& mb, Buffer dout, MicroBatchRun&
     Buffer din;
     Tensor din_view;
     if (i > 0 || pp_->rank() > 0) {
-      din = Buffer(activations_, layer_in.dtype(), layer_in.shape(), MemoryCategory::kActivations);
+      din = Buffer(memory_.activations(), layer_in.dtype(), layer_in.shape(),
+                   MemoryCategory::kActivations);
       din_view = din.AsTensor(layer_in.dtype(), layer_in.shape());
     }
     const Tensor& out = run.out_views[i];

@@ -50,8 +50,8 @@ void Engine::SetUpGatherer() {
     };
   }
   hooks.wait = [this](comm::Work& work) { WaitFor(work); };
-  gatherer_ =
-      std::make_unique<zero::ParamGatherer>(o, std::move(units), activations_, std::move(hooks));
+  gatherer_ = std::make_unique<zero::ParamGatherer>(o, std::move(units), memory_.activations(),
+                                                    std::move(hooks));
 }
 
 void Engine::SetUpReducer() {
@@ -71,7 +71,7 @@ void Engine::SetUpReducer() {
   };
   hooks.release = [this](size_t l) { states_[l]->grads.Reset(); };
   reducer_ = std::make_unique<zero::GradientReducer>(o, std::move(ranges), *dp_, *ops_,
-                                                     activations_, std::move(hooks));
+                                                     memory_.activations(), std::move(hooks));
 }
 
 // Stages 1 and 2: all-gathers every layer's updated shard back into the full parameters,
@@ -96,7 +96,8 @@ void Engine::GatherParameters() {
       wait_oldest();
     }
     // The send buffer is a copy: the gathered output covers this rank's own range too.
-    Buffer send(activations_, DType::kF32, Shape{st->shard}, MemoryCategory::kCommunication);
+    Buffer send(memory_.activations(), DType::kF32, Shape{st->shard},
+                MemoryCategory::kCommunication);
     const Tensor send_view = send.AsTensor(DType::kF32, {st->shard});
     const Tensor whole = held_->HeldTensor(l);
     ops_->Copy(whole.Flat(st->opt_begin, {st->shard}), send_view);

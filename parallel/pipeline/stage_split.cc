@@ -80,4 +80,65 @@ StageSplit SplitStages(const std::vector<std::vector<StageParam>>& layers,
   return split;
 }
 
+StageModel::StageModel(std::vector<std::unique_ptr<nn::Layer>> model, int stages, int stage,
+                       PartitionMethod method)
+    : stages_(stages), stage_(stage) {
+  std::vector<std::vector<StageParam>> params;
+  for (const auto& layer : model) {
+    specs_.push_back(layer->Params());
+    names_.push_back(layer->Name());
+    std::vector<StageParam>& of_layer = params.emplace_back();
+    for (const nn::ParamSpec& s : specs_.back()) {
+      of_layer.push_back({s.name, s.tied_to, NumElements(s.shape), s.trainable, s.packed});
+    }
+  }
+  split_ =
+      SplitStages(params, names_, stages, stage, stages == 1 ? PartitionMethod::kUniform : method);
+  for (size_t l = 0; l < model.size(); ++l) {
+    if (l < split_.begin) {
+      earlier_.push_back(std::move(model[l]));
+    } else if (l < split_.end) {
+      layers_.push_back(std::move(model[l]));
+    }
+  }
+}
+
+const StageTie* StageModel::TieOf(size_t layer) const {
+  for (const StageTie& t : split_.ties) {
+    if (t.layer == layer) return &t;
+  }
+  return nullptr;
+}
+
+std::vector<std::pair<std::string, Shape>> StageModel::Parameters() const {
+  std::vector<std::pair<std::string, Shape>> out;
+  for (const auto& specs : specs_) {
+    for (const nn::ParamSpec& s : specs) {
+      if (s.tied_to.empty()) out.emplace_back(s.name, nn::FullShape(s));
+    }
+  }
+  return out;
+}
+
+Shape StageModel::InputShape(const Shape& tokens) const {
+  Shape shape = tokens;
+  for (const auto& layer : earlier_) shape = layer->OutputShape(shape);
+  return shape;
+}
+
+std::string StageModel::Describe() const {
+  int64_t n = 0;
+  for (size_t l = split_.begin; l < split_.end; ++l) {
+    for (const nn::ParamSpec& s : specs_[l]) n += NumElements(s.shape);
+  }
+  std::string out = "stage ";
+  out.append(std::to_string(stage_)).append(" of ").append(std::to_string(stages_));
+  out.append(" runs layers ").append(std::to_string(split_.begin)).append("..");
+  out.append(std::to_string(split_.end - 1)).append(" (").append(names_[split_.begin]);
+  out.append(" .. ").append(names_[split_.end - 1]).append("), ");
+  out.append(std::to_string(n)).append(" parameters");
+  if (!split_.ties.empty()) out.append(", sharing a tied weight with another stage");
+  return out;
+}
+
 }  // namespace ztrain::pipeline

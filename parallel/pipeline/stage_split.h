@@ -4,9 +4,12 @@
 // stages]).
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "nn/layer.h"
 #include "parallel/pipeline/partition.h"
 
 namespace ztrain::pipeline {
@@ -51,5 +54,37 @@ struct StageSplit {
 StageSplit SplitStages(const std::vector<std::vector<StageParam>>& layers,
                        const std::vector<std::string>& layer_names, int stages, int stage,
                        PartitionMethod method);
+
+// The whole model as one stage holds it (Note [Pipeline in the engine]): every rank builds the
+// whole model as layers (cheap: a layer declares its parameters and owns no storage);
+// SplitStages cuts it, and the stage keeps its own layers (TakeLayers, once), the layers
+// before them (only for the shape of its input) and the parameter specs of every layer (to
+// name and shape what other stages hold).
+class StageModel {
+ public:
+  StageModel(std::vector<std::unique_ptr<nn::Layer>> model, int stages, int stage,
+             PartitionMethod method);
+  // The stage's layers, moved out (the first call only).
+  std::vector<std::unique_ptr<nn::Layer>> TakeLayers() { return std::move(layers_); }
+  const StageSplit& split() const { return split_; }
+  // The weight stage layer `layer` shares with another stage, or null.
+  const StageTie* TieOf(size_t layer) const;
+  // Every layer's parameters, the whole model's, in model order.
+  const std::vector<std::vector<nn::ParamSpec>>& specs() const { return specs_; }
+  // The model's parameters (every stage's, each tied weight once), whole, in model order.
+  std::vector<std::pair<std::string, Shape>> Parameters() const;
+  // The shape of the stage's input for tokens of shape `tokens` (the tokens' on stage 0).
+  Shape InputShape(const Shape& tokens) const;
+  // "stage 1 of 2 runs layers 3..5 (h.2 .. lm_head), 1234 parameters, ...": the log line.
+  std::string Describe() const;
+
+ private:
+  StageSplit split_;
+  std::vector<std::vector<nn::ParamSpec>> specs_;
+  std::vector<std::string> names_;
+  std::vector<std::unique_ptr<nn::Layer>> earlier_;
+  std::vector<std::unique_ptr<nn::Layer>> layers_;
+  int stages_ = 1, stage_ = 0;
+};
 
 }  // namespace ztrain::pipeline

@@ -85,8 +85,8 @@ struct Rank {
       }
     };
     optimizer = std::make_unique<zero::ShardedOptimizer>(
-        zero::ShardedOptimizer::Options{.sharded = stage >= 1}, groups,
-        zero::OptimizedLayersOf(*table), zero::OptimizedParamsOf(*table),
+        zero::ShardedOptimizer::Options{.optimizer = OptimizerConfig{}, .sharded = stage >= 1},
+        groups, zero::OptimizedLayersOf(*table), zero::OptimizedParamsOf(*table),
         zero::ShardedOptimizer::Groups{self.get(), self.get(), self.get()}, *ops, hooks);
   }
 

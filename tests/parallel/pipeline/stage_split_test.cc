@@ -1,6 +1,8 @@
 // pipeline::SplitStages (Note [Weights tied across stages]): which layers a stage runs, the
 // weights it shares with another stage, and the flat size both sharing layers must hold,
-// checked against zero::TiedLayoutSize and by hand on a GPT-2-shaped model.
+// checked against zero::TiedLayoutSize and by hand on a GPT-2-shaped model; and
+// pipeline::StageModel on a real GPT-2 model: the stage's layers, its input's shape, and the
+// whole model's parameters each once.
 #include "parallel/pipeline/stage_split.h"
 
 #include <gtest/gtest.h>
@@ -9,6 +11,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "nn/gpt2.h"
 #include "parallel/zero/flat_layout.h"
 
 namespace ztrain::pipeline {
@@ -116,6 +119,44 @@ TEST(StageSplitTest, ALayerSharingTwoWeightsAcrossStagesIsNamed) {
     EXPECT_NE(what.find("shares more than one weight"), std::string::npos) << what;
     EXPECT_NE(what.find("embedding"), std::string::npos) << what;
   }
+}
+
+TEST(StageModelTest, TheStageKeepsItsLayersAndKnowsTheWholeModel) {
+  ModelConfig m;
+  m.n_layer = 4;
+  m.n_head = 2;
+  m.n_embd = 8;
+  m.vocab_size = 11;
+  m.padded_vocab_size = 16;
+  m.max_seq_len = 8;
+  // Embedding, 4 blocks, head: 6 layers, cut uniformly in two.
+  StageModel last(nn::BuildGpt2(m), 2, 1, PartitionMethod::kUniform);
+  const std::vector<std::unique_ptr<nn::Layer>> layers = last.TakeLayers();
+  ASSERT_EQ(layers.size(), last.split().end - last.split().begin);
+  EXPECT_EQ(layers.back()->Name(), nn::BuildGpt2(m).back()->Name());
+  EXPECT_EQ(last.InputShape({2, 8}), (Shape{2, 8, 8}));  // a block's output: [B, T, C]
+  ASSERT_EQ(last.specs().size(), 6u);                    // every layer's, not the stage's
+  // The head shares the token embedding with stage 0, and holds its copy.
+  ASSERT_NE(last.TieOf(layers.size() - 1), nullptr);
+  EXPECT_TRUE(last.TieOf(layers.size() - 1)->copy);
+  EXPECT_EQ(last.TieOf(0), nullptr);
+  EXPECT_NE(last.Describe().find("stage 1 of 2 runs layers"), std::string::npos) << last.Describe();
+  StageModel first(nn::BuildGpt2(m), 2, 0, PartitionMethod::kUniform);
+  EXPECT_EQ(first.InputShape({2, 8}), (Shape{2, 8}));  // the tokens
+  // The whole model's parameters, the same on both stages, the tied weight once.
+  const std::vector<std::pair<std::string, Shape>> params = first.Parameters();
+  EXPECT_EQ(params, last.Parameters());
+  int64_t whole = 0;
+  for (const auto& [name, shape] : params) {
+    EXPECT_NE(name, "lm_head.weight");
+    whole += NumElements(shape);
+  }
+  int64_t declared = 0;
+  for (const auto& layer : nn::BuildGpt2(m)) {
+    for (const nn::ParamSpec& s : layer->Params())
+      declared += s.tied_to.empty() ? NumElements(s.shape) : 0;
+  }
+  EXPECT_EQ(whole, declared);
 }
 
 }  // namespace
