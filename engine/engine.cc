@@ -52,9 +52,9 @@ Engine::Engine(Config config, std::vector<std::unique_ptr<nn::Layer>> layers, Pa
       placement_(offload::PlaceState(config_.zero, !device_.is_cpu())),
       act_dtype_(ComputeDType(config_)),
       grad_dtype_(GradAccumDType(config_)),
-      scaler_(config_.precision.fp16
-                  ? std::make_unique<optim::LossScaler>(LossScalerOptionsFrom(config_.precision))
-                  : nullptr),
+      scaler_(config_.precision.fp16 ? std::make_unique<optim::LossScaler>(
+                                           optim::LossScalerOptionsFrom(config_.precision))
+                                     : nullptr),
       schedule_(optim::MakeLrSchedule(config_.scheduler, config_.optimizer.lr)),
       param_groups_(config_.optimizer) {
   ZTRAIN_CHECK(!layers.empty(), "the model has no layers");

@@ -381,7 +381,6 @@ class Engine {
   // gatherer]).
   void SetUpReducer();
   void SetUpGatherer();
-  void GatherParameters();
 
   Engine(Config config, std::vector<std::unique_ptr<nn::Layer>> layers, ParallelGroups groups,
          InitialParameters initial, const ShapeOnly* shape_only);

@@ -9,6 +9,7 @@
 #include "engine/engine.h"
 #include "engine/engine_state.h"
 #include "optim/grad_clip.h"
+#include "parallel/zero/param_gatherer.h"
 
 namespace ztrain {
 
@@ -72,7 +73,13 @@ void Engine::OptimizerStep(double grad_norm, StepStats& stats) {
               : optim::ClipCoefficient(grad_norm, config_.gradient_clipping);
   ++step_;
   optimizer_->Step({lr, coef, updates + 1});
-  if (zero_.gather_after_step && dp_->size() > 1) GatherParameters();
+  if (zero_.gather_after_step && dp_->size() > 1) {  // stages 1 and 2
+    std::vector<Tensor> wholes;
+    for (size_t l = 0; l < states_.size(); ++l) wholes.push_back(held_->HeldTensor(l));
+    zero::GatherUpdatedShards(wholes, *dp_, *ops_, memory_.activations(),
+                              config_.zero.allgather_bucket_size,
+                              [this](comm::Work& work) { WaitFor(work); });
+  }
   held_->RefreshComputeCopies();
   stats.step = step_;
   stats.lr = lr;

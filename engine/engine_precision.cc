@@ -85,14 +85,4 @@ void Engine::RestoreLossScaler(const nlohmann::json& state) {
   if (scaler_ && !state.is_null()) scaler_->Restore(state);
 }
 
-optim::LossScalerOptions LossScalerOptionsFrom(const PrecisionConfig& p) {
-  return {.loss_scale = p.loss_scale,
-          .initial_scale_power = p.initial_scale_power,
-          .loss_scale_window = p.loss_scale_window,
-          .hysteresis = p.hysteresis,
-          .consecutive_hysteresis = p.consecutive_hysteresis,
-          .min_loss_scale = p.min_loss_scale,
-          .max_consecutive_skips = p.max_consecutive_skips};
-}
-
 }  // namespace ztrain

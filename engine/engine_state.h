@@ -17,9 +17,6 @@
 
 namespace ztrain {
 
-// The loss scaler's settings from the fp16 section (engine_precision.cc).
-optim::LossScalerOptions LossScalerOptionsFrom(const PrecisionConfig& precision);
-
 inline double SecondsBetween(std::chrono::steady_clock::time_point a,
                              std::chrono::steady_clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();

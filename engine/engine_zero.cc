@@ -3,7 +3,6 @@
 // here for the stage; and the stage 1/2 parameter all-gather after the step (Note [ZeRO in
 // the engine], engine_state.h).
 #include <algorithm>
-#include <deque>
 
 #include "engine/engine.h"
 #include "engine/engine_state.h"
@@ -72,40 +71,6 @@ void Engine::SetUpReducer() {
   hooks.release = [this](size_t l) { states_[l]->grads.Reset(); };
   reducer_ = std::make_unique<zero::GradientReducer>(o, std::move(ranges), *dp_, *ops_,
                                                      memory_.activations(), std::move(hooks));
-}
-
-// Stages 1 and 2: all-gathers every layer's updated shard back into the full parameters,
-// with at most allgather_bucket_size gathered elements in flight.
-void Engine::GatherParameters() {
-  struct InFlight {
-    Buffer send;
-    comm::WorkPtr work;
-    int64_t elements;
-  };
-  std::deque<InFlight> flight;
-  int64_t in_flight = 0;
-  auto wait_oldest = [&] {
-    WaitFor(*flight.front().work);
-    in_flight -= flight.front().elements;
-    flight.pop_front();
-  };
-  for (size_t l = 0; l < states_.size(); ++l) {
-    const LayerState* st = states_[l].get();
-    if (st->padded == 0) continue;
-    while (!flight.empty() && in_flight + st->padded > config_.zero.allgather_bucket_size) {
-      wait_oldest();
-    }
-    // The send buffer is a copy: the gathered output covers this rank's own range too.
-    Buffer send(memory_.activations(), DType::kF32, Shape{st->shard},
-                MemoryCategory::kCommunication);
-    const Tensor send_view = send.AsTensor(DType::kF32, {st->shard});
-    const Tensor whole = held_->HeldTensor(l);
-    ops_->Copy(whole.Flat(st->opt_begin, {st->shard}), send_view);
-    comm::WorkPtr work = dp_->AllGather(send_view, whole);
-    flight.push_back({std::move(send), std::move(work), st->padded});
-    in_flight += st->padded;
-  }
-  while (!flight.empty()) wait_oldest();
 }
 
 }  // namespace ztrain

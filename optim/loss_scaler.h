@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <span>
 
+#include "core/config.h"
 #include "core/tensor.h"
 
 namespace ztrain::optim {
@@ -61,6 +62,9 @@ struct LossScalerOptions {
   // stuck at its minimum scale would otherwise waste.
   int64_t max_consecutive_skips = 50;
 };
+
+// The options the config's fp16 section gives.
+LossScalerOptions LossScalerOptionsFrom(const PrecisionConfig& precision);
 
 class LossScaler {
  public:

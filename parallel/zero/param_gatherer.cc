@@ -2,6 +2,7 @@
 #include "parallel/zero/param_gatherer.h"
 
 #include <algorithm>
+#include <deque>
 #include <exception>
 #include <utility>
 
@@ -158,6 +159,35 @@ void ParamGatherer::Wait(comm::WorkPtr& work) {
     work->Wait();
   }
   work.reset();
+}
+
+void GatherUpdatedShards(const std::vector<Tensor>& wholes, comm::Communicator& dp,
+                         kernels::Ops& ops, Allocator& memory, int64_t bucket_elements,
+                         const std::function<void(comm::Work&)>& wait) {
+  struct InFlight {
+    Buffer send;
+    comm::WorkPtr work;
+    int64_t elements;
+  };
+  std::deque<InFlight> flight;
+  int64_t in_flight = 0;
+  auto wait_oldest = [&] {
+    wait(*flight.front().work);
+    in_flight -= flight.front().elements;
+    flight.pop_front();
+  };
+  for (const Tensor& whole : wholes) {
+    const int64_t padded = whole.numel(), shard = padded / dp.size();
+    if (padded == 0) continue;
+    while (!flight.empty() && in_flight + padded > bucket_elements) wait_oldest();
+    Buffer send(memory, DType::kF32, Shape{shard}, MemoryCategory::kCommunication);
+    const Tensor send_view = send.AsTensor(DType::kF32, {shard});
+    ops.Copy(whole.Flat(dp.rank() * shard, {shard}), send_view);
+    comm::WorkPtr work = dp.AllGather(send_view, whole);
+    flight.push_back({std::move(send), std::move(work), padded});
+    in_flight += padded;
+  }
+  while (!flight.empty()) wait_oldest();
 }
 
 }  // namespace ztrain::zero

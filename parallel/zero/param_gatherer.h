@@ -26,6 +26,7 @@
 #include "core/allocator.h"
 #include "core/buffer.h"
 #include "core/tensor.h"
+#include "kernels/ops.h"
 #include "parallel/comm/communicator.h"
 #include "parallel/zero/gather_plan.h"
 
@@ -108,5 +109,14 @@ class ParamGatherer {
   size_t position_ = 0;
   std::vector<size_t> layer_at_;  // the layer of each position of the running plan
 };
+
+// Stages 1 and 2, after the optimizer step: every layer's updated shard all-gathered back into
+// its whole fp32 parameters `wholes[l]` (padded; empty: a layer with none), this rank's shard
+// being [rank x shard, (rank + 1) x shard) of it, with at most `bucket_elements` gathered
+// elements in flight (allgather_bucket_size). Each shard is sent from a copy (the gathered
+// output covers it too) from `memory`. Collective over `dp`.
+void GatherUpdatedShards(const std::vector<Tensor>& wholes, comm::Communicator& dp,
+                         kernels::Ops& ops, Allocator& memory, int64_t bucket_elements,
+                         const std::function<void(comm::Work&)>& wait);
 
 }  // namespace ztrain::zero

@@ -553,5 +553,24 @@ TEST(HasInfOrNanTest, RejectsOtherTypesAndDevices) {
   ExpectErrorWith<Error>([&] { HasInfOrNan(on_gpu); }, {"tensor 0", "cuda:0", "on cpu"});
 }
 
+TEST(LossScalerTest, OptionsComeFromEveryKeyOfTheFp16Section) {
+  PrecisionConfig p;
+  p.loss_scale = 128;
+  p.initial_scale_power = 9;
+  p.loss_scale_window = 7;
+  p.hysteresis = 3;
+  p.consecutive_hysteresis = true;
+  p.min_loss_scale = 0.5;
+  p.max_consecutive_skips = 11;
+  const LossScalerOptions o = LossScalerOptionsFrom(p);
+  EXPECT_EQ(o.loss_scale, 128);
+  EXPECT_EQ(o.initial_scale_power, 9);
+  EXPECT_EQ(o.loss_scale_window, 7);
+  EXPECT_EQ(o.hysteresis, 3);
+  EXPECT_TRUE(o.consecutive_hysteresis);
+  EXPECT_EQ(o.min_loss_scale, 0.5);
+  EXPECT_EQ(o.max_consecutive_skips, 11);
+}
+
 }  // namespace
 }  // namespace ztrain::optim

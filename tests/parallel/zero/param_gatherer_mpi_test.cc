@@ -1,11 +1,14 @@
 // Note [Parameter gatherer] across real ranks (comm_mpi_test, at 2 and 4): each layer's
 // shards all-gathered into its whole buffer before the layer runs, through the communicator,
-// under a plan that prefetches and one that does not.
+// under a plan that prefetches and one that does not; and stages 1-2's gather of the updated
+// shards after the step (GatherUpdatedShards), with one bucket and with one layer a bucket.
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <vector>
 
 #include "core/allocator.h"
+#include "kernels/ops.h"
 #include "parallel/zero/param_gatherer.h"
 #include "tests/parallel/mpi_test_env.h"
 
@@ -64,6 +67,39 @@ TEST(ParamGathererMpiTest, GathersEveryShardBeforeTheLayerRuns) {
 
 TEST(ParamGathererMpiTest, PrefetchedGathersLandToo) {
   Check({});  // everything gathered at the first position, in flight together
+}
+
+TEST(ParamGathererMpiTest, UpdatedShardsAreGatheredIntoEveryRanksWholeLayers) {
+  comm::Communicator& dp = World();
+  HostAllocator memory(nullptr);
+  const std::unique_ptr<kernels::Ops> ops = kernels::MakeCpuOps();
+  const std::vector<int64_t> per_rank = {16, 0, 48};  // the middle layer has no parameters
+  for (const int64_t bucket : {int64_t{1}, int64_t{1} << 20}) {
+    std::vector<std::vector<float>> layers;
+    std::vector<Tensor> wholes;
+    for (size_t l = 0; l < per_rank.size(); ++l) {
+      // This rank's shard holds the updated values; the rest is stale.
+      const int64_t n = per_rank[l] * dp.size();
+      std::vector<float>& whole = layers.emplace_back(static_cast<size_t>(n), -1.0f);
+      for (int64_t i = 0; i < per_rank[l]; ++i) {
+        whole[dp.rank() * per_rank[l] + i] = Value(l, dp.rank() * per_rank[l] + i);
+      }
+    }
+    for (auto& whole : layers) {
+      wholes.emplace_back(whole.data(), DType::kF32, Shape{static_cast<int64_t>(whole.size())});
+    }
+    int waits = 0;
+    GatherUpdatedShards(wholes, dp, *ops, memory, bucket, [&](comm::Work& w) {
+      ++waits;
+      w.Wait();
+    });
+    EXPECT_EQ(waits, 2) << "one wait per layer with parameters";
+    for (size_t l = 0; l < layers.size(); ++l) {
+      for (size_t i = 0; i < layers[l].size(); ++i) {
+        EXPECT_EQ(layers[l][i], Value(l, static_cast<int64_t>(i))) << l << " " << i;
+      }
+    }
+  }
 }
 
 }  // namespace
