@@ -97,10 +97,6 @@ void Engine::BuildStorage() {
   frozen_hooks.allocate = [this](int64_t bytes) {
     return memory_.State(placement_.frozen(), bytes, MemoryCategory::kParameters, DType::kU8);
   };
-  frozen_hooks.gather_host_shard = [this](const Tensor& shard, const Tensor& mine,
-                                          const Tensor& out) {
-    return GatherHostShard(shard, mine, out);
-  };
   frozen_hooks.wait = [this](comm::Work& work) { WaitFor(work); };
   frozen_ = std::make_unique<zero::FrozenRegions>(
       zero::FrozenRegions::Options{
@@ -215,7 +211,11 @@ void Engine::WaitFor(comm::Work& work) {
 }
 
 void Engine::SetUpOffload() {
-  LogHostOffload();
+  // Pinned state so far: the CPU backend's mlock'ed allocations, or CUDA's pinned memory.
+  const int64_t unpinned = memory_.unpinned_bytes();
+  const std::string in_host = offload::DescribeHostOffload(
+      placement_, config_.zero, memory_.pinned().TotalCurrent() - unpinned, unpinned);
+  if (computes_ && !in_host.empty()) Log().info(in_host);
   std::vector<int64_t> shards, opt_ranges;
   for (const auto& st : states_) {
     shards.push_back(st->shard);
@@ -242,25 +242,6 @@ void Engine::SetUpOffload() {
         "offload: {}{}", on_nvme,
         defer_steps_ ? "; each layer's optimizer step runs as the next forward reads it" : "");
   }
-}
-
-// With state offloaded to host memory: what is there, and how much of it is pinned.
-void Engine::LogHostOffload() const {
-  const bool param_host = placement_.params_in_host();
-  const bool opt_host = config_.zero.offload_optimizer.device == "cpu";
-  if (!(param_host || opt_host) || !computes_) return;
-  // Pinned state so far: the CPU backend's mlock'ed allocations, or CUDA's pinned memory.
-  const int64_t unpinned = memory_.unpinned_bytes();
-  const int64_t pinned = memory_.pinned().TotalCurrent() - unpinned;
-  Log().info("offload: {}{}{} in host memory{}", opt_host ? "optimizer state" : "",
-             param_host && opt_host ? " and " : "", param_host ? "parameter shards" : "",
-             pinned + unpinned == 0
-                 ? " (pin_memory off)"
-                 : fmt::format(", {} pinned{}", FormatBytes(pinned),
-                               unpinned == 0 ? ""
-                                             : fmt::format(", {} not (RLIMIT_MEMLOCK too small: "
-                                                           "raise `ulimit -l`)",
-                                                           FormatBytes(unpinned))));
 }
 
 // Checkpoints (Note [Checkpoints in the engine], checkpoint/trained_state.h).
@@ -295,50 +276,9 @@ void Engine::InitParameters() {
                            float* out) { InitialValues(name, begin, count, out); });
 }
 
-namespace {
-
-// A gather of one rank (dp of 1) whose shard comes from the host beside the ops (Note
-// [Offloaded shards beside compute]): waiting for it orders the ops issued after the wait
-// after the copy, on the device. Done once waited for; a gather dropped unwaited (after an
-// error) still orders the freeing of its buffer after the copy.
-class CopyBesideWork final : public comm::Work {
- public:
-  CopyBesideWork(kernels::Ops& ops, kernels::CopyTicket ticket) : ops_(ops), ticket_(ticket) {}
-  ~CopyBesideWork() override {
-    try {
-      Wait();
-    } catch (...) {  // a broken device; nothing left to order
-    }
-  }
-  void Wait() override {
-    if (waited_) return;
-    waited_ = true;
-    ops_.WaitCopy(ticket_);
-  }
-  bool Done() override { return waited_; }
-
- private:
-  kernels::Ops& ops_;
-  kernels::CopyTicket ticket_;
-  bool waited_ = false;
-};
-
-}  // namespace
-
 // All-gathers layer l's shard into `whole` (its padded size). With parameters on NVMe the
 // shard is read into this rank's own chunk of `whole` and gathered in place.
-//
-// Note [Offloaded shards beside compute]: with offload_param on a GPU the shard is host memory:
-// the fp32 master, or under mixed precision its compute-dtype copy (the parameter store's
-// compute copy), refreshed with the master, so the gather moves 2 bytes a parameter over PCIe
-// (DeepSpeed keeps the same 16-bit copy on the host). The copy to this rank's chunk of `whole`
-// runs beside the ops, so the copy for a layer the plan prefetches runs while the layer before
-// it computes. Across ranks the all-gather takes the host shard itself and copies it on the
-// group's stream before gathering (communicator.h), where NCCL orders it after the ops issued
-// before it; the gatherer waits for the whole gather as for any other. On one rank there is
-// nothing to gather: the copy goes beside the ops (Ops::CopyBeside), the gather's Work is its
-// ticket, and waiting for it makes the layer's ops wait on the device, not the host. A frozen
-// base offloaded to the host (LoRA) is gathered the same way (zero::FrozenRegions).
+// (Note [Offloaded shards beside compute], parallel/zero/param_gatherer.h).
 comm::WorkPtr Engine::LaunchGather(size_t l, const Buffer& whole, DType dtype) {
   const LayerState& st = *states_[l];
   optimizer_->StepLayer(l);  // Note [Deferred optimizer step]
@@ -349,12 +289,7 @@ comm::WorkPtr Engine::LaunchGather(size_t l, const Buffer& whole, DType dtype) {
   if (shard.data() == mine.data() || shard.device() == out.device()) {
     return dp_->AllGather(shard, out);
   }
-  return GatherHostShard(shard, mine, out);
-}
-
-comm::WorkPtr Engine::GatherHostShard(const Tensor& shard, const Tensor& mine, const Tensor& out) {
-  if (dp_->size() > 1) return dp_->AllGather(shard, out);  // copied on the group's stream
-  return std::make_shared<CopyBesideWork>(*ops_, ops_->CopyBeside(shard, mine));
+  return zero::GatherHostShard(*dp_, *ops_, shard, mine, out);
 }
 
 double Engine::TrainFlopsPerToken(int64_t seq_len) const {

@@ -337,14 +337,12 @@ class Engine {
   void BuildStorage();
   void AllocateState(LayerState& st);
   void SetUpOffload();
-  void LogHostOffload() const;
   void InitParameters();
   // All-gathers layer l's parameters into `whole`: fp32 (the master values) or, under mixed
   // precision, the compute dtype.
   comm::WorkPtr LaunchGather(size_t layer, const Buffer& whole, DType dtype = DType::kF32);
   // The gather of a shard in host memory into `out` on the device, `mine` being this rank's
   // chunk of it, its copy beside the compute (Note [Offloaded shards beside compute]).
-  comm::WorkPtr GatherHostShard(const Tensor& shard, const Tensor& mine, const Tensor& out);
   // Mixed precision (engine_precision.cc).
   bool mixed() const { return act_dtype_ != DType::kF32; }
   // Converts layer l's gradients to fp32 when they accumulate in 16 bits: into `grad_shard`

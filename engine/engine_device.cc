@@ -17,7 +17,7 @@
 //   device as soon as the host has stepped it, so the copy of one layer runs while the host
 //   steps the next. Offloaded stage-3 parameter shards are copied into their own chunk of the
 //   gathered buffer beside the ops, and all-gathered in place, as with NVMe on the CPU (Note
-//   [Offloaded shards beside compute], engine.cc);
+//   [Offloaded shards beside compute], parallel/zero/param_gatherer.h);
 // - the groups are NCCL communicators; scalars (loss, norm) cross them through device memory;
 // - micro-batches arrive in host memory and are copied in; losses come back to the host;
 //   whole-parameter values, initialisation and checkpoints go through host copies (the

@@ -1,6 +1,9 @@
 // Note [State placement] (placement.h).
 #include "offload/placement.h"
 
+#include "core/logging.h"
+#include "core/memory_tracker.h"
+
 namespace ztrain::offload {
 namespace {
 
@@ -38,6 +41,23 @@ const char* PlaceName(Place place) {
       return "NVMe";
   }
   return "?";
+}
+
+std::string DescribeHostOffload(const Placement& at, const ZeroConfig& zero, int64_t pinned,
+                                int64_t unpinned) {
+  const bool param_host = at.params_in_host();
+  const bool opt_host = zero.offload_optimizer.device == "cpu";
+  if (!param_host && !opt_host) return "";
+  return fmt::format(
+      "offload: {}{}{} in host memory{}", opt_host ? "optimizer state" : "",
+      param_host && opt_host ? " and " : "", param_host ? "parameter shards" : "",
+      pinned + unpinned == 0
+          ? " (pin_memory off)"
+          : fmt::format(", {} pinned{}", FormatBytes(pinned),
+                        unpinned == 0
+                            ? ""
+                            : fmt::format(", {} not (RLIMIT_MEMLOCK too small: raise `ulimit -l`)",
+                                          FormatBytes(unpinned))));
 }
 
 }  // namespace ztrain::offload

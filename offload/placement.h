@@ -17,6 +17,9 @@
 //   host_master  on a device with AdamW on the host and the parameters in device memory: the
 //                fp32 master of the optimizer range is kept in pinned host memory too.
 // On the CPU backend "device memory" is host memory counted as the device's.
+#include <cstdint>
+#include <string>
+
 #include "core/config.h"
 
 namespace ztrain::offload {
@@ -38,5 +41,11 @@ struct Placement {
 Placement PlaceState(const ZeroConfig& zero, bool on_device);
 
 const char* PlaceName(Place place);  // "device", "host", "pinned host", "NVMe"
+
+// The log line for state offloaded to host memory ("" when none is): what is there, and how
+// much of it is pinned (`pinned` bytes locked, `unpinned` bytes pin_memory asked for that
+// RLIMIT_MEMLOCK refused, with the fix).
+std::string DescribeHostOffload(const Placement& at, const ZeroConfig& zero, int64_t pinned,
+                                int64_t unpinned);
 
 }  // namespace ztrain::offload

@@ -7,6 +7,7 @@
 
 #include "core/logging.h"
 #include "kernels/quant.h"
+#include "parallel/zero/param_gatherer.h"
 
 namespace ztrain::zero {
 namespace {
@@ -61,7 +62,7 @@ comm::WorkPtr FrozenRegions::LaunchGather(size_t l, const Buffer& whole) {
   if (r.held.device() == whole.device()) return dp_.AllGather(shard, out);
   // Offloaded to host memory on a device: into this rank's chunk beside the compute.
   const Tensor mine = out.Flat(dp_.rank() * (r.shard / 2), {r.shard / 2});
-  return hooks_.gather_host_shard(shard, mine, out);
+  return GatherHostShard(dp_, ops_, shard, mine, out);
 }
 
 void FrozenRegions::SetHeld(size_t l, const FrozenFill& fill,

@@ -13,7 +13,8 @@
 //     the layer's trained parameters, by the same plan (zero::PlanGathers, whose sizes count
 //     both), and frees it with them. With offload_param the shard lives in host memory
 //     (pinned with pin_memory) and is copied into its chunk of the gathered region before the
-//     gather (the `gather_host_shard` hook); it is not swapped to NVMe.
+//     gather (Note [Offloaded shards beside compute], param_gatherer.h); it is not swapped to
+//     NVMe.
 // A layer binds a frozen parameter's view into the region (View; gathered at stage 3) and an
 // undefined gradient view, so its backward skips the gradient (Note [Frozen parameters],
 // kernels/ops.h). Nothing else of the step sees a frozen parameter: the gradient buckets, the
@@ -65,10 +66,6 @@ using FrozenFill = std::function<void(const std::string& name, const Shape& full
 struct FrozenHooks {
   // A zeroed buffer of `bytes` (U8) where frozen state lives (Note [State placement]).
   std::function<Buffer(int64_t bytes)> allocate;
-  // The all-gather of a shard held in host memory into `out` on the device, `mine` being this
-  // rank's chunk of `out` (Note [Offloaded shards beside compute], engine/engine.cc).
-  std::function<comm::WorkPtr(const Tensor& shard, const Tensor& mine, const Tensor& out)>
-      gather_host_shard;
   // Blocks until `work` is done (the caller times it).
   std::function<void(comm::Work&)> wait;
 };

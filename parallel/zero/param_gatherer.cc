@@ -161,6 +161,40 @@ void ParamGatherer::Wait(comm::WorkPtr& work) {
   work.reset();
 }
 
+namespace {
+
+// The gather of one rank: the copy beside the ops; waiting for it orders the ops issued after
+// the wait after the copy, on the device. Done once waited for.
+class CopyBesideWork final : public comm::Work {
+ public:
+  CopyBesideWork(kernels::Ops& ops, kernels::CopyTicket ticket) : ops_(ops), ticket_(ticket) {}
+  ~CopyBesideWork() override {
+    try {
+      Wait();
+    } catch (...) {  // a broken device; nothing left to order
+    }
+  }
+  void Wait() override {
+    if (waited_) return;
+    waited_ = true;
+    ops_.WaitCopy(ticket_);
+  }
+  bool Done() override { return waited_; }
+
+ private:
+  kernels::Ops& ops_;
+  kernels::CopyTicket ticket_;
+  bool waited_ = false;
+};
+
+}  // namespace
+
+comm::WorkPtr GatherHostShard(comm::Communicator& dp, kernels::Ops& ops, const Tensor& shard,
+                              const Tensor& mine, const Tensor& out) {
+  if (dp.size() > 1) return dp.AllGather(shard, out);  // copied on the group's stream
+  return std::make_shared<CopyBesideWork>(ops, ops.CopyBeside(shard, mine));
+}
+
 void GatherUpdatedShards(const std::vector<Tensor>& wholes, comm::Communicator& dp,
                          kernels::Ops& ops, Allocator& memory, int64_t bucket_elements,
                          const std::function<void(comm::Work&)>& wait) {

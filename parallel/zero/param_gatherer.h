@@ -110,6 +110,24 @@ class ParamGatherer {
   std::vector<size_t> layer_at_;  // the layer of each position of the running plan
 };
 
+// Note [Offloaded shards beside compute]: with offload_param on a GPU the shard is host memory:
+// the fp32 master, or under mixed precision its compute-dtype copy (the parameter store's
+// compute copy), refreshed with the master, so the gather moves 2 bytes a parameter over PCIe
+// (DeepSpeed keeps the same 16-bit copy on the host). The copy to this rank's chunk of the
+// gathered buffer runs beside the ops, so the copy for a layer the plan prefetches runs while
+// the layer before it computes. Across ranks the all-gather takes the host shard itself and
+// copies it on the group's stream before gathering (communicator.h), where NCCL orders it
+// after the ops issued before it; the gatherer waits for the whole gather as for any other.
+// On one rank there is nothing to gather: the copy goes beside the ops (Ops::CopyBeside), the
+// gather's Work is its ticket, and waiting for it makes the layer's ops wait on the device,
+// not the host. A frozen base offloaded to the host (LoRA) is gathered the same way
+// (zero::FrozenRegions).
+// GatherHostShard launches that gather of `shard` (host memory) into `out` (device memory),
+// `mine` being this rank's chunk of `out`. A gather of one rank dropped unwaited (after an
+// error) still orders the freeing of its buffers after the copy.
+comm::WorkPtr GatherHostShard(comm::Communicator& dp, kernels::Ops& ops, const Tensor& shard,
+                              const Tensor& mine, const Tensor& out);
+
 // Stages 1 and 2, after the optimizer step: every layer's updated shard all-gathered back into
 // its whole fp32 parameters `wholes[l]` (padded; empty: a layer with none), this rank's shard
 // being [rank x shard, (rank + 1) x shard) of it, with at most `bucket_elements` gathered

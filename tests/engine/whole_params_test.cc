@@ -47,7 +47,6 @@ class WholeParametersTest : public ::testing::TestWithParam<bool> {
         zero::FrozenRegions::Options{.compute = DType::kBF16, .sharded = stage3}, *dp_, *ops_,
         host_, host_,
         zero::FrozenHooks{.allocate = [this](int64_t bytes) { return Zeroed(DType::kU8, bytes); },
-                          .gather_host_shard = {},
                           .wait = [](comm::Work& w) { w.Wait(); }});
     table_ = std::make_unique<zero::ParamTable>(
         zero::ParamTable::Options{

@@ -80,5 +80,25 @@ TEST(PlacementTest, PlacesHaveNames) {
   EXPECT_STREQ(PlaceName(Place::kNvme), "NVMe");
 }
 
+TEST(PlacementTest, TheHostOffloadLineSaysWhatIsThereAndHowMuchIsPinned) {
+  ZeroConfig z;
+  z.stage = 3;
+  EXPECT_EQ(DescribeHostOffload(PlaceState(z, false), z, 0, 0), "");  // nothing offloaded
+  z.offload_optimizer.device = "cpu";
+  z.offload_param.device = "cpu";
+  const Placement at = PlaceState(z, /*on_device=*/true);
+  EXPECT_EQ(DescribeHostOffload(at, z, 0, 0),
+            "offload: optimizer state and parameter shards in host memory (pin_memory off)");
+  EXPECT_EQ(DescribeHostOffload(at, z, 3 << 20, 0),
+            "offload: optimizer state and parameter shards in host memory, 3.00 MiB pinned");
+  const std::string refused = DescribeHostOffload(at, z, 1 << 20, 2 << 20);
+  EXPECT_NE(refused.find("2.00 MiB not (RLIMIT_MEMLOCK too small: raise `ulimit -l`)"),
+            std::string::npos)
+      << refused;
+  z.offload_param.device = "none";
+  EXPECT_EQ(DescribeHostOffload(PlaceState(z, true), z, 0, 0),
+            "offload: optimizer state in host memory (pin_memory off)");
+}
+
 }  // namespace
 }  // namespace ztrain::offload

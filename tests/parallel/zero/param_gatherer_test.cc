@@ -12,6 +12,7 @@
 
 #include "core/allocator.h"
 #include "core/memory_tracker.h"
+#include "kernels/ops.h"
 
 namespace ztrain::zero {
 namespace {
@@ -253,6 +254,19 @@ TEST(ParamGathererTest, ReleaseAllWaitsForGathersInFlight) {
   EXPECT_EQ(m.waits, launched);
   EXPECT_EQ(m.Gathered(), 0u);
   EXPECT_EQ(m.gatherer->plan(), nullptr);
+}
+
+TEST(ParamGathererTest, AHostShardOnOneRankIsCopiedIntoItsChunkBesideTheOps) {
+  const std::unique_ptr<comm::Communicator> dp = comm::MakeSelfCommunicator();
+  const std::unique_ptr<kernels::Ops> ops = kernels::MakeCpuOps();
+  std::vector<float> shard = {1.5f, -2.0f, 3.25f}, out(3, 0.0f);
+  const Tensor out_view(out.data(), DType::kF32, {3});
+  comm::WorkPtr work =
+      GatherHostShard(*dp, *ops, Tensor(shard.data(), DType::kF32, {3}), out_view, out_view);
+  EXPECT_FALSE(work->Done());  // done once waited for
+  work->Wait();
+  EXPECT_TRUE(work->Done());
+  EXPECT_EQ(out, shard);
 }
 
 }  // namespace
