@@ -79,8 +79,10 @@ Engine::~Engine() {
   // before the layers' buffers, wait for their own.
 }
 
-void Engine::BuildStorage() {
-  // Both stores allocate where the placement says through the engine's trackers.
+// The stores of parameters, m and v, and frozen regions, empty, and the parameter table they
+// are filled by.
+void Engine::SetUpStores() {
+  // The stores allocate where the placement says through the engine's trackers.
   const offload::ParamStore::Allocate allocate = [this](Place where, int64_t elements,
                                                         MemoryCategory category, DType dtype) {
     return memory_.State(where, elements, category, dtype);
@@ -111,6 +113,10 @@ void Engine::BuildStorage() {
           .frozen_element_bytes = static_cast<int64_t>(DTypeSize(act_dtype_)),
           .frozen_bytes = [this](const nn::ParamSpec& spec) { return frozen_->Bytes(spec); }},
       param_groups_);
+}
+
+void Engine::BuildStorage() {
+  SetUpStores();
   for (size_t l = 0; l < layers_.size(); ++l) {
     const zero::LayerSlots& slots = table_->AddLayer(
         layers_[l]->Name(), layers_[l]->Params(), stage_->TieOf(l), stage_->split().min_padded[l]);

@@ -335,6 +335,7 @@ class Engine {
   // The layers' flat buffers and slots (engine.cc): each layer's parameters as this stage
   // holds them, their layout, its buffers where their state lives, and its slots.
   void BuildStorage();
+  void SetUpStores();
   void AllocateState(LayerState& st);
   void SetUpOffload();
   void InitParameters();

@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "nn/gpt2.h"
+#include "tests/nn/staged_gpt2.h"
 #include "parallel/zero/flat_layout.h"
 
 namespace ztrain::pipeline {
@@ -122,13 +123,8 @@ TEST(StageSplitTest, ALayerSharingTwoWeightsAcrossStagesIsNamed) {
 }
 
 TEST(StageModelTest, TheStageKeepsItsLayersAndKnowsTheWholeModel) {
-  ModelConfig m;
+  ModelConfig m = testing::TinyGpt2Config();  // C = 8, maxT 8
   m.n_layer = 4;
-  m.n_head = 2;
-  m.n_embd = 8;
-  m.vocab_size = 11;
-  m.padded_vocab_size = 16;
-  m.max_seq_len = 8;
   // Embedding, 4 blocks, head: 6 layers, cut uniformly in two.
   StageModel last(nn::BuildGpt2(m), 2, 1, PartitionMethod::kUniform);
   const std::vector<std::unique_ptr<nn::Layer>> layers = last.TakeLayers();
