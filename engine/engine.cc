@@ -1,5 +1,3 @@
-#include "engine/engine.h"
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -8,6 +6,7 @@
 #include "checkpoint/trained_state.h"
 #include "core/logging.h"
 #include "engine/activation_checkpointing.h"
+#include "engine/engine_impl.h"
 #include "engine/engine_state.h"
 #include "engine/whole_params.h"
 #include "estimate/shape_only.h"
@@ -22,17 +21,18 @@
 
 namespace ztrain {
 
-Engine::Engine(Config config, std::vector<std::unique_ptr<nn::Layer>> layers, ParallelGroups groups,
-               InitialParameters initial)
-    : Engine(std::move(config), std::move(layers), groups, initial, nullptr) {}
+EngineImpl::EngineImpl(Config config, std::vector<std::unique_ptr<nn::Layer>> layers,
+                       ParallelGroups groups, InitialParameters initial)
+    : EngineImpl(std::move(config), std::move(layers), groups, initial, nullptr) {}
 
-Engine::Engine(Config config, std::vector<std::unique_ptr<nn::Layer>> layers, ParallelGroups groups,
-               ShapeOnly shape_only)
-    : Engine(std::move(config), std::move(layers), groups, InitialParameters::kRandom,
-             &shape_only) {}
+EngineImpl::EngineImpl(Config config, std::vector<std::unique_ptr<nn::Layer>> layers,
+                       ParallelGroups groups, ShapeOnly shape_only)
+    : EngineImpl(std::move(config), std::move(layers), groups, InitialParameters::kRandom,
+                 &shape_only) {}
 
-Engine::Engine(Config config, std::vector<std::unique_ptr<nn::Layer>> layers, ParallelGroups groups,
-               InitialParameters initial, const ShapeOnly* shape_only)
+EngineImpl::EngineImpl(Config config, std::vector<std::unique_ptr<nn::Layer>> layers,
+                       ParallelGroups groups, InitialParameters initial,
+                       const ShapeOnly* shape_only)
     : config_(std::move(config)),
       computes_(shape_only == nullptr),
       device_(shape_only ? shape_only->device : ResolveDevice(config_.device)),
@@ -69,19 +69,19 @@ Engine::Engine(Config config, std::vector<std::unique_ptr<nn::Layer>> layers, Pa
   if (initial == InitialParameters::kRandom) InitParameters();
 }
 
-std::unique_ptr<kernels::Ops> Engine::MakeOps() const {
+std::unique_ptr<kernels::Ops> EngineImpl::MakeOps() const {
   if (!computes_) return std::make_unique<detail::ShapeOps>(device_);
   return device_.is_cpu() ? kernels::MakeCpuOps() : kernels::MakeCudaOps(device_.index);
 }
 
-Engine::~Engine() {
+EngineImpl::~EngineImpl() {
   // Ops in flight write into buffers about to be freed: gatherer_ and reducer_, destroyed
   // before the layers' buffers, wait for their own.
 }
 
 // The stores of parameters, m and v, and frozen regions, empty, and the parameter table they
 // are filled by.
-void Engine::SetUpStores() {
+void EngineImpl::SetUpStores() {
   // The stores allocate where the placement says through the engine's trackers.
   const offload::ParamStore::Allocate allocate = [this](Place where, int64_t elements,
                                                         MemoryCategory category, DType dtype) {
@@ -115,11 +115,12 @@ void Engine::SetUpStores() {
       param_groups_);
 }
 
-void Engine::BuildStorage() {
+void EngineImpl::BuildStorage() {
   SetUpStores();
   for (size_t l = 0; l < layers_.size(); ++l) {
-    const zero::LayerSlots& slots = table_->AddLayer(
-        layers_[l]->Name(), layers_[l]->Params(), stage_->TieOf(l), stage_->split().min_padded[l]);
+    const zero::LayerSlots& slots =
+        table_->AddLayer(layers_[l]->Name(), layers_[l]->Params(), pipeline_->TieOf(l),
+                         pipeline_->split().min_padded[l]);
     const zero::FlatLayout& layout = slots.layout;
     auto state = std::make_unique<LayerState>();
     LayerState& st = *state;
@@ -150,7 +151,7 @@ void Engine::BuildStorage() {
 
 // A layer's buffers, each where its kind of state lives (Note [State placement],
 // offload/placement.h), sized by its layout.
-void Engine::AllocateState(LayerState& st) {
+void EngineImpl::AllocateState(LayerState& st) {
   const offload::Placement& at = placement_;
   held_->AddLayer({.padded = st.padded,
                    .shard = st.shard,
@@ -173,7 +174,7 @@ void Engine::AllocateState(LayerState& st) {
 // Gives layer l views of its parameters and of the full gradient buffers they accumulate
 // into (its own, or an earlier layer's for tied parameters). At stages 2 and 3 it runs again
 // before each use, once the buffers exist; views of absent buffers stay undefined.
-void Engine::BindLayer(size_t l) {
+void EngineImpl::BindLayer(size_t l) {
   const Buffer none;  // stage 3 before the gatherer exists (construction)
   std::vector<Tensor> params, grads;
   for (size_t slot : table_->layer(l).bound) {
@@ -203,20 +204,20 @@ void Engine::BindLayer(size_t l) {
   layers_[l]->Bind(std::move(params), std::move(grads));
 }
 
-void Engine::AllocateFullGradients(size_t l) {
+void EngineImpl::AllocateFullGradients(size_t l) {
   LayerState& st = *states_[l];
   if (st.grads.data() != nullptr) return;
   st.grads = Buffer(memory_.activations(), grad_dtype_, {st.padded}, MemoryCategory::kGradients);
   memory_.Zero(st.grads);
 }
 
-void Engine::WaitFor(comm::Work& work) {
+void EngineImpl::WaitFor(comm::Work& work) {
   const auto start = std::chrono::steady_clock::now();
   work.Wait();
   comm_wait_seconds_ += SecondsBetween(start, std::chrono::steady_clock::now());
 }
 
-void Engine::SetUpOffload() {
+void EngineImpl::SetUpOffload() {
   // Pinned state so far: the CPU backend's mlock'ed allocations, or CUDA's pinned memory.
   const int64_t unpinned = memory_.unpinned_bytes();
   const std::string in_host = offload::DescribeHostOffload(
@@ -251,7 +252,7 @@ void Engine::SetUpOffload() {
 }
 
 // Checkpoints (Note [Checkpoints in the engine], checkpoint/trained_state.h).
-void Engine::SaveState(checkpoint::ShardWriter& writer) {
+void EngineImpl::SaveState(checkpoint::ShardWriter& writer) {
   optimizer_->ApplyPending();  // Note [Deferred optimizer step]
   checkpoint::SaveTrainedState(
       *table_, *held_, *optimizer_,
@@ -259,13 +260,13 @@ void Engine::SaveState(checkpoint::ShardWriter& writer) {
       writer);
 }
 
-void Engine::LoadState(const checkpoint::ModelIndex& index, int64_t step) {
+void EngineImpl::LoadState(const checkpoint::ModelIndex& index, int64_t step) {
   optimizer_->ApplyPending();  // Note [Deferred optimizer step]
   checkpoint::LoadTrainedState(*table_, *held_, *optimizer_, index);
   step_ = step;
 }
 
-void Engine::SetUpCheckpointing() {
+void EngineImpl::SetUpCheckpointing() {
   std::vector<int> blocks;
   for (const auto& layer : layers_) blocks.push_back(layer->BlockIndex());
   const ActivationCheckpointingConfig& ac = config_.activation_checkpointing;
@@ -275,7 +276,7 @@ void Engine::SetUpCheckpointing() {
   if (computes_ && ac.enabled) Log().info(checkpointing_->Describe(ac, on_device()));
 }
 
-void Engine::InitParameters() {
+void EngineImpl::InitParameters() {
   // Each rank initialises the elements it holds; the values depend on (seed, name, index)
   // only, so every layout starts from the single-process model.
   SetHeldParameters([this](const std::string& name, const Shape&, int64_t begin, int64_t count,
@@ -285,7 +286,7 @@ void Engine::InitParameters() {
 // All-gathers layer l's shard into `whole` (its padded size). With parameters on NVMe the
 // shard is read into this rank's own chunk of `whole` and gathered in place.
 // (Note [Offloaded shards beside compute], parallel/zero/param_gatherer.h).
-comm::WorkPtr Engine::LaunchGather(size_t l, const Buffer& whole, DType dtype) {
+comm::WorkPtr EngineImpl::LaunchGather(size_t l, const Buffer& whole, DType dtype) {
   const LayerState& st = *states_[l];
   optimizer_->StepLayer(l);  // Note [Deferred optimizer step]
   const Tensor out = whole.AsTensor(dtype, {st.padded});
@@ -298,13 +299,13 @@ comm::WorkPtr Engine::LaunchGather(size_t l, const Buffer& whole, DType dtype) {
   return zero::GatherHostShard(*dp_, *ops_, shard, mine, out);
 }
 
-double Engine::TrainFlopsPerToken(int64_t seq_len) const {
+double EngineImpl::TrainFlopsPerToken(int64_t seq_len) const {
   double f = 0.0;
   for (const auto& layer : layers_) f += layer->ForwardFlopsPerToken(seq_len);
   return 3.0 * f;
 }
 
-void Engine::ZeroGrad() {
+void EngineImpl::ZeroGrad() {
   for (size_t l = 0; l < states_.size(); ++l) {
     LayerState& st = *states_[l];
     if (!zero_.shard_gradients) memory_.Zero(st.grads);
@@ -314,12 +315,12 @@ void Engine::ZeroGrad() {
   optimizer_->GradientsZeroed();
 }
 
-double Engine::MeanOverDp(double value) {
+double EngineImpl::MeanOverDp(double value) {
   if (dp_->size() == 1) return value;
   return static_cast<double>(AllReduceScalar(*dp_, static_cast<float>(value))) / dp_->size();
 }
 
-nn::LayerContext::Dropout Engine::DropoutFor(const nn::MicroBatch& mb, int micro_batch) const {
+nn::LayerContext::Dropout EngineImpl::DropoutFor(const nn::MicroBatch& mb, int micro_batch) const {
   return {kernels::DropoutKey(static_cast<uint64_t>(config_.training.seed), step_ + 1, micro_batch),
           static_cast<int64_t>(dp_->rank()) * mb.B() * mb.T()};
 }

@@ -31,13 +31,13 @@
 #include <optional>
 
 #include "core/logging.h"
-#include "engine/engine.h"
+#include "engine/engine_impl.h"
 #include "engine/engine_state.h"
 #include "kernels/cuda_memory.h"
 
 namespace ztrain {
 
-Device Engine::ResolveDevice(const std::string& setting) {
+Device EngineImpl::ResolveDevice(const std::string& setting) {
   const std::optional<DeviceSetting> parsed = ParseDeviceSetting(setting);
   ZTRAIN_CHECK_T(ConfigError, parsed.has_value(), "device is \"", setting, "\"; use ",
                  kDeviceSettings);
@@ -52,15 +52,15 @@ Device Engine::ResolveDevice(const std::string& setting) {
   return Device::Cuda(std::max(parsed->index, 0));
 }
 
-void Engine::CopyIn(const float* host, const Tensor& dst) {
+void EngineImpl::CopyIn(const float* host, const Tensor& dst) {
   ops_->Copy(Tensor(const_cast<float*>(host), DType::kF32, dst.shape()), dst);
 }
 
-void Engine::CopyOut(const Tensor& src, float* host) {
+void EngineImpl::CopyOut(const Tensor& src, float* host) {
   ops_->Copy(src, Tensor(host, DType::kF32, src.shape()));
 }
 
-std::vector<float> Engine::ToHost(const Tensor& t) {
+std::vector<float> EngineImpl::ToHost(const Tensor& t) {
   if (!computes_) return {0.0f};  // a shape-only tensor has no values: one zero stands for them
   std::vector<float> out(static_cast<size_t>(t.numel()));
   CopyOut(t, out.data());
@@ -68,7 +68,7 @@ std::vector<float> Engine::ToHost(const Tensor& t) {
   return out;
 }
 
-Engine::StagedBatches Engine::StageBatches(std::span<const nn::MicroBatch> micro_batches) {
+EngineImpl::StagedBatches EngineImpl::StageBatches(std::span<const nn::MicroBatch> micro_batches) {
   StagedBatches staged;
   staged.batches.assign(micro_batches.begin(), micro_batches.end());
   if (!on_device()) return staged;
@@ -86,7 +86,7 @@ Engine::StagedBatches Engine::StageBatches(std::span<const nn::MicroBatch> micro
   return staged;
 }
 
-float Engine::AllReduceScalar(comm::Communicator& group, float value, comm::ReduceOp op) {
+float EngineImpl::AllReduceScalar(comm::Communicator& group, float value, comm::ReduceOp op) {
   if (group.size() == 1) return value;
   if (!on_device()) {
     group.AllReduce(Tensor(&value, DType::kF32, {1}), op)->Wait();

@@ -6,14 +6,14 @@
 #include <algorithm>
 #include <chrono>
 
-#include "engine/engine.h"
+#include "engine/engine_impl.h"
 #include "engine/engine_state.h"
 #include "optim/grad_clip.h"
 #include "parallel/zero/param_gatherer.h"
 
 namespace ztrain {
 
-void Engine::SetUpOptimizer() {
+void EngineImpl::SetUpOptimizer() {
   zero::ShardedOptimizer::Options o{.optimizer = config_.optimizer,
                                     .host_step = placement_.host_adam,
                                     .defer = defer_steps_,
@@ -26,7 +26,7 @@ void Engine::SetUpOptimizer() {
 }
 
 // Where the optimizer finds each layer's state: the engine's buffers, swappers and devices.
-zero::OptimizerHooks Engine::OptimizerHooksFor() {
+zero::OptimizerHooks EngineImpl::OptimizerHooksFor() {
   zero::OptimizerHooks h;
   h.gradient = [this](size_t l) { return states_[l]->Reduced(); };
   h.host_gradient = [this](size_t l) -> const float* {
@@ -59,9 +59,9 @@ zero::OptimizerHooks Engine::OptimizerHooksFor() {
   return h;
 }
 
-double Engine::GradNorm() { return optimizer_->GradNorm(); }
+double EngineImpl::GradNorm() { return optimizer_->GradNorm(); }
 
-void Engine::OptimizerStep(double grad_norm, StepStats& stats) {
+void EngineImpl::OptimizerStep(double grad_norm, StepStats& stats) {
   // Steps skipped for an fp16 overflow took no update: the lr schedule and Adam's step count
   // follow the updates taken (as DeepSpeed steps neither on an overflow).
   const int64_t updates = step_ - (scaler_ ? scaler_->skipped_steps() : 0);

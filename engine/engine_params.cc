@@ -1,6 +1,6 @@
 // The engine's parameters by name, whole (Note [Whole parameters], engine/whole_params.h),
 // and their names and counts.
-#include "engine/engine.h"
+#include "engine/engine_impl.h"
 #include "engine/engine_state.h"
 #include "engine/whole_params.h"
 #include "nn/init.h"
@@ -8,7 +8,7 @@
 
 namespace ztrain {
 
-Tensor Engine::Parameter(const std::string& name) const {
+Tensor EngineImpl::Parameter(const std::string& name) const {
   const Slot& s = table_->Find(name);
   ZTRAIN_CHECK(!zero_.shard_parameters, "parameter '", name,
                "' is not kept whole at ZeRO stage 3: each rank "
@@ -17,19 +17,19 @@ Tensor Engine::Parameter(const std::string& name) const {
   return held_->HeldTensor(s.layer).Flat(s.offset, s.spec.shape);
 }
 
-Shape Engine::ParameterShape(const std::string& name) const {
+Shape EngineImpl::ParameterShape(const std::string& name) const {
   return table_->Find(name).spec.shape;
 }
 
-bool Engine::Trainable(const std::string& name) const { return !table_->Find(name).frozen(); }
+bool EngineImpl::Trainable(const std::string& name) const { return !table_->Find(name).frozen(); }
 
-void Engine::InitialValues(const std::string& name, int64_t begin, int64_t count,
-                           float* out) const {
+void EngineImpl::InitialValues(const std::string& name, int64_t begin, int64_t count,
+                               float* out) const {
   nn::InitParam(table_->Find(name).spec, config_.training.seed, Tensor(out, DType::kF32, {count}),
                 begin);
 }
 
-Tensor Engine::Gradient(const std::string& name) const {
+Tensor EngineImpl::Gradient(const std::string& name) const {
   const Slot& s = table_->Find(name);
   ZTRAIN_CHECK(!zero_.shard_gradients, "gradient '", name, "' is not kept whole at ZeRO stage ",
                zero_.stage, ": each rank holds only its reduced shard");
@@ -38,30 +38,30 @@ Tensor Engine::Gradient(const std::string& name) const {
       .Flat(s.offset, s.spec.shape);
 }
 
-void Engine::ForEachFullParameter(const WholeParameters::Fn& fn, bool trainable_only) {
+void EngineImpl::ForEachFullParameter(const WholeParameters::Fn& fn, bool trainable_only) {
   whole_->ForEach(fn, trainable_only);
 }
 
-void Engine::SetFullParameters(const WholeParameters::Fn& fill) { whole_->SetAll(fill); }
+void EngineImpl::SetFullParameters(const WholeParameters::Fn& fill) { whole_->SetAll(fill); }
 
-void Engine::SetHeldParameters(const HeldParameterFill& fill,
-                               const std::function<bool(const std::string&)>& only) {
+void EngineImpl::SetHeldParameters(const HeldParameterFill& fill,
+                                   const std::function<bool(const std::string&)>& only) {
   whole_->SetHeld(fill, only);
 }
 
-std::vector<std::string> Engine::ParameterNames() const {
+std::vector<std::string> EngineImpl::ParameterNames() const {
   std::vector<std::string> names;
   for (const Slot& s : table_->slots()) names.push_back(s.spec.name);
   return names;
 }
 
-int64_t Engine::NumParameters() const { return table_->NumParameters(); }
+int64_t EngineImpl::NumParameters() const { return table_->NumParameters(); }
 
-int64_t Engine::NumTrainableParameters() const {
+int64_t EngineImpl::NumTrainableParameters() const {
   return table_->NumParameters(/*trainable_only=*/true);
 }
 
-int64_t Engine::PaddedParameters() const {
+int64_t EngineImpl::PaddedParameters() const {
   int64_t n = 0;
   for (const auto& st : states_) n += st->padded;
   return n;

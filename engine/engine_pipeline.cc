@@ -36,7 +36,7 @@
 #include <string>
 
 #include "core/logging.h"
-#include "engine/engine.h"
+#include "engine/engine_impl.h"
 #include "engine/engine_state.h"
 #include "parallel/pipeline/stage_split.h"
 
@@ -47,22 +47,22 @@ constexpr int kTieTag = 30000;  // above every activation tag 2m, 2m+1 of a step
 
 }  // namespace
 
-void Engine::SelectStage(std::vector<std::unique_ptr<nn::Layer>> model) {
-  stage_ = std::make_unique<pipeline::StageModel>(
+void EngineImpl::SelectStage(std::vector<std::unique_ptr<nn::Layer>> model) {
+  pipeline_ = std::make_unique<pipeline::StageModel>(
       std::move(model), pp_->size(), pp_->rank(),
       pp_->size() == 1 ? pipeline::PartitionMethod::kUniform
                        : pipeline::ParsePartitionMethod(config_.pipeline_partition));
-  layers_ = stage_->TakeLayers();
-  if (pp_->size() > 1 && computes_) Log().info("pipeline: {}", stage_->Describe());
+  layers_ = pipeline_->TakeLayers();
+  if (pp_->size() > 1 && computes_) Log().info("pipeline: {}", pipeline_->Describe());
 }
 
-double Engine::SumOverPipeline(double value) {
+double EngineImpl::SumOverPipeline(double value) {
   if (pp_->size() == 1) return value;
   return static_cast<double>(AllReduceScalar(*pp_, static_cast<float>(value)));
 }
 
-void Engine::SumStageTiedGradients() {
-  for (const pipeline::StageTie& tie : stage_->split().ties) {
+void EngineImpl::SumStageTiedGradients() {
+  for (const pipeline::StageTie& tie : pipeline_->split().ties) {
     LayerState& st = *states_[tie.layer];
     // The tie's elements within the reduced range (all of them at stage 0).
     const int64_t n = std::clamp<int64_t>(tie.elements - st.opt_begin, 0, st.opt_len);
@@ -77,13 +77,13 @@ void Engine::SumStageTiedGradients() {
   }
 }
 
-std::vector<std::pair<std::string, Shape>> Engine::ModelParameters() const {
-  return stage_->Parameters();
+std::vector<std::pair<std::string, Shape>> EngineImpl::ModelParameters() const {
+  return pipeline_->Parameters();
 }
 
-void Engine::CheckParamGroups() const {
+void EngineImpl::CheckParamGroups() const {
   std::vector<std::string> trainable, frozen;
-  for (const auto& specs : stage_->specs()) {
+  for (const auto& specs : pipeline_->specs()) {
     for (const nn::ParamSpec& s : specs) {
       if (s.tied_to.empty()) (s.trainable ? trainable : frozen).push_back(s.name);
     }
@@ -91,10 +91,10 @@ void Engine::CheckParamGroups() const {
   param_groups_.CheckEveryGlobMatches(trainable, frozen);
 }
 
-std::vector<Engine::ParamGroupUse> Engine::ParamGroupUses() const {
+std::vector<EngineImpl::ParamGroupUse> EngineImpl::ParamGroupUses() const {
   std::vector<ParamGroupUse> uses;
   for (size_t g = 0; g < param_groups_.size(); ++g) uses.push_back({param_groups_[g], 0, 0});
-  for (const auto& specs : stage_->specs()) {
+  for (const auto& specs : pipeline_->specs()) {
     for (const nn::ParamSpec& s : specs) {
       if (!s.tied_to.empty()) continue;
       const Shape full = nn::FullShape(s);
@@ -106,8 +106,8 @@ std::vector<Engine::ParamGroupUse> Engine::ParamGroupUses() const {
   return uses;
 }
 
-void Engine::ForEachModelParameter(const std::function<void(const std::string&, const Tensor&)>& fn,
-                                   bool trainable_only) {
+void EngineImpl::ForEachModelParameter(
+    const std::function<void(const std::string&, const Tensor&)>& fn, bool trainable_only) {
   const bool lead = dp_->rank() == 0 && tp_->rank() == 0;  // one pipeline sends, one writes
   const bool writer = lead && pp_->rank() == 0;
   const bool sender = lead && pp_->rank() > 0;
@@ -129,10 +129,10 @@ void Engine::ForEachModelParameter(const std::function<void(const std::string&, 
   if (!writer) return;
   // The later stages' parameters, stage by stage in model order.
   for (int s = 1; s < pp_->size(); ++s) {
-    const auto b = static_cast<size_t>(stage_->split().bounds[static_cast<size_t>(s)]);
-    const auto e = static_cast<size_t>(stage_->split().bounds[static_cast<size_t>(s) + 1]);
+    const auto b = static_cast<size_t>(pipeline_->split().bounds[static_cast<size_t>(s)]);
+    const auto e = static_cast<size_t>(pipeline_->split().bounds[static_cast<size_t>(s) + 1]);
     for (size_t l = b; l < e; ++l) {
-      for (const nn::ParamSpec& spec : stage_->specs()[l]) {
+      for (const nn::ParamSpec& spec : pipeline_->specs()[l]) {
         if (!spec.tied_to.empty() || (trainable_only && !spec.trainable)) continue;
         const Shape shape = nn::FullShape(spec);
         Buffer value(memory_.activations(), DType::kF32, shape, MemoryCategory::kWorkspace);

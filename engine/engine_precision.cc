@@ -37,13 +37,13 @@
 // fp16.max_consecutive_skips skipped steps in a row.
 #include <cmath>
 
-#include "engine/engine.h"
+#include "engine/engine_impl.h"
 #include "engine/engine_state.h"
 #include "optim/grad_clip.h"
 
 namespace ztrain {
 
-Tensor Engine::Fp32Gradients(size_t l, Buffer& staging) {
+Tensor EngineImpl::Fp32Gradients(size_t l, Buffer& staging) {
   LayerState& st = *states_[l];
   const Tensor grads = st.grads.AsTensor(grad_dtype_, {st.padded});
   if (grad_dtype_ == DType::kF32) return grads;
@@ -59,7 +59,7 @@ Tensor Engine::Fp32Gradients(size_t l, Buffer& staging) {
   return out;
 }
 
-void Engine::FinishStep(StepStats& stats) {
+void EngineImpl::FinishStep(StepStats& stats) {
   const double norm = GradNorm();
   if (scaler_) {
     stats.loss_scale = scaler_->scale();
@@ -77,11 +77,11 @@ void Engine::FinishStep(StepStats& stats) {
   OptimizerStep(norm, stats);
 }
 
-nlohmann::json Engine::LossScalerState() const {
+nlohmann::json EngineImpl::LossScalerState() const {
   return scaler_ ? scaler_->State() : nlohmann::json();
 }
 
-void Engine::RestoreLossScaler(const nlohmann::json& state) {
+void EngineImpl::RestoreLossScaler(const nlohmann::json& state) {
   if (scaler_ && !state.is_null()) scaler_->Restore(state);
 }
 

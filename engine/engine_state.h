@@ -7,7 +7,7 @@
 
 #include "core/buffer.h"
 #include "core/tensor.h"
-#include "engine/engine.h"
+#include "engine/engine_impl.h"
 #include "nn/layer.h"
 #include "nn/layer_context.h"
 #include "offload/optimizer_state_store.h"
@@ -24,14 +24,14 @@ inline double SecondsBetween(std::chrono::steady_clock::time_point a,
 
 // Micro-batches whose tokens and targets the engine's device can read: copies on a CUDA
 // device (owned by `buffers`), the caller's views on the CPU.
-struct Engine::StagedBatches {
+struct EngineImpl::StagedBatches {
   std::vector<Buffer> buffers;
   std::vector<nn::MicroBatch> batches;
 };
 
 // One micro-batch in flight through the stage: each layer's saved context and output, kept
 // from its forward until its backward.
-struct Engine::MicroBatchRun {
+struct EngineImpl::MicroBatchRun {
   std::vector<nn::LayerContext> ctx;
   std::vector<Buffer> outputs;
   std::vector<Tensor> out_views;
@@ -66,7 +66,7 @@ struct Engine::MicroBatchRun {
 // reduces during the last micro-batch's backward and always overlaps; stages 1-3 wait for
 // each bucket at once unless overlap_comm. zero::GradientReducer (Note [Gradient reducer],
 // parallel/zero/gradient_reducer.h) does all of this, its stage policy chosen once in
-// Engine::SetUpReducer.
+// EngineImpl::SetUpReducer.
 //
 // Stages 2 and 3 keep no full gradient buffers between micro-batches: a layer's full buffer is
 // allocated (zeroed) just before its backward, reduce-scattered in its bucket, added into
@@ -94,13 +94,13 @@ struct Engine::MicroBatchRun {
 // tile by tile (sub_group_size elements), each tile's parameters stepped from that array.
 // Every offload mode does the same arithmetic in the same order as no offload, so the
 // results are bitwise equal.
-struct Engine::LayerState {
+struct EngineImpl::LayerState {
   int64_t padded = 0;
   int64_t shard = 0;
   int64_t opt_begin = 0, opt_len = 0;
   // The fp32 parameters (the whole layer; at stage 3 only this rank's shard), their fp32
-  // master on the host and their compute-dtype copy live in Engine::held_ (Note [Parameter
-  // store], offload/param_store.h); m and v in Engine::moments_ (Note [Optimizer state
+  // master on the host and their compute-dtype copy live in EngineImpl::held_ (Note [Parameter
+  // store], offload/param_store.h); m and v in EngineImpl::moments_ (Note [Optimizer state
   // store], offload/optimizer_state_store.h).
   Buffer grads;
   // CUDA with AdamW on the host (Note [Devices in the engine]): the gradient range's copy in

@@ -21,7 +21,7 @@
 #include <chrono>
 
 #include "engine/activation_checkpointing.h"
-#include "engine/engine.h"
+#include "engine/engine_impl.h"
 #include "engine/engine_state.h"
 #include "parallel/pipeline/schedule.h"
 
@@ -40,7 +40,7 @@ double MeanOf(const std::vector<float>& values) {
 }  // namespace
 
 // One train step's state while its schedule runs.
-struct Engine::ScheduleRun {
+struct EngineImpl::ScheduleRun {
   std::span<const nn::MicroBatch> micro_batches;
   float weight = 1.0f;                 // the loss weight: 1 / (micro-batches x dp)
   size_t last_backward = 0;            // the instruction whose backward launches the reductions
@@ -56,7 +56,7 @@ struct Engine::ScheduleRun {
   StepStats stats;
 };
 
-StepStats Engine::TrainStep(std::span<const nn::MicroBatch> host_batches) {
+StepStats EngineImpl::TrainStep(std::span<const nn::MicroBatch> host_batches) {
   ZTRAIN_CHECK(!host_batches.empty(), "TrainStep needs at least one micro-batch");
   const StagedBatches staged = StageBatches(host_batches);
   const auto start = std::chrono::steady_clock::now();
@@ -101,7 +101,7 @@ StepStats Engine::TrainStep(std::span<const nn::MicroBatch> host_batches) {
   return stats;
 }
 
-void Engine::RunInstruction(const pipeline::Instruction& in, size_t index, ScheduleRun& s) {
+void EngineImpl::RunInstruction(const pipeline::Instruction& in, size_t index, ScheduleRun& s) {
   const int stages = pp_->size(), stage = pp_->rank();
   const auto mb_index = static_cast<size_t>(std::max(in.micro_batch, 0));
   const nn::MicroBatch& mb = s.micro_batches[mb_index];
@@ -120,7 +120,7 @@ void Engine::RunInstruction(const pipeline::Instruction& in, size_t index, Sched
       RunForward(mb,
                  stage == 0
                      ? mb.tokens
-                     : run.received.AsTensor(act_dtype_, stage_->InputShape(mb.tokens.shape())),
+                     : run.received.AsTensor(act_dtype_, pipeline_->InputShape(mb.tokens.shape())),
                  run, &s.stats);
       if (stage == stages - 1) s.loss_sum += MeanOf(ToHost(run.out_views.back()));
       break;
@@ -151,13 +151,13 @@ void Engine::RunInstruction(const pipeline::Instruction& in, size_t index, Sched
 // The instructions that move activations and their gradients between neighbouring stages:
 // receives wait at once (the next instruction needs them), sends stay in flight with their
 // buffers until they finish or ReduceGrads.
-void Engine::Communicate(const pipeline::Instruction& in, ScheduleRun& s) {
+void EngineImpl::Communicate(const pipeline::Instruction& in, ScheduleRun& s) {
   const int stage = pp_->rank();
   const auto mb_index = static_cast<size_t>(in.micro_batch);
   const nn::MicroBatch& mb = s.micro_batches[mb_index];
   MicroBatchRun& run = s.runs[mb_index];
   if (in.op == pipeline::OpType::kRecvActivation) {
-    const Shape shape = stage_->InputShape(mb.tokens.shape());
+    const Shape shape = pipeline_->InputShape(mb.tokens.shape());
     run.received = Buffer(memory_.activations(), act_dtype_, shape, MemoryCategory::kActivations);
     WaitFor(*pp_->Recv(run.received.AsTensor(act_dtype_, shape), stage - 1,
                        ActivationTag(in.micro_batch)));
@@ -174,13 +174,13 @@ void Engine::Communicate(const pipeline::Instruction& in, ScheduleRun& s) {
     WaitFor(*pp_->Recv(g.AsTensor(act_dtype_, shape), stage + 1, GradTag(in.micro_batch)));
   } else {  // kSendGrad
     Buffer g = std::move(s.din[mb_index]);
-    comm::WorkPtr w = pp_->Send(g.AsTensor(act_dtype_, stage_->InputShape(mb.tokens.shape())),
+    comm::WorkPtr w = pp_->Send(g.AsTensor(act_dtype_, pipeline_->InputShape(mb.tokens.shape())),
                                 stage - 1, GradTag(in.micro_batch));
     s.sends.push_back({std::move(g), std::move(w)});
   }
 }
 
-double Engine::EvalLoss(const nn::MicroBatch& host_mb) {
+double EngineImpl::EvalLoss(const nn::MicroBatch& host_mb) {
   const StagedBatches staged = StageBatches({&host_mb, 1});
   const nn::MicroBatch& mb = staged.batches[0];
   const int stages = pp_->size(), stage = pp_->rank();
@@ -189,7 +189,7 @@ double Engine::EvalLoss(const nn::MicroBatch& host_mb) {
   run.backward = false;
   Tensor input = mb.tokens;
   if (stage > 0) {
-    const Shape shape = stage_->InputShape(mb.tokens.shape());
+    const Shape shape = pipeline_->InputShape(mb.tokens.shape());
     run.received = Buffer(memory_.activations(), act_dtype_, shape, MemoryCategory::kActivations);
     input = run.received.AsTensor(act_dtype_, shape);
     WaitFor(*pp_->Recv(input, stage - 1, ActivationTag(0)));
@@ -209,7 +209,8 @@ double Engine::EvalLoss(const nn::MicroBatch& host_mb) {
 
 // A building block for custom loops (one pipeline stage only): one micro-batch's forward and
 // backward, the gradients accumulated without reduction.
-double Engine::ForwardBackward(const nn::MicroBatch& host_mb, float loss_weight, StepStats* stats) {
+double EngineImpl::ForwardBackward(const nn::MicroBatch& host_mb, float loss_weight,
+                                   StepStats* stats) {
   ZTRAIN_CHECK(pp_->size() == 1,
                "ForwardBackward runs the whole model; a pipeline stage runs "
                "its part inside TrainStep");
@@ -227,7 +228,7 @@ double Engine::ForwardBackward(const nn::MicroBatch& host_mb, float loss_weight,
   return loss;
 }
 
-Buffer Engine::LossGradient(const Shape& shape, float loss_weight) {
+Buffer EngineImpl::LossGradient(const Shape& shape, float loss_weight) {
   Buffer dout(memory_.activations(), DType::kF32, shape, MemoryCategory::kActivations);
   if (!computes_) return dout;
   const int64_t n = NumElements(shape);
@@ -239,8 +240,8 @@ Buffer Engine::LossGradient(const Shape& shape, float loss_weight) {
   return dout;
 }
 
-void Engine::RunForward(const nn::MicroBatch& mb, const Tensor& input, MicroBatchRun& run,
-                        StepStats* stats) {
+void EngineImpl::RunForward(const nn::MicroBatch& mb, const Tensor& input, MicroBatchRun& run,
+                            StepStats* stats) {
   const auto start = std::chrono::steady_clock::now();
   const size_t n_layers = layers_.size();
   run.input = input;
@@ -277,8 +278,8 @@ void Engine::RunForward(const nn::MicroBatch& mb, const Tensor& input, MicroBatc
   if (stats) stats->forward_seconds += SecondsBetween(start, std::chrono::steady_clock::now());
 }
 
-Buffer Engine::RunBackward(const nn::MicroBatch& mb, Buffer dout, MicroBatchRun& run, bool reduce,
-                           StepStats* stats) {
+Buffer EngineImpl::RunBackward(const nn::MicroBatch& mb, Buffer dout, MicroBatchRun& run,
+                               bool reduce, StepStats* stats) {
   const auto start = std::chrono::steady_clock::now();
   const size_t n_layers = layers_.size();
   // Stages 2 and 3 reduce every micro-batch (Note [ZeRO in the engine]).
@@ -332,6 +333,8 @@ Buffer Engine::RunBackward(const nn::MicroBatch& mb, Buffer dout, MicroBatchRun&
   return dout;
 }
 
-double Engine::SwapWaitSeconds() const { return held_->wait_seconds() + moments_->wait_seconds(); }
+double EngineImpl::SwapWaitSeconds() const {
+  return held_->wait_seconds() + moments_->wait_seconds();
+}
 
 }  // namespace ztrain

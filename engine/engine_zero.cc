@@ -4,7 +4,7 @@
 // the engine], engine_state.h).
 #include <algorithm>
 
-#include "engine/engine.h"
+#include "engine/engine_impl.h"
 #include "engine/engine_state.h"
 #include "parallel/zero/frozen_regions.h"
 #include "parallel/zero/gradient_reducer.h"
@@ -14,7 +14,7 @@ namespace ztrain {
 
 // Stage 3: the gatherer runs the gather plan (Note [Parameter gatherer]); the shards come
 // from LaunchGather and the frozen regions, wherever they live, and NVMe reads ahead.
-void Engine::SetUpGatherer() {
+void EngineImpl::SetUpGatherer() {
   if (!zero_.shard_parameters) return;
   std::vector<zero::GatherUnit> units;
   for (size_t l = 0; l < states_.size(); ++l) {
@@ -53,7 +53,7 @@ void Engine::SetUpGatherer() {
                                                     std::move(hooks));
 }
 
-void Engine::SetUpReducer() {
+void EngineImpl::SetUpReducer() {
   std::vector<zero::ReduceRange> ranges;
   for (const auto& st : states_) ranges.push_back({st->padded, st->shard, st->opt_begin});
   zero::GradientReducer::Options o;
