@@ -122,13 +122,8 @@ void EngineImpl::BuildStorage() {
         table_->AddLayer(layers_[l]->Name(), layers_[l]->Params(), pipeline_->TieOf(l),
                          pipeline_->split().min_padded[l]);
     const zero::FlatLayout& layout = slots.layout;
-    auto state = std::make_unique<LayerState>();
+    auto state = std::make_unique<LayerState>(layout);
     LayerState& st = *state;
-    st.padded = layout.padded;
-    st.shard = layout.shard;
-    st.opt_begin = layout.opt_begin;
-    st.opt_len = layout.opt_len;
-    st.sharded = zero_.shard_parameters;
     AllocateState(st);
     std::vector<zero::FrozenParam> frozen;
     for (size_t slot : slots.owned) {
@@ -153,21 +148,22 @@ void EngineImpl::BuildStorage() {
 // offload/placement.h), sized by its layout.
 void EngineImpl::AllocateState(LayerState& st) {
   const offload::Placement& at = placement_;
-  held_->AddLayer({.padded = st.padded,
-                   .shard = st.shard,
-                   .opt_begin = st.opt_begin,
-                   .opt_len = st.opt_len,
-                   .sharded = st.sharded});
+  held_->AddLayer({.padded = st.layout.padded,
+                   .shard = st.layout.shard,
+                   .opt_begin = st.layout.opt_begin,
+                   .opt_len = st.layout.opt_len,
+                   .sharded = zero_.shard_parameters});
   if (!zero_.shard_gradients) {
-    st.grads = memory_.State(Place::kDevice, st.padded, MemoryCategory::kGradients, grad_dtype_);
+    st.grads =
+        memory_.State(Place::kDevice, st.layout.padded, MemoryCategory::kGradients, grad_dtype_);
   }
-  moments_->AddLayer(st.opt_len);
+  moments_->AddLayer(st.layout.opt_len);
   if (zero_.shard_optimizer || grad_dtype_ != DType::kF32) {
-    st.grad_shard = memory_.State(Place::kDevice, st.opt_len, MemoryCategory::kGradients);
+    st.grad_shard = memory_.State(Place::kDevice, st.layout.opt_len, MemoryCategory::kGradients);
   }
   if (on_device() && at.host_adam) {
     ZTRAIN_ASSERT(zero_.shard_optimizer);  // offload needs ZeRO 1-3 (config validation)
-    st.grad_host = memory_.State(Place::kPinned, st.opt_len, MemoryCategory::kGradients);
+    st.grad_host = memory_.State(Place::kPinned, st.layout.opt_len, MemoryCategory::kGradients);
   }
 }
 
@@ -181,25 +177,26 @@ void EngineImpl::BindLayer(size_t l) {
     const Slot& s = table_->slot(slot);
     const LayerState& owner = *states_[s.layer];
     if (s.frozen()) {  // no gradient (Note [Frozen regions])
-      params.push_back(frozen_->View(!owner.sharded ? frozen_->held(s.layer)
-                                     : gatherer_    ? gatherer_->FrozenWhole(s.layer)
-                                                    : none,
+      params.push_back(frozen_->View(!zero_.shard_parameters ? frozen_->held(s.layer)
+                                     : gatherer_             ? gatherer_->FrozenWhole(s.layer)
+                                                             : none,
                                      s.spec, s.offset));
       grads.emplace_back();
       continue;
     }
     // Layers compute with the compute-dtype copy under mixed precision (gathered at stage 3).
-    const Buffer& whole = !owner.sharded
+    const Buffer& whole = !zero_.shard_parameters
                               ? (mixed() ? held_->compute_copy(s.layer) : held_->held(s.layer))
                           : gatherer_ ? gatherer_->Whole(s.layer)
                                       : none;
-    params.push_back(whole.data() == nullptr
-                         ? Tensor()
-                         : whole.AsTensor(act_dtype_, {owner.padded}).Flat(s.offset, s.spec.shape));
-    grads.push_back(
-        owner.grads.data() == nullptr
+    params.push_back(
+        whole.data() == nullptr
             ? Tensor()
-            : owner.grads.AsTensor(grad_dtype_, {owner.padded}).Flat(s.offset, s.spec.shape));
+            : whole.AsTensor(act_dtype_, {owner.layout.padded}).Flat(s.offset, s.spec.shape));
+    grads.push_back(owner.grads.data() == nullptr
+                        ? Tensor()
+                        : owner.grads.AsTensor(grad_dtype_, {owner.layout.padded})
+                              .Flat(s.offset, s.spec.shape));
   }
   layers_[l]->Bind(std::move(params), std::move(grads));
 }
@@ -207,7 +204,8 @@ void EngineImpl::BindLayer(size_t l) {
 void EngineImpl::AllocateFullGradients(size_t l) {
   LayerState& st = *states_[l];
   if (st.grads.data() != nullptr) return;
-  st.grads = Buffer(memory_.activations(), grad_dtype_, {st.padded}, MemoryCategory::kGradients);
+  st.grads =
+      Buffer(memory_.activations(), grad_dtype_, {st.layout.padded}, MemoryCategory::kGradients);
   memory_.Zero(st.grads);
 }
 
@@ -225,8 +223,8 @@ void EngineImpl::SetUpOffload() {
   if (computes_ && !in_host.empty()) Log().info(in_host);
   std::vector<int64_t> shards, opt_ranges;
   for (const auto& st : states_) {
-    shards.push_back(st->shard);
-    opt_ranges.push_back(st->opt_len);
+    shards.push_back(st->layout.shard);
+    opt_ranges.push_back(st->layout.opt_len);
   }
   // The rank's place in the dp x pp x tp grid (its world rank, ProcessGrid's order) names its
   // swap directory, so no two ranks of a job share one; the grid's size tells directories of
@@ -289,8 +287,8 @@ void EngineImpl::InitParameters() {
 comm::WorkPtr EngineImpl::LaunchGather(size_t l, const Buffer& whole, DType dtype) {
   const LayerState& st = *states_[l];
   optimizer_->StepLayer(l);  // Note [Deferred optimizer step]
-  const Tensor out = whole.AsTensor(dtype, {st.padded});
-  const Tensor mine = out.Flat(st.opt_begin, {st.shard});
+  const Tensor out = whole.AsTensor(dtype, {st.layout.padded});
+  const Tensor mine = out.Flat(st.layout.opt_begin, {st.layout.shard});
   Buffer staged;  // a shard read from NVMe, kept until the gather has read it
   const Tensor shard = held_->GatherSource(l, mine, staged);
   if (shard.data() == mine.data() || shard.device() == out.device()) {

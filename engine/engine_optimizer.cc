@@ -42,7 +42,7 @@ zero::OptimizerHooks EngineImpl::OptimizerHooksFor() {
   if (on_device()) {
     h.gradients_to_host = [this] {
       for (auto& st : states_) {
-        CopyOut(st->Flat(st->grad_shard, st->shard), st->grad_host.data<float>());
+        CopyOut(st->Flat(st->grad_shard, st->layout.shard), st->grad_host.data<float>());
       }
       ops_->Synchronize();
     };

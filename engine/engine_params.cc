@@ -34,7 +34,8 @@ Tensor EngineImpl::Gradient(const std::string& name) const {
   ZTRAIN_CHECK(!zero_.shard_gradients, "gradient '", name, "' is not kept whole at ZeRO stage ",
                zero_.stage, ": each rank holds only its reduced shard");
   ZTRAIN_CHECK(!s.frozen(), "parameter '", name, "' is frozen: it has no gradient");
-  return states_[s.layer]->grads.AsTensor(DType::kF32, {states_[s.layer]->padded})
+  return states_[s.layer]
+      ->grads.AsTensor(DType::kF32, {states_[s.layer]->layout.padded})
       .Flat(s.offset, s.spec.shape);
 }
 
@@ -63,7 +64,7 @@ int64_t EngineImpl::NumTrainableParameters() const {
 
 int64_t EngineImpl::PaddedParameters() const {
   int64_t n = 0;
-  for (const auto& st : states_) n += st->padded;
+  for (const auto& st : states_) n += st->layout.padded;
   return n;
 }
 

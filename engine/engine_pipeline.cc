@@ -65,7 +65,7 @@ void EngineImpl::SumStageTiedGradients() {
   for (const pipeline::StageTie& tie : pipeline_->split().ties) {
     LayerState& st = *states_[tie.layer];
     // The tie's elements within the reduced range (all of them at stage 0).
-    const int64_t n = std::clamp<int64_t>(tie.elements - st.opt_begin, 0, st.opt_len);
+    const int64_t n = std::clamp<int64_t>(tie.elements - st.layout.opt_begin, 0, st.layout.opt_len);
     if (n == 0) continue;  // the same on the peer: its shard covers the same elements
     const Tensor mine = st.Reduced().Flat(0, {n});
     Buffer theirs(memory_.activations(), DType::kF32, mine.shape(), MemoryCategory::kCommunication);
@@ -83,10 +83,8 @@ std::vector<std::pair<std::string, Shape>> EngineImpl::ModelParameters() const {
 
 void EngineImpl::CheckParamGroups() const {
   std::vector<std::string> trainable, frozen;
-  for (const auto& specs : pipeline_->specs()) {
-    for (const nn::ParamSpec& s : specs) {
-      if (s.tied_to.empty()) (s.trainable ? trainable : frozen).push_back(s.name);
-    }
+  for (const nn::ParamSpec& s : pipeline_->OwnedSpecs()) {
+    (s.trainable ? trainable : frozen).push_back(s.name);
   }
   param_groups_.CheckEveryGlobMatches(trainable, frozen);
 }
@@ -94,14 +92,11 @@ void EngineImpl::CheckParamGroups() const {
 std::vector<EngineImpl::ParamGroupUse> EngineImpl::ParamGroupUses() const {
   std::vector<ParamGroupUse> uses;
   for (size_t g = 0; g < param_groups_.size(); ++g) uses.push_back({param_groups_[g], 0, 0});
-  for (const auto& specs : pipeline_->specs()) {
-    for (const nn::ParamSpec& s : specs) {
-      if (!s.tied_to.empty()) continue;
-      const Shape full = nn::FullShape(s);
-      ParamGroupUse& use = uses[param_groups_.Assign(s.name, full.size(), s.trainable)];
-      ++use.tensors;
-      use.elements += NumElements(full);
-    }
+  for (const nn::ParamSpec& s : pipeline_->OwnedSpecs()) {
+    const Shape full = nn::FullShape(s);
+    ParamGroupUse& use = uses[param_groups_.Assign(s.name, full.size(), s.trainable)];
+    ++use.tensors;
+    use.elements += NumElements(full);
   }
   return uses;
 }

@@ -45,15 +45,15 @@ namespace ztrain {
 
 Tensor EngineImpl::Fp32Gradients(size_t l, Buffer& staging) {
   LayerState& st = *states_[l];
-  const Tensor grads = st.grads.AsTensor(grad_dtype_, {st.padded});
+  const Tensor grads = st.grads.AsTensor(grad_dtype_, {st.layout.padded});
   if (grad_dtype_ == DType::kF32) return grads;
   Tensor out;
   if (!zero_.shard_optimizer) {
-    out = st.Flat(st.grad_shard, st.padded);
+    out = st.Flat(st.grad_shard, st.layout.padded);
   } else {
-    staging =
-        Buffer(memory_.activations(), DType::kF32, {st.padded}, MemoryCategory::kCommunication);
-    out = st.Flat(staging, st.padded);
+    staging = Buffer(memory_.activations(), DType::kF32, {st.layout.padded},
+                     MemoryCategory::kCommunication);
+    out = st.Flat(staging, st.layout.padded);
   }
   ops_->Copy(grads, out);
   return out;

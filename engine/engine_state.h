@@ -95,9 +95,10 @@ struct EngineImpl::MicroBatchRun {
 // Every offload mode does the same arithmetic in the same order as no offload, so the
 // results are bitwise equal.
 struct EngineImpl::LayerState {
-  int64_t padded = 0;
-  int64_t shard = 0;
-  int64_t opt_begin = 0, opt_len = 0;
+  explicit LayerState(const zero::FlatLayout& l) : layout(l) {}
+  // The layer's sizes and ranges (padded, shard, opt_begin, opt_len): the parameter table's,
+  // which keeps it in place for the engine's life (Note [Parameter table]).
+  const zero::FlatLayout& layout;
   // The fp32 parameters (the whole layer; at stage 3 only this rank's shard), their fp32
   // master on the host and their compute-dtype copy live in EngineImpl::held_ (Note [Parameter
   // store], offload/param_store.h); m and v in EngineImpl::moments_ (Note [Optimizer state
@@ -109,12 +110,12 @@ struct EngineImpl::LayerState {
   // fp32: this rank's reduced gradient range (stages >= 1, and stage 0 when gradients
   // accumulate in 16 bits: then the whole layer, reduced in fp32).
   Buffer grad_shard;
-  bool sharded = false;       // stage 3: only the shard is held
   Tensor Flat(const Buffer& b, int64_t n) const { return b.AsTensor(DType::kF32, {n}); }
   // The reduced fp32 gradients of the optimizer range's layer buffer: `grad_shard` when it
   // exists (its opt_len elements), else the full fp32 `grads` (stage 0).
   Tensor Reduced() const {
-    return grad_shard.data() != nullptr ? Flat(grad_shard, opt_len) : Flat(grads, padded);
+    return grad_shard.data() != nullptr ? Flat(grad_shard, layout.opt_len)
+                                        : Flat(grads, layout.padded);
   }
 };
 

@@ -18,7 +18,7 @@ void EngineImpl::SetUpGatherer() {
   if (!zero_.shard_parameters) return;
   std::vector<zero::GatherUnit> units;
   for (size_t l = 0; l < states_.size(); ++l) {
-    units.push_back({states_[l]->padded, frozen_->padded(l), table_->layer(l).units});
+    units.push_back({states_[l]->layout.padded, frozen_->padded(l), table_->layer(l).units});
   }
   const ZeroConfig& z = config_.zero;
   zero::ParamGatherer::Options o;
@@ -55,7 +55,8 @@ void EngineImpl::SetUpGatherer() {
 
 void EngineImpl::SetUpReducer() {
   std::vector<zero::ReduceRange> ranges;
-  for (const auto& st : states_) ranges.push_back({st->padded, st->shard, st->opt_begin});
+  for (const auto& st : states_)
+    ranges.push_back({st->layout.padded, st->layout.shard, st->layout.opt_begin});
   zero::GradientReducer::Options o;
   o.policy = zero_.reduce;
   o.accumulate = zero_.shard_gradients;  // every micro-batch reduces; the shard accumulates
@@ -66,7 +67,7 @@ void EngineImpl::SetUpReducer() {
   hooks.gradients = [this](size_t l, Buffer& staging) { return Fp32Gradients(l, staging); };
   hooks.shard = [this](size_t l) {
     const LayerState& st = *states_[l];
-    return st.Flat(st.grad_shard, st.shard);
+    return st.Flat(st.grad_shard, st.layout.shard);
   };
   hooks.release = [this](size_t l) { states_[l]->grads.Reset(); };
   reducer_ = std::make_unique<zero::GradientReducer>(o, std::move(ranges), *dp_, *ops_,

@@ -110,13 +110,19 @@ const StageTie* StageModel::TieOf(size_t layer) const {
   return nullptr;
 }
 
-std::vector<std::pair<std::string, Shape>> StageModel::Parameters() const {
-  std::vector<std::pair<std::string, Shape>> out;
+std::vector<nn::ParamSpec> StageModel::OwnedSpecs() const {
+  std::vector<nn::ParamSpec> out;
   for (const auto& specs : specs_) {
     for (const nn::ParamSpec& s : specs) {
-      if (s.tied_to.empty()) out.emplace_back(s.name, nn::FullShape(s));
+      if (s.tied_to.empty()) out.push_back(s);
     }
   }
+  return out;
+}
+
+std::vector<std::pair<std::string, Shape>> StageModel::Parameters() const {
+  std::vector<std::pair<std::string, Shape>> out;
+  for (const nn::ParamSpec& s : OwnedSpecs()) out.emplace_back(s.name, nn::FullShape(s));
   return out;
 }
 

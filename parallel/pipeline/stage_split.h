@@ -71,7 +71,9 @@ class StageModel {
   const StageTie* TieOf(size_t layer) const;
   // Every layer's parameters, the whole model's, in model order.
   const std::vector<std::vector<nn::ParamSpec>>& specs() const { return specs_; }
-  // The model's parameters (every stage's, each tied weight once), whole, in model order.
+  // The model's parameters (every stage's, each tied weight once), in model order: their specs
+  // (this rank's tensor-parallel slices), and their names with their whole shapes.
+  std::vector<nn::ParamSpec> OwnedSpecs() const;
   std::vector<std::pair<std::string, Shape>> Parameters() const;
   // The shape of the stage's input for tokens of shape `tokens` (the tokens' on stage 0).
   Shape InputShape(const Shape& tokens) const;

@@ -17,6 +17,7 @@
 // engine allocates, binds, gathers, steps and checkpoints by it.
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <string>
 #include <unordered_map>
@@ -63,7 +64,8 @@ class ParamTable {
   ParamTable(Options options, const optim::ParamGroups& groups);
 
   // Adds the stage's next layer: `name` (for errors), its Params(), the weight it shares
-  // with another stage (or null), and the least flat size it must have (0: any). Throws
+  // with another stage (or null), and the least flat size it must have (0: any); what it
+  // returns stays valid as more layers are added. Throws
   // ztrain::Error for a name used twice, a tie to a parameter no earlier layer declares, or
   // a tie whose shape differs from its owner's.
   const LayerSlots& AddLayer(const std::string& name, std::vector<nn::ParamSpec> params,
@@ -100,7 +102,7 @@ class ParamTable {
   const optim::ParamGroups& groups_;
   std::vector<ParamSlot> slots_;
   std::unordered_map<std::string, size_t> by_name_;
-  std::vector<LayerSlots> layers_;
+  std::deque<LayerSlots> layers_;  // a deque: a layer's slots stay in place as layers are added
 };
 
 }  // namespace ztrain::zero
