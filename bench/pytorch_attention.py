@@ -1,11 +1,11 @@
 """The reference bench/attention_bench.cc times in the same run: causal attention forward and
 backward in PyTorch on the CPU, at the shape the bench gives (B, T, query heads, KV heads,
-head size, fp32), written as transformers' eager attention computes it (the explicit T x T
-softmax; grouped-query heads by repeating each KV head, as repeat_kv does). PyTorch 1.13,
-Debian's, has no scaled_dot_product_attention, so this is the attention its users run on a
-CPU. One JSON line on stdout:
+head size, --dtype fp32 or bf16), written as transformers' eager attention computes it (the
+explicit T x T softmax; grouped-query heads by repeating each KV head, as repeat_kv does).
+PyTorch 1.13, Debian's, has no scaled_dot_product_attention, so this is the attention its users
+run on a CPU. One JSON line on stdout:
 
-    {"torch": "1.13.0", "threads": 2, "seq": T, "fwd_ms": ..., "bwd_ms": ...}
+    {"torch": "1.13.0", "threads": 2, "seq": T, "dtype": "fp32", "fwd_ms": ..., "bwd_ms": ...}
 
 fwd_ms and bwd_ms are medians over --reps timed runs after one warm-up.
 """
@@ -27,15 +27,17 @@ def main():
     p.add_argument("--head-size", type=int, default=64)
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
     b, t, h, kv, d = a.batch, a.seq, a.heads, a.kv_heads, a.head_size
-    q = torch.randn(b, h, t, d, requires_grad=True)
-    k = torch.randn(b, kv, t, d, requires_grad=True)
-    v = torch.randn(b, kv, t, d, requires_grad=True)
-    mask = torch.full((t, t), float("-inf")).triu(1)
-    dout = torch.randn(b, h, t, d)
+    dt = torch.bfloat16 if a.dtype == "bf16" else torch.float32
+    q = torch.randn(b, h, t, d, dtype=dt, requires_grad=True)
+    k = torch.randn(b, kv, t, d, dtype=dt, requires_grad=True)
+    v = torch.randn(b, kv, t, d, dtype=dt, requires_grad=True)
+    mask = torch.full((t, t), float("-inf"), dtype=dt).triu(1)
+    dout = torch.randn(b, h, t, d, dtype=dt)
 
     def forward():
         kk = k.repeat_interleave(h // kv, dim=1)
@@ -56,6 +58,7 @@ def main():
             fwd.append((mid - start) * 1e3)
             bwd.append((end - mid) * 1e3)
     print(json.dumps({"torch": torch.__version__, "threads": a.threads, "seq": t,
+                      "dtype": a.dtype,
                       "fwd_ms": statistics.median(fwd), "bwd_ms": statistics.median(bwd)}))
 
 

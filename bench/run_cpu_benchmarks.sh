@@ -39,8 +39,10 @@ fi
 # step in memory (swap files removed afterwards).
 "$build/bench/offload_bench" --dir "$build"
 "$build/bench/kernels_bench" --benchmark_counters_tabular=true --benchmark_min_time=0.2
-# Causal attention at T = 512 ... 16384 against the GEMM peak and PyTorch's eager attention.
+# Causal attention at T = 512 ... 16384 against the GEMM peak and PyTorch's eager attention,
+# fp32 and bf16.
 "$build/bench/attention_bench" --max-seq 16384 "${torch_args[@]}"
+"$build/bench/attention_bench" --max-seq 16384 --dtype bf16 "${torch_args[@]}"
 # `ztrain data` with GPT-2's tokenizer vs js-tiktoken (npm; installed into the build directory).
 "$build/bench/tokenizer_bench" || echo "tokenizer_bench: skipped or failed (needs node and npm)"
 # Generation's per-token time against the prompt length (the KV cache).

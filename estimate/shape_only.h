@@ -103,10 +103,11 @@ class ShapeOps final : public kernels::Ops {
   void RmsNormForward(const Tensor&, const Tensor&, float, const Tensor&, const Tensor&) override {}
   void RmsNormBackward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                        const Tensor&) override {}
-  void AttentionForward(const Tensor&, const kernels::AttentionHeads&, const Tensor&,
-                        const Tensor&) override {}
+  void AttentionForward(const Tensor&, const kernels::AttentionHeads&,
+                        const kernels::AttentionMask&, const Tensor&, const Tensor&) override {}
   void AttentionBackward(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                         const kernels::AttentionHeads&, const Tensor&) override {}
+                         const kernels::AttentionHeads&, const kernels::AttentionMask&,
+                         const Tensor&) override {}
   using Ops::RopeForward;
   void RopeForward(const Tensor&, const kernels::AttentionHeads&, const Tensor&,
                    int64_t) override {}

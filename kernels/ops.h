@@ -71,6 +71,20 @@ struct AttentionHeads {
   }
 };
 
+// Which keys each query of an attention op sees, beyond causality (Note [Attention masks] in
+// kernels/cpu/attention_tile.h). Query i always sees keys j <= i. With window > 0 it sees only
+// the last `window` of them, j > i - window (Hugging Face's sliding_window_overlay: Mistral's
+// and Qwen2's sliding_window). With positions defined (int32 [B, T], on the op's device) the
+// sequences are packed from documents: positions[b][t] is t's position within its document,
+// 0 at each document's first token and counting up by one (Hugging Face's padding-free
+// position_ids, DataCollatorWithFlattening), and query i sees only keys of its own document,
+// j >= i - positions[b][i]. The default is plain causal attention.
+struct AttentionMask {
+  int64_t window = 0;
+  Tensor positions;
+  bool causal_only() const { return window <= 0 && !positions.defined(); }
+};
+
 // The ids a table (or logit columns) holds: ids [begin, begin + rows) of a vocabulary of ids
 // [0, vocab), rows being the tensor's. The whole table is {0, its rows}; one rank's slice of a
 // vocabulary-parallel embedding or head (Megatron's VocabParallelEmbedding and
@@ -188,14 +202,27 @@ class Ops {
   // [NH*HS, (NH+NKV)*HS), v after; head h of each uses HS consecutive columns. out
   // [B,T,NH*HS] (heads side by side), lse [B,NH,T] = log-sum-exp of each query's scores
   // scaled by 1/sqrt(HS), saved for backward. Never materialises a [B,NH,T,T] tensor: tiles
-  // over keys with an online softmax (FlashAttention).
+  // over keys with an online softmax (FlashAttention). `mask` narrows the keys each query
+  // sees (AttentionMask: a sliding window, packed documents); a backend without masks throws
+  // naming the device.
   virtual void AttentionForward(const Tensor& qkv, const AttentionHeads& heads,
-                                const Tensor& out, const Tensor& lse) = 0;
+                                const AttentionMask& mask, const Tensor& out,
+                                const Tensor& lse) = 0;
   // dqkv [B,T,(NH+2*NKV)*HS] overwritten from dout [B,T,NH*HS], recomputing probabilities
-  // from qkv and lse; a KV head's gradient sums over the query heads it serves.
+  // from qkv and lse under the forward's mask; a KV head's gradient sums over the query heads
+  // it serves.
   virtual void AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
                                  const Tensor& lse, const AttentionHeads& heads,
-                                 const Tensor& dqkv) = 0;
+                                 const AttentionMask& mask, const Tensor& dqkv) = 0;
+  // Plain causal attention.
+  void AttentionForward(const Tensor& qkv, const AttentionHeads& heads, const Tensor& out,
+                        const Tensor& lse) {
+    AttentionForward(qkv, heads, AttentionMask{}, out, lse);
+  }
+  void AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                         const Tensor& lse, const AttentionHeads& heads, const Tensor& dqkv) {
+    AttentionBackward(dout, qkv, out, lse, heads, AttentionMask{}, dqkv);
+  }
   // GPT-2's multi-head form: qkv [B,T,3C], NH = NKV = num_heads, HS = C / num_heads.
   void AttentionForward(const Tensor& qkv, int num_heads, const Tensor& out, const Tensor& lse) {
     AttentionForward(qkv, AttentionHeads::MultiHead(qkv, num_heads), out, lse);

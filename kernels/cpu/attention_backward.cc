@@ -10,32 +10,36 @@
 #include "kernels/cpu/attention_tile.h"
 #include "kernels/cpu/check.h"
 #include "kernels/cpu/cpu_ops.h"
-#include "kernels/cpu/vec_math.h"
 #include "kernels/cpu/widen.h"
 
 namespace ztrain::kernels {
 namespace {
 
-using cpu::kTile;
+// The backward's blocks: 64 queries by 128 keys. Each query block's Q, dO and dQ rows are
+// streamed once per key block, so wider key blocks stream them less often; a key block's dK and
+// dV rows, its packed keys and values and the tile's P and dS (320 KiB together at HS = 64)
+// stay in L2. Measured with bench/attention_bench at T = 2048 ... 16384: 64 x 128 beats
+// 64 x 64 by 5-20 % (more at long T) and 64 x 256 or 32-row query blocks by a few percent.
+constexpr cpu::AttentionBlocks kBlocks{64, 128};
 
 struct BackwardScratch {
-  float* kt;     // [hs][kTile] keys, transposed
-  float* vt;     // [hs][kTile] values, transposed
-  float* p;      // [kTile][kTile] probabilities
-  float* ds;     // [kTile][kTile] dP, then dS (scaled)
+  float* kt;     // [hs][kv] keys, transposed
+  float* vt;     // [hs][kv] values, transposed
+  float* p;      // [q][kv] probabilities
+  float* ds;     // [q][kv] dP, then dS (scaled)
   float* delta;  // [T] D_i = dO_i . O_i
   float* dk;     // [T][hs] one query head's share of its KV head's dk (grouped heads only)
   float* dv;     // [T][hs] and of its dv
 
   static int64_t Floats(int64_t hs, int64_t seq, bool grouped) {
-    return 2 * hs * kTile + 2 * kTile * kTile + seq + (grouped ? 2 * seq * hs : 0);
+    return 2 * hs * kBlocks.kv + 2 * kBlocks.q * kBlocks.kv + seq + (grouped ? 2 * seq * hs : 0);
   }
   BackwardScratch(float* base, int64_t hs, int64_t seq, bool grouped)
       : kt(base),
-        vt(kt + hs * kTile),
-        p(vt + hs * kTile),
-        ds(p + kTile * kTile),
-        delta(ds + kTile * kTile),
+        vt(kt + hs * kBlocks.kv),
+        p(vt + hs * kBlocks.kv),
+        ds(p + kBlocks.q * kBlocks.kv),
+        delta(ds + kBlocks.q * kBlocks.kv),
         dk(grouped ? delta + seq : nullptr),
         dv(grouped ? dk + seq * hs : nullptr) {}
 };
@@ -48,26 +52,10 @@ struct HeadView {
   int64_t dkv_stride;
 };
 
-// P = exp(S - lse) under the causal mask and dS = P * (dP - D) * scale, in place, for the
-// tile of queries [i0, i0 + nq) and keys [j0, j0 + nk).
-void TileProbabilitiesAndGrad(const float* lse, const float* delta, int64_t i0, int nq,
-                              int64_t j0, int nk, float scale, float* p, float* ds) {
-  for (int i = 0; i < nq; ++i) {
-    const int n = static_cast<int>(std::min<int64_t>(nk, i0 + i - j0 + 1));  // causal
-    const float row_lse = lse[i0 + i], row_delta = delta[i0 + i];
-    float* pi = p + i * kTile;
-    float* dsi = ds + i * kTile;
-#pragma omp simd
-    for (int j = 0; j < kTile; ++j) {
-      const float pij = j < n ? cpu::FastExp(pi[j] - row_lse) : 0.0f;
-      pi[j] = pij;
-      dsi[j] = pij * (dsi[j] - row_delta) * scale;
-    }
-  }
-}
-
-// Overwrites h's dq, dk and dv with the gradients through this query head alone.
-void HeadBackward(const cpu::AttentionDims& d, const HeadView& h, BackwardScratch& w) {
+// Overwrites h's dq, dk and dv with the gradients through this query head alone, under the
+// key bounds of its batch row.
+void HeadBackward(const cpu::AttentionDims& d, const cpu::KeyBounds& keys, const HeadView& h,
+                  BackwardScratch& w) {
   const int64_t hs = d.head_size, stride = d.qkv_stride(), ch = d.q_width();
   const int64_t gs = h.dkv_stride;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
@@ -80,22 +68,31 @@ void HeadBackward(const cpu::AttentionDims& d, const HeadView& h, BackwardScratc
     for (int64_t c = 0; c < hs; ++c) dot += h.dout[t * ch + c] * h.out[t * ch + c];
     w.delta[t] = dot;
   }
-  // Key blocks outer: each key/value tile is transposed once and its dk/dv rows stay hot.
-  for (int64_t j0 = 0; j0 < d.seq; j0 += kTile) {
-    const int nk = static_cast<int>(std::min<int64_t>(kTile, d.seq - j0));
-    cpu::LoadTransposed(h.k + j0 * stride, stride, nk, hs, w.kt);
-    cpu::LoadTransposed(h.v + j0 * stride, stride, nk, hs, w.vt);
-    for (int64_t i0 = j0; i0 < d.seq; i0 += kTile) {
-      const int nq = static_cast<int>(std::min<int64_t>(kTile, d.seq - i0));
-      cpu::TileScores(h.q + i0 * stride, stride, nq, w.kt, hs, scale, w.p);
-      cpu::TileScores(h.dout + i0 * ch, ch, nq, w.vt, hs, 1.0f, w.ds);
-      TileProbabilitiesAndGrad(h.lse, w.delta, i0, nq, j0, nk, scale, w.p, w.ds);
+  // Key blocks outer: each key/value block is packed once and its dk/dv rows stay hot.
+  for (int64_t j0 = 0; j0 < d.seq; j0 += kBlocks.kv) {
+    const int nk = static_cast<int>(std::min<int64_t>(kBlocks.kv, d.seq - j0));
+    cpu::PackTransposed(h.k + j0 * stride, stride, nk, hs, kBlocks.kv, w.kt);
+    cpu::PackTransposed(h.v + j0 * stride, stride, nk, hs, kBlocks.kv, w.vt);
+    // The query blocks that see some of these keys (Note [Attention masks]).
+    for (int64_t i0 = j0 / kBlocks.q * kBlocks.q; i0 < d.seq && keys.First(i0) < j0 + nk;
+         i0 += kBlocks.q) {
+      const int nq = static_cast<int>(std::min<int64_t>(kBlocks.q, d.seq - i0));
+      const int n = static_cast<int>(std::min<int64_t>(nk, i0 + nq - j0));  // keys seen
+      const int cols = static_cast<int>(cpu::RoundUpToVec(n));
+      cpu::TileScores(h.q + i0 * stride, stride, nq, w.kt, kBlocks.kv, cols, hs, scale, w.p,
+                      kBlocks.kv);
+      cpu::TileScores(h.dout + i0 * ch, ch, nq, w.vt, kBlocks.kv, cols, hs, 1.0f, w.ds, kBlocks.kv);
+      for (int i = 0; i < nq; ++i) {  // P = exp(S - lse) under the mask, dS = P (dP - D) scale
+        cpu::ProbabilitiesAndGradRow(
+            w.p + i * kBlocks.kv, w.ds + i * kBlocks.kv, keys.BlockLo(i0 + i, j0, n),
+            cpu::KeyBounds::BlockHi(i0 + i, j0, n), cols, h.lse[i0 + i], w.delta[i0 + i], scale);
+      }
       // dV_j += sum_i P_ij dO_i;  dK_j += sum_i dS_ij Q_i;  dQ_i += sum_j dS_ij K_j.
-      cpu::AccumulateWeightedRows(h.dv + j0 * gs, gs, nk, w.p, 1, kTile, nq, h.dout + i0 * ch, ch,
-                                  hs);
-      cpu::AccumulateWeightedRows(h.dk + j0 * gs, gs, nk, w.ds, 1, kTile, nq, h.q + i0 * stride,
-                                  stride, hs);
-      cpu::AccumulateWeightedRows(h.dq + i0 * stride, stride, nq, w.ds, kTile, 1, nk,
+      cpu::AccumulateWeightedRows(h.dv + j0 * gs, gs, n, nullptr, w.p, 1, kBlocks.kv, nq,
+                                  h.dout + i0 * ch, ch, hs);
+      cpu::AccumulateWeightedRows(h.dk + j0 * gs, gs, n, nullptr, w.ds, 1, kBlocks.kv, nq,
+                                  h.q + i0 * stride, stride, hs);
+      cpu::AccumulateWeightedRows(h.dq + i0 * stride, stride, nq, nullptr, w.ds, kBlocks.kv, 1, n,
                                   h.k + j0 * stride, stride, hs);
     }
   }
@@ -112,10 +109,11 @@ void AddRows(const float* src, int64_t seq, int64_t hs, float* dst, int64_t stri
 // The KV head kv of batch row b and the group of query heads it serves, in head order: the
 // first head's dk/dv go straight into dqkv, each later head's into scratch and are then added,
 // so the KV head's gradient is ((g_0 + g_1) + g_2) + ... whatever the thread count.
-void GroupBackward(const cpu::AttentionDims& d, const float* qkv, const float* dout,
-                   const float* out, const float* lse, float* dqkv, int64_t b, int64_t kv,
-                   BackwardScratch& w) {
+void GroupBackward(const cpu::AttentionDims& d, const AttentionMask& mask, const float* qkv,
+                   const float* dout, const float* out, const float* lse, float* dqkv, int64_t b,
+                   int64_t kv, BackwardScratch& w) {
   const int64_t stride = d.qkv_stride(), hs = d.head_size;
+  const cpu::KeyBounds keys(mask, b, d.seq);
   const float* row0 = qkv + b * d.seq * stride;
   float* grad0 = dqkv + b * d.seq * stride;
   for (int64_t r = 0; r < d.group(); ++r) {
@@ -132,7 +130,7 @@ void GroupBackward(const cpu::AttentionDims& d, const float* qkv, const float* d
                         first ? grad0 + d.k_col(kv) : w.dk,
                         first ? grad0 + d.v_col(kv) : w.dv,
                         first ? stride : hs};
-    HeadBackward(d, view, w);
+    HeadBackward(d, keys, view, w);
     if (first) continue;
     AddRows(w.dk, d.seq, hs, grad0 + d.k_col(kv), stride);
     AddRows(w.dv, d.seq, hs, grad0 + d.v_col(kv), stride);
@@ -145,17 +143,18 @@ void GroupBackward(const cpu::AttentionDims& d, const float* qkv, const float* d
 // query heads it serves, so accumulation is race-free and its order fixed.
 void CpuOps::AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
                                const Tensor& lse, const AttentionHeads& heads,
-                               const Tensor& dqkv) {
+                               const AttentionMask& mask, const Tensor& dqkv) {
   constexpr const char* kOp = "AttentionBackward";
-  if (cpu::AnyHalf(dout, qkv, out, dqkv)) {  // Note [Widening adapter]; lse stays fp32
+  if (cpu::AnyHalf(dout, qkv, out, dqkv)) {  // Note [Widening adapter]; lse, mask as they are
     cpu::Widened w(scratch_);
-    AttentionBackward(w.In(dout), w.In(qkv), w.In(out), lse, heads, w.Out(dqkv));
+    AttentionBackward(w.In(dout), w.In(qkv), w.In(out), lse, heads, mask, w.Out(dqkv));
     w.Commit();
     return;
   }
   const cpu::AttentionDims d = cpu::CheckAttention(qkv, heads, out, lse, kOp);
   cpu::CheckCpu(dout, out.shape(), kOp, "dout");
   cpu::CheckCpu(dqkv, qkv.shape(), kOp, "dqkv");
+  cpu::CheckAttentionMask(mask, d, kOp);
   const int64_t tasks = d.batch * d.kv_heads;
   if (tasks == 0 || d.seq == 0) return;
   const bool grouped = d.group() > 1;
@@ -169,8 +168,8 @@ void CpuOps::AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tens
                       grouped);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < tasks; ++task) {
-      GroupBackward(d, qkv_p, dout.data<float>(), out.data<float>(), lse.data<float>(), dqkv_p,
-                    task / d.kv_heads, task % d.kv_heads, w);
+      GroupBackward(d, mask, qkv_p, dout.data<float>(), out.data<float>(), lse.data<float>(),
+                    dqkv_p, task / d.kv_heads, task % d.kv_heads, w);
     }
   }
 }

@@ -1,22 +1,35 @@
 #pragma once
 // Shared pieces of the causal FlashAttention kernels (attention_forward.cc,
-// attention_backward.cc): the argument check and the 64 x 64 tile loops.
+// attention_backward.cc): the argument check, the block sizes and the two register-blocked
+// products every tile is made of.
 //
-// Note [Attention tiles]: queries and keys are cut into blocks of kTile rows. Key and value
-// blocks are copied transposed ([HS][kTile], zero-padded to kTile columns) so that a score
-// row is kTile independent dot products computed as one vectorised j-loop per head
-// dimension. Query and key blocks have the same size, so a key block before the query block
-// is entirely visible and only the diagonal block needs the causal mask; every query row
-// sees at least one key in each block it visits. All scratch is per thread and
-// O(kTile * HS + T): nothing of size T x T is ever allocated.
+// Note [Attention tiles]: queries are cut into blocks of `q` rows and keys into blocks of `kv`
+// rows (AttentionBlocks, chosen by length as PyTorch's CPU flash attention does). A tile is one
+// query block against one key block: its scores S = scale * Q K^T come from keys packed
+// transposed ([HS][kv], zero-padded to a multiple of 16 columns) so that a score row is
+// vectorised along the keys, and its products with V, dO, Q or K (P V, P^T dO, dS^T Q, dS K)
+// read those rows in place. Key blocks wholly above the causal diagonal are never visited; in
+// the diagonal ones only the columns some row of the block sees are computed (rounded up to
+// 16) and the mask zeroes the rest. A query row may see no key of a visited block (a key
+// block wider than the query block): its probabilities there are 0 and its running softmax
+// is left alone. All scratch is O(T * HS) (the forward's packed keys) plus per-thread tiles:
+// nothing of size T x T is ever allocated.
+//
+// Note [Attention masks]: every mask (ops.h's AttentionMask) leaves query i an interval of keys,
+// [First(i), i]: a sliding window starts it at i - window + 1, a packed document at the
+// document's first token. First never decreases with i (a window slides forward; a new document
+// starts after the last), so the keys the rows of a query block see form one interval,
+// [First(i0), last row], and so do the rows that see some key of a key block. The forward
+// starts at the key block holding First(i0); the backward stops at the first query block whose
+// first row starts after the key block. Blocks wholly outside are never visited; inside a
+// visited block each row's probabilities are 0 outside its interval.
+#include <algorithm>
 #include <cstdint>
 
 #include "core/tensor.h"
 #include "kernels/ops.h"
 
 namespace ztrain::kernels::cpu {
-
-inline constexpr int kTile = 64;
 
 // The shape of one attention call (ops.h's layout): query head h reads KV head h / group().
 struct AttentionDims {
@@ -26,100 +39,80 @@ struct AttentionDims {
   int64_t qkv_stride() const { return (heads + 2 * kv_heads) * head_size; }
   int64_t k_col(int64_t kv_head) const { return (heads + kv_head) * head_size; }
   int64_t v_col(int64_t kv_head) const { return (heads + kv_heads + kv_head) * head_size; }
-  int64_t blocks() const { return (seq + kTile - 1) / kTile; }
 };
 
 // Checks the heads, qkv [B,T,(NH+2*NKV)*HS], out [B,T,NH*HS] and lse [B,NH,T].
 AttentionDims CheckAttention(const Tensor& qkv, const AttentionHeads& heads, const Tensor& out,
                              const Tensor& lse, const char* op);
 
-// dst[d * kTile + j] = src[j * stride + d] for j < n, 0 for n <= j < kTile.
-inline void LoadTransposed(const float* src, int64_t stride, int n, int64_t hs, float* dst) {
-  for (int64_t d = 0; d < hs; ++d) {
-    float* row = dst + d * kTile;
-    for (int j = 0; j < n; ++j) row[j] = src[j * stride + d];
-    for (int j = n; j < kTile; ++j) row[j] = 0.0f;
-  }
-}
+// Checks a mask against the call: window >= 0; positions, when defined, int32 [B, T] on the
+// host, each row a run of documents (0, 1, 2, ..., 0, 1, ...).
+void CheckAttentionMask(const AttentionMask& mask, const AttentionDims& d, const char* op);
 
-// Note [Attention microkernels]: the two loops below are register-blocked with GCC/Clang
-// vector types (16 floats: one AVX-512 register, two AVX2 ones). Written with plain arrays,
-// or with memcpy into vector arrays, GCC keeps the accumulators on the stack and the loops
-// turn load/store bound. Vectors are read and written in place through the unaligned,
-// may_alias type Vec16U and never passed by value, so the ABI does not depend on -march.
-typedef float Vec16 __attribute__((vector_size(64)));
-typedef float Vec16U __attribute__((vector_size(64), aligned(4), may_alias));
-inline constexpr int kVec = 16;
-inline constexpr int kTileVecs = kTile / kVec;
+// The first key each query of one batch row sees (Note [Attention masks]).
+struct KeyBounds {
+  int64_t window = 0;                  // 0: no window
+  const int32_t* positions = nullptr;  // the row's positions within documents, or null
 
-// s[i * kTile + j] = scale * (a_i . b_j) for rows i in [i0, i0 + R) (a_i stride apart) and
-// all kTile columns of the transposed tile bt. R rows at once reuse each bt load R times.
-template <int R>
-inline void TileScoreRows(const float* a, int64_t stride, int i0, const float* bt, int64_t hs,
-                          float scale, float* s) {
-  Vec16 acc[R][kTileVecs] = {};
-  for (int64_t d = 0; d < hs; ++d) {
-    const float* b = bt + d * kTile;
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      const float av = a[(i0 + r) * stride + d];
-#pragma GCC unroll 4
-      for (int v = 0; v < kTileVecs; ++v) {
-        acc[r][v] += av * *reinterpret_cast<const Vec16U*>(b + v * kVec);
-      }
-    }
+  KeyBounds(const AttentionMask& mask, int64_t b, int64_t seq)
+      : window(mask.window),
+        positions(mask.positions.defined() ? mask.positions.data<int32_t>() + b * seq : nullptr) {}
+  int64_t First(int64_t i) const {
+    int64_t first = window > 0 ? std::max<int64_t>(0, i - window + 1) : 0;
+    if (positions != nullptr) first = std::max(first, i - positions[i]);
+    return first;
   }
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) {
-#pragma GCC unroll 4
-    for (int v = 0; v < kTileVecs; ++v) {
-      *reinterpret_cast<Vec16U*>(s + (i0 + r) * kTile + v * kVec) = acc[r][v] * scale;
-    }
+  // Row i's visible keys within the block of n keys from j0, as [lo, hi) in the block (empty
+  // when lo >= hi).
+  int BlockLo(int64_t i, int64_t j0, int n) const {
+    return static_cast<int>(std::clamp<int64_t>(First(i) - j0, 0, n));
   }
-}
+  static int BlockHi(int64_t i, int64_t j0, int n) {
+    return static_cast<int>(std::clamp<int64_t>(i - j0 + 1, 0, n));
+  }
+};
 
-// Scores of the first n rows of a against the transposed tile bt (kTile columns).
-inline void TileScores(const float* a, int64_t stride, int n, const float* bt, int64_t hs,
-                       float scale, float* s) {
-  int i = 0;
-  for (; i + 4 <= n; i += 4) TileScoreRows<4>(a, stride, i, bt, hs, scale, s);
-  for (; i < n; ++i) TileScoreRows<1>(a, stride, i, bt, hs, scale, s);
-}
+inline constexpr int kVec = 16;  // floats in one vector (Note [Attention microkernels])
 
-// dst_r += sum over c < ncols of w[r * w_row + c * w_col] * src_c, for rows r < nrows;
-// dst_r and src_c are hs floats, dst_stride / src_stride apart. Zero weights (masked
-// entries) are skipped. Head sizes that are multiples of 64 keep 64 columns of dst_r in
-// registers across the whole c loop.
-inline void AccumulateWeightedRows(float* dst, int64_t dst_stride, int nrows, const float* w,
-                                   int64_t w_row, int64_t w_col, int ncols, const float* src,
-                                   int64_t src_stride, int64_t hs) {
-  constexpr int64_t kChunk = kVec * 4;
-  const bool chunked = hs % kChunk == 0;
-  for (int r = 0; r < nrows; ++r) {
-    float* out = dst + r * dst_stride;
-    const float* wr = w + r * w_row;
-    for (int64_t d0 = 0; chunked && d0 < hs; d0 += kChunk) {
-      Vec16 acc[4];
-#pragma GCC unroll 4
-      for (int v = 0; v < 4; ++v) acc[v] = *reinterpret_cast<const Vec16U*>(out + d0 + v * kVec);
-      for (int c = 0; c < ncols; ++c) {
-        const float wv = wr[c * w_col];
-        if (wv == 0.0f) continue;
-        const float* in = src + c * src_stride + d0;
-#pragma GCC unroll 4
-        for (int v = 0; v < 4; ++v) acc[v] += wv * *reinterpret_cast<const Vec16U*>(in + v * kVec);
-      }
-#pragma GCC unroll 4
-      for (int v = 0; v < 4; ++v) *reinterpret_cast<Vec16U*>(out + d0 + v * kVec) = acc[v];
-    }
-    for (int c = 0; !chunked && c < ncols; ++c) {
-      const float wv = wr[c * w_col];
-      if (wv == 0.0f) continue;
-      const float* in = src + c * src_stride;
-#pragma omp simd
-      for (int64_t d = 0; d < hs; ++d) out[d] += wv * in[d];
-    }
-  }
-}
+inline int64_t RoundUpToVec(int64_t n) { return (n + kVec - 1) / kVec * kVec; }
+inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Rows per query block and per key block (Note [Attention tiles]); both multiples of 16.
+struct AttentionBlocks {
+  int q, kv;
+  int64_t q_blocks(int64_t seq) const { return CeilDiv(seq, q); }
+  int64_t kv_blocks(int64_t seq) const { return CeilDiv(seq, kv); }
+};
+// The forward's blocks for a sequence of `seq` (depends on nothing else: the result does not
+// depend on the thread count). The backward's are fixed (attention_backward.cc).
+AttentionBlocks ForwardBlocks(int64_t seq);
+
+// dst[d * cols + j] = src[j * stride + d] for j < n and d < hs; 0 for n <= j < cols.
+void PackTransposed(const float* src, int64_t stride, int n, int64_t hs, int cols, float* dst);
+
+// Scores of a tile: s[r * lds + j] = scale * sum_d a[r * a_stride + d] * bt[d * ldb + j] for
+// rows r < rows and columns j < cols (a multiple of 16; bt holds them, zero-padded).
+void TileScores(const float* a, int64_t a_stride, int rows, const float* bt, int64_t ldb, int cols,
+                int64_t hs, float scale, float* s, int64_t lds);
+
+// Folds one query row's scores s[0, cols) (cols a multiple of 16) into its running max and
+// sum, in place: keys [lo, hi) are visible and become exp(s - max), the others 0. Returns the
+// factor by which the row's output so far must be rescaled: 1 when lo >= hi (the row sees none
+// of these keys and its statistics are left alone), 0 on the row's first block.
+float OnlineSoftmaxRow(float* s, int lo, int hi, int cols, float* row_max, float* row_sum);
+
+// The backward's row of a tile, in place over cols (a multiple of 16): p = exp(p - lse) where
+// the key is visible ([lo, hi)), else 0; ds = p * (ds - delta) * scale.
+void ProbabilitiesAndGradRow(float* p, float* ds, int lo, int hi, int cols, float lse, float delta,
+                             float scale);
+
+// A tile's product with rows of V, dO, Q or K: for rows r < rows and x < hs,
+//   dst[r * ldd + x] = alpha_r * dst[r * ldd + x] + sum_{c < n} w[r * w_row + c * w_col] * src[c *
+//   lds + x]
+// where alpha_r = alpha[r], or 1 when alpha is null (the forward's rescale of its running
+// output rides along with the load of the accumulators).
+void AccumulateWeightedRows(float* dst, int64_t ldd, int rows, const float* alpha, const float* w,
+                            int64_t w_row, int64_t w_col, int n, const float* src, int64_t lds,
+                            int64_t hs);
 
 }  // namespace ztrain::kernels::cpu

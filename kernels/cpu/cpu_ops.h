@@ -86,10 +86,10 @@ class CpuOps final : public Ops {
 
   using Ops::AttentionBackward;
   using Ops::AttentionForward;
-  void AttentionForward(const Tensor& qkv, const AttentionHeads& heads, const Tensor& out,
-                        const Tensor& lse) override;
+  void AttentionForward(const Tensor& qkv, const AttentionHeads& heads, const AttentionMask& mask,
+                        const Tensor& out, const Tensor& lse) override;
   void AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                         const Tensor& lse, const AttentionHeads& heads,
+                         const Tensor& lse, const AttentionHeads& heads, const AttentionMask& mask,
                          const Tensor& dqkv) override;
   using Ops::RopeForward;
   void RopeForward(const Tensor& qkv, const AttentionHeads& heads, const Tensor& inv_freq,

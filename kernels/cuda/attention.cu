@@ -493,11 +493,19 @@ AttentionShape CheckAttention(const Tensor& qkv, const AttentionHeads& heads, co
   return s;
 }
 
+// Sliding windows and packed documents (AttentionMask) run on the CPU kernels only so far.
+void CheckCausalOnly(const AttentionMask& mask, const Device& device, const char* op) {
+  ZTRAIN_CHECK(mask.causal_only(), op, ": sliding-window attention and packed documents are not "
+               "yet on ", device.ToString(), "'s kernels (the CPU has them); drop the model's "
+               "sliding_window or data.packed_documents, or train on the CPU");
+}
+
 }  // namespace
 
 void CudaOps::AttentionForward(const Tensor& qkv, const AttentionHeads& heads,
-                               const Tensor& out, const Tensor& lse) {
+                               const AttentionMask& mask, const Tensor& out, const Tensor& lse) {
   constexpr const char* kOp = "AttentionForward";
+  CheckCausalOnly(mask, device(), kOp);
   if (NeedsWidening({qkv, out})) {  // Note [Mixed dtypes on CUDA]; lse stays fp32
     Widened w(*this);
     AttentionForward(w.In(qkv), heads, w.Out(out), lse);
@@ -518,8 +526,9 @@ void CudaOps::AttentionForward(const Tensor& qkv, const AttentionHeads& heads,
 
 void CudaOps::AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
                                 const Tensor& lse, const AttentionHeads& heads,
-                                const Tensor& dqkv) {
+                                const AttentionMask& mask, const Tensor& dqkv) {
   constexpr const char* kOp = "AttentionBackward";
+  CheckCausalOnly(mask, device(), kOp);
   if (NeedsWidening({dout, qkv, out, dqkv})) {
     Widened w(*this);
     AttentionBackward(w.In(dout), w.In(qkv), w.In(out), lse, heads, w.Out(dqkv));

@@ -18,11 +18,39 @@ using testing::ExpectErrorMentions;
 using testing::Random;
 using testing::View;
 
-// One attention shape: NH query heads, NKV key/value heads of HS features (ops.h's layout).
+// One attention shape: NH query heads, NKV key/value heads of HS features (ops.h's layout),
+// and the keys each query sees beyond causality (ops.h's AttentionMask): a sliding window of
+// `window` keys, and packed documents, `doc_lengths` laid end to end in each batch row.
 struct AttnCase {
   int64_t batch, seq;
   int heads, kv_heads, head_dim;
+  int64_t window = 0;
+  std::vector<int64_t> doc_lengths = {};
   AttentionHeads Heads() const { return {heads, kv_heads, head_dim}; }
+  // positions [B, T]: each row counts 0, 1, ... within each document (empty: no documents).
+  std::vector<int32_t> Positions() const {
+    if (doc_lengths.empty()) return {};
+    std::vector<int32_t> pos;
+    for (int64_t b = 0; b < batch; ++b) {
+      for (int64_t len : doc_lengths) {
+        for (int64_t t = 0; t < len; ++t) pos.push_back(static_cast<int32_t>(t));
+      }
+    }
+    EXPECT_EQ(static_cast<int64_t>(pos.size()), batch * seq) << "doc_lengths must sum to T";
+    return pos;
+  }
+  // Whether query i sees key j, from the definitions (Hugging Face's masks), not the kernel's.
+  bool Visible(int64_t i, int64_t j) const {
+    if (j > i) return false;                            // causal_mask_function
+    if (window > 0 && !(j > i - window)) return false;  // sliding_window_overlay
+    if (doc_lengths.empty()) return true;
+    int64_t start = 0;  // the document holding i
+    for (int64_t len : doc_lengths) {
+      if (i < start + len) break;
+      start += len;
+    }
+    return j >= start;
+  }
   int64_t width() const { return Heads().qkv_width(); }    // qkv row
   int64_t out_width() const { return Heads().q_width(); }  // out row
   // Columns of query head h's q, and of the k and v of the KV head it reads.
@@ -30,9 +58,12 @@ struct AttnCase {
   int64_t KCol(int64_t h) const { return (heads + h / (heads / kv_heads)) * head_dim; }
   int64_t VCol(int64_t h) const { return KCol(h) + int64_t{kv_heads} * head_dim; }
   std::string Name() const {
-    return "B=" + std::to_string(batch) + " T=" + std::to_string(seq) +
-           " NH=" + std::to_string(heads) + " NKV=" + std::to_string(kv_heads) +
-           " HS=" + std::to_string(head_dim);
+    std::string name = "B=" + std::to_string(batch) + " T=" + std::to_string(seq) +
+                       " NH=" + std::to_string(heads) + " NKV=" + std::to_string(kv_heads) +
+                       " HS=" + std::to_string(head_dim);
+    if (window > 0) name.append(" window=").append(std::to_string(window));
+    if (!doc_lengths.empty()) name.append(" documents=").append(std::to_string(doc_lengths.size()));
+    return name;
   }
 };
 
@@ -41,7 +72,8 @@ AttnCase MultiHead(int64_t batch, int64_t seq, int64_t ch, int heads) {
   return {batch, seq, heads, heads, static_cast<int>(ch / heads)};
 }
 
-// Softmax probabilities P[i][j] (j <= i) of one (b, query head h) in double, row-major T x T.
+// Softmax probabilities P[i][j] (0 where query i does not see key j) of one (b, query head h)
+// in double, row-major T x T.
 std::vector<double> RefProbs(const std::vector<double>& qkv, const AttnCase& tc, int64_t b,
                              int64_t h, std::vector<double>* lse) {
   const int64_t hs = tc.head_dim, stride = tc.width(), T = tc.seq;
@@ -51,14 +83,17 @@ std::vector<double> RefProbs(const std::vector<double>& qkv, const AttnCase& tc,
   for (int64_t i = 0; i < T; ++i) {
     double mx = -INFINITY;
     for (int64_t j = 0; j <= i; ++j) {
+      if (!tc.Visible(i, j)) continue;
       double s = 0.0;
       for (int64_t d = 0; d < hs; ++d) s += q[i * stride + d] * k[j * stride + d];
       p[i * T + j] = s / std::sqrt(double(hs));
       mx = std::max(mx, p[i * T + j]);
     }
     double sum = 0.0;
-    for (int64_t j = 0; j <= i; ++j) sum += std::exp(p[i * T + j] - mx);
-    for (int64_t j = 0; j <= i; ++j) p[i * T + j] = std::exp(p[i * T + j] - mx) / sum;
+    for (int64_t j = 0; j <= i; ++j) sum += tc.Visible(i, j) ? std::exp(p[i * T + j] - mx) : 0.0;
+    for (int64_t j = 0; j <= i; ++j) {
+      p[i * T + j] = tc.Visible(i, j) ? std::exp(p[i * T + j] - mx) / sum : 0.0;
+    }
     if (lse) (*lse)[(b * tc.heads + h) * T + i] = mx + std::log(sum);
   }
   return p;
@@ -134,31 +169,50 @@ AttnRun RunAttention(Ops& ops, const AttnCase& tc, std::vector<float>& qkv,
   const Tensor qkv_t = View(qkv, {tc.batch, tc.seq, tc.width()});
   const Tensor out_t = View(r.out, {tc.batch, tc.seq, tc.out_width()});
   const Tensor lse_t = View(r.lse, {tc.batch, tc.heads, tc.seq});
+  std::vector<int32_t> positions = tc.Positions();
+  AttentionMask mask{tc.window, {}};
+  if (!positions.empty()) {
+    mask.positions = Tensor(positions.data(), DType::kI32, {tc.batch, tc.seq});
+  }
+  const bool masked = !mask.causal_only();
+  EXPECT_FALSE(masked && int_form) << "GPT-2's int form has no mask";
   // heads: an int (GPT-2's form) or AttentionHeads.
   auto forward = [&](auto heads) { ops.AttentionForward(qkv_t, heads, out_t, lse_t); };
-  int_form ? forward(tc.heads) : forward(tc.Heads());
+  if (masked) {
+    ops.AttentionForward(qkv_t, tc.Heads(), mask, out_t, lse_t);
+  } else {
+    int_form ? forward(tc.heads) : forward(tc.Heads());
+  }
   if (dout == nullptr) return r;
   const Tensor dout_t = View(*dout, {tc.batch, tc.seq, tc.out_width()});
   const Tensor dqkv_t = View(r.dqkv, {tc.batch, tc.seq, tc.width()});
   auto backward = [&](auto heads) {
     ops.AttentionBackward(dout_t, qkv_t, out_t, lse_t, heads, dqkv_t);
   };
-  int_form ? backward(tc.heads) : backward(tc.Heads());
+  if (masked) {
+    ops.AttentionBackward(dout_t, qkv_t, out_t, lse_t, tc.Heads(), mask, dqkv_t);
+  } else {
+    int_form ? backward(tc.heads) : backward(tc.Heads());
+  }
   return r;
 }
 
-// GPT-2's form. Awkward T around the 64-row tile; head sizes 4..128 (multiples of 64 take the
-// register-blocked path of AccumulateWeightedRows, the others the plain loop).
+// GPT-2's form. Awkward T around the blocks (Note [Attention tiles]: the forward's 64-row query
+// blocks and 256-key blocks, the backward's 64 by 128) and head sizes 4..128, so that every
+// register block of the products runs (64, 48, 32 and 16 columns, 1 to 6 rows) and the
+// columns past the last multiple of 16 take the plain loop.
 const AttnCase kMultiHeadCases[] = {MultiHead(1, 1, 8, 1),     MultiHead(2, 7, 12, 3),
                                     MultiHead(1, 64, 32, 2),   MultiHead(1, 65, 16, 4),
                                     MultiHead(1, 67, 16, 2),   MultiHead(2, 130, 24, 3),
-                                    MultiHead(1, 130, 128, 2), MultiHead(1, 70, 128, 1)};
+                                    MultiHead(1, 130, 128, 2), MultiHead(1, 70, 128, 1),
+                                    MultiHead(1, 257, 96, 2),  MultiHead(1, 530, 40, 2)};
 
 // Grouped-query (groups of 2, 3, 4) and multi-query heads, head_dim chosen apart from any
-// model width (NH * HS is no C of the case), across tile boundaries and both
-// AccumulateWeightedRows paths.
-const AttnCase kGroupedCases[] = {{1, 67, 4, 2, 16}, {2, 7, 6, 2, 4},    {1, 130, 8, 2, 64},
-                                  {2, 65, 3, 1, 12}, {1, 70, 4, 1, 128}, {1, 33, 2, 2, 24}};
+// model width (NH * HS is no C of the case), across block boundaries (one key block of the
+// forward and several, the last one short) and every register block.
+const AttnCase kGroupedCases[] = {{1, 67, 4, 2, 16},  {2, 7, 6, 2, 4},    {1, 130, 8, 2, 64},
+                                  {2, 65, 3, 1, 12},  {1, 70, 4, 1, 128}, {1, 33, 2, 2, 24},
+                                  {1, 300, 4, 2, 20}, {1, 600, 3, 1, 64}};
 
 // Every case with the form it is called through (GPT-2's int form for the multi-head ones).
 std::vector<std::pair<AttnCase, bool>> AllCases() {
@@ -207,9 +261,11 @@ TEST(AttentionTest, BackwardMatchesAnalyticReference) {
 
 TEST(AttentionTest, BackwardMatchesFiniteDifferences) {
   auto ops = MakeCpuOps();
-  // The small cases are checked at every element, the ones spanning two tiles at a sample.
-  for (const AttnCase& tc : {MultiHead(2, 7, 12, 3), MultiHead(1, 67, 16, 2),
-                             AttnCase{2, 7, 6, 2, 4}, AttnCase{1, 67, 3, 1, 8}}) {
+  // The small cases are checked at every element, the ones spanning several blocks at a
+  // sample.
+  for (const AttnCase& tc :
+       {MultiHead(2, 7, 12, 3), MultiHead(1, 67, 16, 2), AttnCase{2, 7, 6, 2, 4},
+        AttnCase{1, 67, 3, 1, 8}, AttnCase{1, 270, 2, 1, 8}}) {
     SCOPED_TRACE(tc.Name());
     auto qkv = Random(tc.batch * tc.seq * tc.width(), 5);
     auto dout = Random(tc.batch * tc.seq * tc.out_width(), 6);
@@ -221,6 +277,124 @@ TEST(AttentionTest, BackwardMatchesFiniteDifferences) {
         },
         qkv, 600, 1e-4, "dqkv");
   }
+}
+
+// Sliding windows and packed documents (Note [Attention masks]) across the blocks: windows of
+// one key, of fewer keys than a block and of more than T; documents of one token, documents
+// crossing block edges and ending on them; a window inside documents.
+std::vector<AttnCase> MaskedCases() {
+  return {{1, 600, 4, 2, 16, 100},
+          {2, 300, 2, 1, 20, 1},
+          {1, 130, 3, 3, 8, 1000},
+          {1, 600, 4, 2, 16, 0, {5, 250, 1, 300, 44}},
+          {2, 530, 2, 2, 64, 0, {256, 256, 18}},
+          {1, 600, 3, 1, 24, 64, {100, 400, 100}},
+          {1, 40, 2, 1, 8, 0, std::vector<int64_t>(40, 1)}};
+}
+
+TEST(AttentionTest, MaskedMatchesNaiveReference) {
+  auto ops = MakeCpuOps();
+  for (const AttnCase& tc : MaskedCases()) {
+    SCOPED_TRACE(tc.Name());
+    auto qkv = Random(tc.batch * tc.seq * tc.width(), 11);
+    auto dout = Random(tc.batch * tc.seq * tc.out_width(), 12);
+    const AttnRun r = RunAttention(*ops, tc, qkv, &dout);
+    std::vector<double> ref_lse(r.lse.size());
+    ExpectClose(r.out, RefForward(testing::ToDouble(qkv), tc, &ref_lse), 1e-5, "out");
+    ExpectClose(r.lse, ref_lse, 1e-5, "lse");
+    ExpectClose(r.dqkv, RefBackward(testing::ToDouble(qkv), dout, tc), 1e-5, "dqkv");
+  }
+}
+
+// A packed row gives each document what the document gives alone (as its own sequence):
+// Hugging Face's DataCollatorWithFlattening contract for attention.
+TEST(AttentionTest, PackedDocumentsEqualTheDocumentsOneByOne) {
+  auto ops = MakeCpuOps();
+  const AttnCase packed{1, 600, 4, 2, 16, 0, {5, 250, 1, 300, 44}};
+  auto qkv = Random(packed.seq * packed.width(), 13);
+  auto dout = Random(packed.seq * packed.out_width(), 14);
+  const AttnRun whole = RunAttention(*ops, packed, qkv, &dout);
+  int64_t start = 0;
+  for (int64_t len : packed.doc_lengths) {
+    SCOPED_TRACE("document at " + std::to_string(start) + " of " + std::to_string(len));
+    const AttnCase alone{1, len, packed.heads, packed.kv_heads, packed.head_dim};
+    const int64_t w = packed.width(), ow = packed.out_width();
+    std::vector<float> doc_qkv(qkv.begin() + start * w, qkv.begin() + (start + len) * w);
+    std::vector<float> doc_dout(dout.begin() + start * ow, dout.begin() + (start + len) * ow);
+    const AttnRun one = RunAttention(*ops, alone, doc_qkv, &doc_dout);
+    auto rows = [&](const std::vector<float>& v, int64_t width) {
+      return std::vector<float>(v.begin() + start * width, v.begin() + (start + len) * width);
+    };
+    ExpectClose(rows(whole.out, ow), testing::ToDouble(one.out), 1e-5, "out");
+    ExpectClose(rows(whole.dqkv, w), testing::ToDouble(one.dqkv), 1e-5, "dqkv");
+    for (int64_t h = 0; h < packed.heads; ++h) {
+      for (int64_t t = 0; t < len; ++t) {
+        EXPECT_NEAR(whole.lse[h * packed.seq + start + t], one.lse[h * len + t], 1e-5);
+      }
+    }
+    start += len;
+  }
+}
+
+TEST(AttentionTest, MaskedBackwardMatchesFiniteDifferences) {
+  auto ops = MakeCpuOps();
+  for (const AttnCase& tc :
+       {AttnCase{1, 70, 2, 1, 8, 20, {30, 40}}, AttnCase{2, 9, 2, 2, 4, 3, {4, 1, 4}}}) {
+    SCOPED_TRACE(tc.Name());
+    auto qkv = Random(tc.batch * tc.seq * tc.width(), 15);
+    auto dout = Random(tc.batch * tc.seq * tc.out_width(), 16);
+    const AttnRun r = RunAttention(*ops, tc, qkv, &dout);
+    testing::ExpectGradMatchesFiniteDiff(
+        r.dqkv,
+        [&](const std::vector<double>& v) {
+          return testing::Dot(RefForward(v, tc, nullptr), dout);
+        },
+        qkv, 600, 1e-4, "dqkv");
+  }
+}
+
+TEST(AttentionTest, RejectsBadMasks) {
+  auto ops = MakeCpuOps();
+  // NH = NKV = 1, HS = 2, B = 1, T = 4: qkv [1, 4, 6], out [1, 4, 2], lse [1, 1, 4].
+  std::vector<float> qkv(24, 0.5f), out(8), lse(4), dqkv(24);
+  const Tensor qkv_t = View(qkv, {1, 4, 6}), out_t = View(out, {1, 4, 2}),
+               lse_t = View(lse, {1, 1, 4});
+  const AttentionHeads heads{1, 1, 2};
+  auto forward = [&](const AttentionMask& mask) {
+    ops->AttentionForward(qkv_t, heads, mask, out_t, lse_t);
+  };
+  ExpectErrorMentions(
+      [&] {
+        forward({-1, {}});
+      },
+      {"AttentionForward", "sliding window is -1", "0 for none"});
+  std::vector<int32_t> pos = {0, 1, 5, 0};
+  ExpectErrorMentions(
+      [&] {
+        forward({0, Tensor(pos.data(), DType::kI32, {1, 4})});
+      },
+      {"AttentionForward", "positions[0][2] = 5 after 1", "count up by one"});
+  pos = {1, 2, 3, 4};
+  ExpectErrorMentions(
+      [&] {
+        forward({0, Tensor(pos.data(), DType::kI32, {1, 4})});
+      },
+      {"positions[0][0] = 1 at the start"});
+  pos = {0, 1, 2, 3};
+  ExpectErrorMentions(
+      [&] {
+        forward({0, Tensor(pos.data(), DType::kI32, {4})});
+      },
+      {"AttentionForward", "positions"});
+  std::vector<float> float_pos = {0.0f, 1.0f, 2.0f, 3.0f};
+  ExpectErrorMentions([&] { forward({0, View(float_pos, {1, 4})}); },
+                      {"AttentionForward", "positions"});
+  ExpectErrorMentions(
+      [&] {
+        ops->AttentionBackward(out_t, qkv_t, out_t, lse_t, heads,
+                               {0, Tensor(pos.data(), DType::kI32, {2, 2})}, View(dqkv, {1, 4, 6}));
+      },
+      {"AttentionBackward", "positions"});
 }
 
 // The AttentionHeads form with NKV = NH and HS = C / NH is GPT-2's int form, bit for bit.
