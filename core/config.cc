@@ -102,6 +102,8 @@ ModelConfig ModelFrom(const json& m) {
   c.qkv_bias = m["qkv_bias"];
   c.mlp_bias = m["mlp_bias"];
   c.tie_word_embeddings = m["tie_word_embeddings"];
+  c.sliding_window = m["sliding_window"];
+  c.max_window_layers = m["max_window_layers"];
   return c;
 }
 

@@ -52,7 +52,13 @@ struct ModelConfig {
   bool qkv_bias = false;        // q, k and v only (Qwen2)
   bool mlp_bias = false;
   bool tie_word_embeddings = true;
+  // Sliding-window attention (Mistral, Qwen2): query i sees keys i - sliding_window + 1 .. i in
+  // the layers from max_window_layers on (Qwen2's rule; 0: every layer, Mistral's); 0: none.
+  int64_t sliding_window = 0;
+  int max_window_layers = 0;
 
+  // The window of layer `l` (0: full causal attention).
+  int64_t WindowOf(int l) const { return l >= max_window_layers ? sliding_window : 0; }
   int kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
   int head_size() const { return head_dim > 0 ? head_dim : (n_head > 0 ? n_embd / n_head : 0); }
   int64_t mlp_hidden() const {

@@ -297,6 +297,14 @@ std::vector<ConfigKey> ModelDataTrainingKeys() {
       Key("model.tie_word_embeddings", T::kBool, true,
           "The LM head shares the token embedding (GPT-2 always; Llama-3.2-1B yes, Llama-2/3 "
           "7B/8B no)."),
+      Key("model.sliding_window", T::kInt, 0,
+          "Sliding-window attention (Llama family): each query sees itself and the "
+          "`sliding_window - 1` positions before it (Mistral's and Qwen2's `sliding_window`; "
+          "Hugging Face's `kv_idx > q_idx - sliding_window`). 0: full causal attention. "
+          "Generation keeps only the window in its KV cache."),
+      Key("model.max_window_layers", T::kInt, 0,
+          "With `sliding_window`: layers `0 .. max_window_layers - 1` attend fully, the rest "
+          "through the window (Qwen2's `max_window_layers`); 0: every layer (Mistral)."),
 
       Key("data", T::kSection, nullptr, "ztrain: where the tokens come from."),
       Key("data.train", T::kDataSources, "",

@@ -55,6 +55,12 @@ Decoder::Decoder(const ModelConfig& model,
 
 Decoder::~Decoder() = default;
 
+int64_t Decoder::cache_bytes() const {
+  int64_t bytes = 0;
+  for (const KvCache& c : kv_) bytes += static_cast<int64_t>(c.k.nbytes() + c.v.nbytes());
+  return bytes;
+}
+
 void Decoder::Reset() {
   for (KvCache& c : kv_) c.length = 0;
   length_ = 0;

@@ -47,6 +47,9 @@ class Decoder {
   void Reset();
   // Positions fed so far.
   int64_t length() const { return length_; }
+  // Bytes the KV caches hold: model.max_seq_len rows per layer, or the window in a sliding
+  // layer (Note [Windowed KV cache]), once the first step allocated them.
+  int64_t cache_bytes() const;
   const ModelConfig& model() const { return model_; }
 
  private:

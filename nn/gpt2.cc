@@ -92,6 +92,9 @@ std::vector<std::string> ConfigProblems(const ModelConfig& m) {
   refuse(m.attention_bias || m.qkv_bias || m.mlp_bias,
          "a model.*_bias flag (GPT-2 has every bias)");
   refuse(!m.tie_word_embeddings, "model.tie_word_embeddings false (GPT-2 ties them)");
+  refuse(m.sliding_window != 0 || m.max_window_layers != 0,
+         "model.sliding_window (GPT-2 attends to the whole context; the Llama family has "
+         "windows)");
   return p;
 }
 

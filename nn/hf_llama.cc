@@ -47,6 +47,33 @@ json RopeScaling(const json& hf, const std::string& path) {
   return out;
 }
 
+// {sliding_window, max_window_layers} as transformers decides which layers slide: Mistral's
+// sliding_window (null: none) in every layer; Qwen2's only with use_sliding_window, in layers
+// from max_window_layers on (Qwen2Config's layer_types, which a config.json may also spell
+// out: then it must be full layers followed by sliding ones).
+std::pair<int64_t, int64_t> SlidingWindow(const json& hf, const std::string& variant,
+                                          const std::string& path, int64_t n_layer) {
+  const bool has_window = hf.contains("sliding_window") && !hf["sliding_window"].is_null();
+  if (variant == "mistral") return {has_window ? HfInt(hf, "sliding_window", path) : 0, 0};
+  if (variant != "qwen2" || !HfBool(hf, "use_sliding_window", path, false)) return {0, 0};
+  ZTRAIN_CHECK_T(ConfigError, has_window, path,
+                 ": use_sliding_window is true but sliding_window is null");
+  int64_t full = HfInt(hf, "max_window_layers", path, 28);
+  if (hf.contains("layer_types") && hf["layer_types"].is_array()) {
+    const json& types = hf["layer_types"];
+    full = 0;
+    while (full < static_cast<int64_t>(types.size()) && types[full] == "full_attention") ++full;
+    for (int64_t l = full; l < static_cast<int64_t>(types.size()); ++l) {
+      ZTRAIN_CHECK_T(ConfigError, types[l] == "sliding_attention", path, ": layer_types[", l,
+                     "] is ", types[l].dump(),
+                     " after a sliding layer; ztrain runs full layers "
+                     "followed by sliding ones (Qwen2's max_window_layers)");
+    }
+  }
+  if (full >= n_layer) return {0, 0};  // no layer slides
+  return {HfInt(hf, "sliding_window", path), full};
+}
+
 json ReadConfig(const json& hf, const std::string& path, json* notes) {
   const std::string variant = Variant(hf);
   const std::string act = HfString(hf, "hidden_act", path, "silu");
@@ -70,18 +97,12 @@ json ReadConfig(const json& hf, const std::string& path, json* notes) {
             {"attention_bias", variant == "llama" && HfBool(hf, "attention_bias", path, false)},
             {"qkv_bias", variant == "qwen2"},
             {"mlp_bias", variant == "llama" && HfBool(hf, "mlp_bias", path, false)}};
-  // A sliding window masks keys more than `window` positions back. Sequences no longer than
-  // the window are untouched by it, so ztrain runs the model exactly by taking the window as
-  // the longest sequence (max_seq_len) rather than refusing the file.
-  const bool windowed = variant == "mistral" || HfBool(hf, "use_sliding_window", path, false);
-  if (windowed && hf.contains("sliding_window") && !hf["sliding_window"].is_null()) {
-    const int64_t window = HfInt(hf, "sliding_window", path);
-    if (window < m["max_seq_len"].get<int64_t>()) {
-      m["max_seq_len"] = window;
-      (*notes)["max_seq_len"] =
-          StrCat("sliding_window ", window, " (ztrain has no sliding-window attention yet; "
-                 "sequences up to the window are exact)");
-    }
+  const auto [window, full_layers] = SlidingWindow(hf, variant, path, m["n_layer"].get<int64_t>());
+  m["sliding_window"] = window;
+  m["max_window_layers"] = full_layers;
+  if (window > 0) {
+    (*notes)["sliding_window"] =
+        StrCat(window, full_layers > 0 ? StrCat(" from layer ", full_layers) : std::string());
   }
   return m;
 }
@@ -116,8 +137,20 @@ json WriteConfig(const ModelConfig& m, DType dtype) {
             {"attention_dropout", 0.0},
             {"use_cache", true},
             {"torch_dtype", HfTorchDType(dtype)}};
+  const bool windowed = m.sliding_window > 0;
   if (qwen2) {
-    c["use_sliding_window"] = false;
+    c["use_sliding_window"] = windowed;
+    c["sliding_window"] = windowed ? json(m.sliding_window) : json(nullptr);
+    c["max_window_layers"] = windowed ? m.max_window_layers : m.n_layer;
+  } else if (windowed) {  // every layer slides: Mistral
+    ZTRAIN_CHECK_T(ConfigError, m.max_window_layers == 0 && !m.attention_bias && !m.mlp_bias,
+                   "a Llama-family model with a sliding window ",
+                   m.max_window_layers > 0 ? "from layer " + std::to_string(m.max_window_layers)
+                                           : std::string("and biases"),
+                   " is neither a Mistral nor a Qwen2 Hugging Face model; no HF class reads it");
+    c["architectures"] = {"MistralForCausalLM"};
+    c["model_type"] = "mistral";
+    c["sliding_window"] = m.sliding_window;
   } else {
     ZTRAIN_CHECK_T(ConfigError, !m.qkv_bias || m.attention_bias, "model.qkv_bias with ",
                    "model.mlp_bias is neither a Llama nor a Qwen2 Hugging Face model; no HF "

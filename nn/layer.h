@@ -104,8 +104,10 @@ struct MicroBatch {
 // first_position .. first_position + T - 1 of one sequence (batch 1), their tokens [1,T].
 // Each transformer block keeps its keys and values in caches[BlockIndex()].
 struct KvCache {
-  Buffer k, v;      // [capacity, kv width] fp32, rows 0 .. length - 1 filled
-  int64_t length = 0;
+  // [capacity, kv width] fp32, rows 0 .. length - 1 filled; a sliding-window layer's are
+  // [min(capacity, window), kv width] with position p in row p % rows (Note [Windowed KV cache]).
+  Buffer k, v;
+  int64_t length = 0;  // positions seen
 };
 struct DecodeStep {
   Tensor tokens;  // int32 [1,T]

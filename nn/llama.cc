@@ -45,6 +45,7 @@ std::unique_ptr<Layer> Block(const ModelConfig& m, int index,
   a.qkv_bias = m.attention_bias || m.qkv_bias;
   a.o_bias = m.attention_bias;
   a.rope_inv_freq = inv_freq;
+  a.window = m.WindowOf(index);
   s.mlp = {MlpKind::kSwiGlu,
            m.mlp_hidden(),
            std::string(N::kGate),
@@ -94,6 +95,15 @@ std::vector<std::string> ConfigProblems(const ModelConfig& m) {
     p.push_back("model.rope_scaling.high_freq_factor must exceed low_freq_factor (llama3)");
   }
   if (!(m.rope_theta > 0.0)) p.push_back("model.rope_theta must be positive");
+  if (m.sliding_window < 0) {
+    p.push_back(detail::StrCat("model.sliding_window ", m.sliding_window,
+                               " must be positive, or 0 for full attention"));
+  }
+  if (m.max_window_layers < 0 || (m.sliding_window == 0 && m.max_window_layers != 0)) {
+    p.push_back(detail::StrCat("model.max_window_layers ", m.max_window_layers,
+                               " needs model.sliding_window and must be 0 or more (layers "
+                               "from it on use the window)"));
+  }
   if (!(m.norm_eps > 0.0)) p.push_back("model.norm_eps must be positive");
   return p;
 }

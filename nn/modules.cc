@@ -396,7 +396,7 @@ std::vector<LinearSpec> QkvSpecs(const AttentionSpec& s, int64_t c) {
 
 Attention::Attention(const AttentionSpec& s, int64_t channels, const LinearProvider& provider,
                      ParamTable& table)
-    : inv_freq_(s.rope_inv_freq) {
+    : inv_freq_(s.rope_inv_freq), window_(s.window) {
   ZTRAIN_ASSERT(s.n_head > 0 && s.n_kv_head > 0 && s.n_head % s.n_kv_head == 0 &&
                 s.n_kv_head % provider.size() == 0 && s.head_dim > 0);
   ZTRAIN_ASSERT(inv_freq_.empty() || static_cast<int>(inv_freq_.size()) * 2 == s.head_dim);
@@ -429,7 +429,7 @@ void Attention::Forward(LayerContext& ctx, const LinearProvider& p, const ParamV
   if (!inv_freq_.empty()) ops.RopeForward(qkv3, heads_, InvFreq(ctx));
   const Tensor att = ctx.Save("att", ctx.dtype(), {n, heads_.q_width()});
   const Tensor lse = ctx.Save("lse", DType::kF32, {batch, heads_.num_heads, t});
-  ops.AttentionForward(qkv3, heads_, att.View({batch, t, heads_.q_width()}), lse);
+  ops.AttentionForward(qkv3, heads_, Mask(), att.View({batch, t, heads_.q_width()}), lse);
   o_.ForwardAdd(ctx, p, v, att, residual, y);
 }
 
@@ -440,30 +440,45 @@ void Attention::Decode(LayerContext& ctx, const LinearProvider& p, const ParamVi
   const int64_t t = x.size(0), width = heads_.qkv_width(), kvw = heads_.kv_width();
   ZTRAIN_CHECK(first == cache.length && first + t <= capacity, "decoding positions ", first,
                "..", first + t - 1, " over a cache of ", cache.length, " of at most ", capacity);
+  // Note [Windowed KV cache]: with a sliding window the cache has only `window` rows and
+  // position p lives in row p % window. After p is written the rows hold exactly the keys p
+  // sees (in rotated order, which the softmax does not see), so each new position attends over
+  // all the rows filled so far, one position at a time; a prompt from the start runs the
+  // training kernel under the window and leaves its last `window` positions in the cache.
+  const int64_t rows = window_ > 0 ? std::min(capacity, window_) : capacity;
   if (cache.k.nbytes() == 0) {
-    cache.k = Buffer(cache_allocator, DType::kF32, {capacity, kvw}, MemoryCategory::kActivations);
-    cache.v = Buffer(cache_allocator, DType::kF32, {capacity, kvw}, MemoryCategory::kActivations);
+    cache.k = Buffer(cache_allocator, DType::kF32, {rows, kvw}, MemoryCategory::kActivations);
+    cache.v = Buffer(cache_allocator, DType::kF32, {rows, kvw}, MemoryCategory::kActivations);
   }
   const Tensor qkv = ctx.Scratch(DType::kF32, {t, width});
   qkv_.Forward(ctx, v, x, qkv);
   if (!inv_freq_.empty()) ops.RopeForward(qkv.View({1, t, width}), heads_, InvFreq(ctx), first);
-  const float* rows = qkv.data<float>();
-  float* k = cache.k.data<float>() + first * kvw;
-  float* vv = cache.v.data<float>() + first * kvw;
-  for (int64_t i = 0; i < t; ++i) {
-    const float* row = rows + i * width + heads_.q_width();
-    std::copy(row, row + kvw, k + i * kvw);
-    std::copy(row + kvw, row + 2 * kvw, vv + i * kvw);
-  }
-  cache.length = first + t;
+  const float* new_rows = qkv.data<float>();
+  auto store = [&](int64_t i) {  // position first + i into its cache row
+    const float* row = new_rows + i * width + heads_.q_width();
+    const int64_t r = (first + i) % rows;
+    std::copy(row, row + kvw, cache.k.data<float>() + r * kvw);
+    std::copy(row + kvw, row + 2 * kvw, cache.v.data<float>() + r * kvw);
+  };
+  auto cached = [&](const Buffer& b, int64_t n) { return b.AsTensor(DType::kF32, {n, kvw}); };
   const Tensor att = ctx.Scratch(DType::kF32, {t, heads_.q_width()});
   if (first == 0 && t > 1) {  // a prompt from the start: the training kernel's tiles
+    for (int64_t i = 0; i < t; ++i) store(i);
     const Tensor lse = ctx.Scratch(DType::kF32, {1, heads_.num_heads, t});
-    ops.AttentionForward(qkv.View({1, t, width}), heads_, att.View({1, t, heads_.q_width()}), lse);
+    ops.AttentionForward(qkv.View({1, t, width}), heads_, Mask(),
+                         att.View({1, t, heads_.q_width()}), lse);
+  } else if (window_ == 0) {
+    for (int64_t i = 0; i < t; ++i) store(i);
+    ops.AttentionDecode(qkv, cached(cache.k, first + t), cached(cache.v, first + t), heads_, att);
   } else {
-    ops.AttentionDecode(qkv, cache.k.AsTensor(DType::kF32, {cache.length, kvw}),
-                        cache.v.AsTensor(DType::kF32, {cache.length, kvw}), heads_, att);
+    for (int64_t i = 0; i < t; ++i) {
+      store(i);
+      const int64_t filled = std::min(first + i + 1, rows);
+      ops.AttentionDecode(qkv.Slice(i, i + 1), cached(cache.k, filled), cached(cache.v, filled),
+                          heads_, att.Slice(i, i + 1));
+    }
   }
+  cache.length = first + t;
   o_.ForwardAdd(ctx, p, v, att, residual, y);
 }
 
@@ -478,7 +493,8 @@ void Attention::Backward(LayerContext& ctx, const LinearProvider& p, const Param
   const Tensor dqkv = ctx.Scratch(ctx.dtype(), {n, width});
   const Tensor dqkv3 = dqkv.View({batch, t, width});
   ops.AttentionBackward(datt.View({batch, t, qw}), ctx.Saved("qkv").View({batch, t, width}),
-                        ctx.Saved("att").View({batch, t, qw}), ctx.Saved("lse"), heads_, dqkv3);
+                        ctx.Saved("att").View({batch, t, qw}), ctx.Saved("lse"), heads_, Mask(),
+                        dqkv3);
   if (!inv_freq_.empty()) ops.RopeBackward(dqkv3, heads_, InvFreq(ctx));
   std::vector<LinearGrad> g;
   qkv_.Grads(ctx, v, dqkv, g);
@@ -492,12 +508,17 @@ void Attention::Adapt(const AdapterPlan& plan, int block, const LinearProvider& 
   o_.Adapt(plan, block, provider, table);
 }
 
+kernels::AttentionMask Attention::Mask() const { return {window_, {}}; }
+
 double Attention::ForwardFlopsPerToken(int64_t seq_len) const {
-  // The projections, plus causal attention: q.k and p.v over on average T/2 keys.
+  // The projections, plus causal attention: q.k and p.v over on average T/2 keys, or under a
+  // window W < T over (W (W + 1) / 2 + (T - W) W) / T.
   const double matmuls = static_cast<double>(qkv_.local_weight_elements() +
                                              o_.local_weight_elements());
-  return 2.0 * matmuls +
-         2.0 * 2.0 * static_cast<double>(heads_.q_width()) * static_cast<double>(seq_len) / 2.0;
+  const auto t = static_cast<double>(seq_len), w = static_cast<double>(window_);
+  const double keys =
+      window_ > 0 && window_ < seq_len ? (w * (w + 1) / 2 + (t - w) * w) / t : t / 2.0;
+  return 2.0 * matmuls + 2.0 * 2.0 * static_cast<double>(heads_.q_width()) * keys;
 }
 
 // ---- Mlp -----------------------------------------------------------------------------------

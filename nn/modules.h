@@ -195,6 +195,7 @@ struct AttentionSpec {
   bool qkv_bias = false, o_bias = false;
   float o_std = 0.02f;
   std::vector<float> rope_inv_freq;  // [head_dim / 2]; empty: positions come from elsewhere
+  int64_t window = 0;  // sliding window (kernels::AttentionMask); 0: full causal attention
 };
 
 class Attention {
@@ -209,7 +210,8 @@ class Attention {
   void Backward(LayerContext& ctx, const LinearProvider& p, const ParamViews& v, int64_t batch,
                 const Tensor& dy, const Tensor& x, const Tensor& dx) const;
   // Forward of T new positions starting at `first` over `cache` (Note [KV cache],
-  // nn/decoder.h): appends their keys and values, attends over the cache. fp32, batch 1.
+  // nn/decoder.h): appends their keys and values, attends over the cache. fp32, batch 1. With a
+  // sliding window the cache holds only the window (Note [Windowed KV cache]).
   void Decode(LayerContext& ctx, const LinearProvider& p, const ParamViews& v, KvCache& cache,
               int64_t first, int64_t capacity, Allocator& cache_allocator, const Tensor& x,
               const Tensor& residual, const Tensor& y) const;
@@ -218,9 +220,11 @@ class Attention {
 
  private:
   Tensor InvFreq(LayerContext& ctx) const;
+  kernels::AttentionMask Mask() const;  // the keys each query sees (the window)
   kernels::AttentionHeads heads_;  // this piece's
   Linear qkv_, o_;
   std::vector<float> inv_freq_;
+  int64_t window_ = 0;
 };
 
 enum class MlpKind { kGelu, kSwiGlu };

@@ -339,10 +339,17 @@ void Trainer::LogStart() const {
   const ModelConfig& m = config_.model;
   int64_t params = 0;
   for (const auto& [name, shape] : engine_->ModelParameters()) params += NumElements(shape);
+  std::string window;
+  if (m.sliding_window > 0) {
+    window = fmt::format(", sliding window {}{}", m.sliding_window,
+                         m.max_window_layers > 0
+                             ? fmt::format(" from layer {}", m.max_window_layers)
+                             : std::string(" in every layer"));
+  }
   Log().info("ztrain: {} model, {} layers, {} heads ({} key/value), {} wide, vocab {} (padded "
-             "{}), {} parameters",
+             "{}){}, {} parameters",
              m.type, m.n_layer, m.n_head, m.kv_heads(), m.n_embd, m.vocab_size,
-             m.padded_vocab_size, params);
+             m.padded_vocab_size, window, params);
   Log().info(
       "batch: {} x {} tokens per micro-batch, {} micro-batches per step, {} data-parallel "
       "ranks (ZeRO stage {}), {} steps",

@@ -31,9 +31,19 @@ void Fill(const std::string& name, const Tensor& out) {
   }
 }
 
-Config TestConfig(bool llama) {
+// "Gpt2", "Llama", or a Llama with sliding windows shorter than the test sequence (20 tokens):
+// "LlamaWindow" slides layer 1 only (window 4; layer 0 attends fully), "LlamaWindowAll" every
+// layer (window 3), so that the cache of a sliding layer wraps around (Note [Windowed KV
+// cache]).
+Config TestConfig(const std::string& family) {
+  const bool llama = family != "Gpt2";
   nlohmann::json j = llama ? testing::TinyLlamaConfigJson(2, 11, 32)
                            : testing::TinyConfigJson(2, 8, 2, 11, 32);
+  if (family == "LlamaWindow") {
+    j["model"]["sliding_window"] = 4;
+    j["model"]["max_window_layers"] = 1;
+  }
+  if (family == "LlamaWindowAll") j["model"]["sliding_window"] = 3;
   j["train_micro_batch_size_per_gpu"] = 1;
   j.erase("train_batch_size");
   j["device"] = "cpu";
@@ -49,7 +59,7 @@ double MaxRelativeDiff(const std::vector<float>& a, const std::vector<float>& b)
   return worst;
 }
 
-class DecoderTest : public ::testing::TestWithParam<bool> {};
+class DecoderTest : public ::testing::TestWithParam<std::string> {};
 
 // Each step's logits equal one step over the whole prefix (the cache holds what recomputing
 // would give), for a prompt fed at once and every later token fed alone.
@@ -93,6 +103,20 @@ TEST_P(DecoderTest, LogitsGiveTheTrainingForwardsLoss) {
   EXPECT_NEAR(loss / t, engine_loss, 1e-5 * std::fabs(engine_loss));
 }
 
+// A sliding layer's cache holds the window, a full layer's the whole context: 2 layers of K and
+// V caches, rows of n_kv_head * head_dim = 8 fp32 values, model.max_seq_len 32.
+TEST_P(DecoderTest, SlidingLayersCacheOnlyTheWindow) {
+  if (GetParam() == "Gpt2") GTEST_SKIP() << "GPT-2 has no window";
+  const Config c = TestConfig(GetParam());
+  nn::Decoder decoder(c.model, Fill);
+  decoder.Step(kSequence);
+  const int64_t row = 8 * 4, full = 2 * 32 * row;  // one layer's K and V
+  const std::map<std::string, int64_t> want = {{"Llama", 2 * full},
+                                               {"LlamaWindow", full + 2 * 4 * row},
+                                               {"LlamaWindowAll", 2 * (2 * 3 * row)}};
+  EXPECT_EQ(decoder.cache_bytes(), want.at(GetParam()));
+}
+
 TEST_P(DecoderTest, RefusesToPassMaxSeqLen) {
   const Config c = TestConfig(GetParam());
   nn::Decoder decoder(c.model, Fill);
@@ -106,8 +130,9 @@ TEST_P(DecoderTest, RefusesToPassMaxSeqLen) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, DecoderTest, ::testing::Values(false, true),
-                         [](const auto& info) { return info.param ? "Llama" : "Gpt2"; });
+INSTANTIATE_TEST_SUITE_P(Families, DecoderTest,
+                         ::testing::Values("Gpt2", "Llama", "LlamaWindow", "LlamaWindowAll"),
+                         [](const auto& info) { return info.param; });
 
 TEST(SamplingTest, GreedyTopKOneAndATinyTopPPickTheLargest) {
   const std::vector<float> logits = {0.5f, 2.0f, -1.0f, 2.0f, 1.9f};
@@ -152,7 +177,7 @@ TEST(SamplingTest, DrawsFollowTheTemperedSoftmax) {
 }
 
 TEST(SamplingTest, ASeedGivesTheSameSampleTwice) {
-  const Config c = TestConfig(true);
+  const Config c = TestConfig("Llama");
   nn::Decoder decoder(c.model, Fill);
   nn::SamplingOptions o;
   o.max_new_tokens = 12;
@@ -171,7 +196,7 @@ TEST(SamplingTest, ASeedGivesTheSameSampleTwice) {
 // A model with more ids than its tokenizer: Generate picks none of the extra ones, while
 // without the limit a sample of this untrained model does.
 TEST(SamplingTest, VocabLimitKeepsToTheTokenizersIds) {
-  const Config c = TestConfig(true);
+  const Config c = TestConfig("Llama");
   nn::Decoder decoder(c.model, Fill);
   nn::SamplingOptions o;
   o.max_new_tokens = 28;

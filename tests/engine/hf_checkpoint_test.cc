@@ -237,10 +237,12 @@ TEST(HfConfigTest, ReadsLlamaMistralQwen2AndGpt2) {
   mistral["sliding_window"] = 4096;
   json notes = json::object();
   const json km = ReadKeys(mistral, &notes);
-  EXPECT_EQ(km["max_seq_len"], 4096);
-  EXPECT_TRUE(notes.contains("max_seq_len"));
+  EXPECT_EQ(km["sliding_window"], 4096);  // every layer slides
+  EXPECT_EQ(km["max_window_layers"], 0);
+  EXPECT_EQ(km["max_seq_len"], 131072);  // the window no longer caps the context
+  EXPECT_TRUE(notes.contains("sliding_window"));
   mistral["sliding_window"] = nullptr;
-  EXPECT_EQ(ReadKeys(mistral)["max_seq_len"], 131072);
+  EXPECT_EQ(ReadKeys(mistral)["sliding_window"], 0);
 
   json qwen = llama;
   qwen["architectures"] = {"Qwen2ForCausalLM"};
@@ -249,6 +251,24 @@ TEST(HfConfigTest, ReadsLlamaMistralQwen2AndGpt2) {
   EXPECT_EQ(kq["qkv_bias"], true);
   EXPECT_EQ(kq["attention_bias"], false);
   EXPECT_EQ(kq["rope_scaling"]["rope_type"], "linear");
+  // Qwen2 slides only with use_sliding_window, from max_window_layers on (HF's default 28).
+  qwen["sliding_window"] = 4096;
+  qwen["num_hidden_layers"] = 32;
+  EXPECT_EQ(ReadKeys(qwen)["sliding_window"], 0);
+  qwen["use_sliding_window"] = true;
+  EXPECT_EQ(ReadKeys(qwen)["sliding_window"], 4096);
+  EXPECT_EQ(ReadKeys(qwen)["max_window_layers"], 28);
+  qwen["max_window_layers"] = 32;  // no layer at or past 32: none slides
+  EXPECT_EQ(ReadKeys(qwen)["sliding_window"], 0);
+  qwen["num_hidden_layers"] = 3;  // layer_types, when given, decides
+  qwen["layer_types"] = {"full_attention", "sliding_attention", "sliding_attention"};
+  EXPECT_EQ(ReadKeys(qwen)["max_window_layers"], 1);
+  qwen["layer_types"] = {"sliding_attention", "full_attention", "sliding_attention"};
+  ExpectErrorWith<ConfigError>([&] { ReadKeys(qwen); },
+                               {"layer_types[1]", "full layers followed by sliding ones"});
+  qwen.erase("layer_types");
+  qwen["sliding_window"] = nullptr;
+  ExpectErrorWith<ConfigError>([&] { ReadKeys(qwen); }, {"sliding_window is null"});
 
   const json gpt2 = {{"architectures", {"GPT2LMHeadModel"}}, {"n_embd", 768}, {"n_layer", 12},
                      {"n_head", 12}, {"vocab_size", 50257}, {"n_positions", 1024}};
@@ -293,6 +313,14 @@ TEST(HfConfigTest, WrittenConfigsReadBack) {
   qwen.rope_scaling.factor = 8.0;
   qwen.rope_scaling.original_max_position_embeddings = 64;
   models.push_back(qwen);
+  ModelConfig qwen_window = qwen;  // Qwen2's window from layer 1
+  qwen_window.sliding_window = 4;
+  qwen_window.max_window_layers = 1;
+  models.push_back(qwen_window);
+  ModelConfig mistral = TinyLlama(false);  // a window in every layer, no biases: Mistral
+  mistral.attention_bias = false;
+  mistral.sliding_window = 4;
+  models.push_back(mistral);
   for (const ModelConfig& m : models) {
     const json hf = nn::FindModelFamily(m.type).hf.write_config(m, DType::kF32);
     json j = testing::TinyConfigJson();
@@ -315,7 +343,22 @@ TEST(HfConfigTest, WrittenConfigsReadBack) {
     EXPECT_EQ(back.qkv_bias, m.qkv_bias);
     EXPECT_EQ(back.mlp_bias, m.mlp_bias);
     EXPECT_EQ(back.tie_word_embeddings, m.tie_word_embeddings);
+    EXPECT_EQ(back.sliding_window, m.sliding_window);
+    EXPECT_EQ(back.max_window_layers, m.max_window_layers);
   }
+  EXPECT_EQ(nn::FindModelFamily("llama").hf.write_config(mistral, DType::kF32)["architectures"],
+            json::array({"MistralForCausalLM"}));
+  // A window with biases, or in some layers only, is no HF class outside Qwen2.
+  ModelConfig biased = mistral;
+  biased.attention_bias = true;
+  ExpectErrorWith<ConfigError>(
+      [&] { nn::FindModelFamily("llama").hf.write_config(biased, DType::kF32); },
+      {"sliding window", "neither a Mistral nor a Qwen2"});
+  ModelConfig partial = mistral;
+  partial.max_window_layers = 1;
+  ExpectErrorWith<ConfigError>(
+      [&] { nn::FindModelFamily("llama").hf.write_config(partial, DType::kF32); },
+      {"from layer 1", "neither a Mistral nor a Qwen2"});
 }
 
 // A run's config from a HF directory: the directory gives the model; a key that disagrees

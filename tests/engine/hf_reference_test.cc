@@ -171,10 +171,13 @@ TEST_P(HfReferenceTest, GradientsLossesAndExportMatchTheReference) {
 INSTANTIATE_TEST_SUITE_P(
     Models, HfReferenceTest,
     ::testing::Values(
-        Case{"gqa_untied_sharded_f32", "llama",
+        Case{"gqa_untied_sharded_f32",
+             "llama",
              {{"num_key_value_heads", 2}, {"tie_word_embeddings", false}, {"head_dim", 8}},
-             "F32", 3},
-        Case{"mqa_tied_qkv_bias_llama3_bf16", "qwen2",
+             "F32",
+             3},
+        Case{"mqa_tied_qkv_bias_llama3_bf16",
+             "qwen2",
              {{"num_key_value_heads", 1},
               {"tie_word_embeddings", true},
               {"rope_theta", 500000.0},
@@ -184,7 +187,16 @@ INSTANTIATE_TEST_SUITE_P(
                 {"low_freq_factor", 1.0},
                 {"high_freq_factor", 4.0},
                 {"original_max_position_embeddings", 64}}}},
-             "BF16", 1}),
+             "BF16",
+             1},
+        // Sliding windows shorter than the sequence (32): Mistral's in every layer, Qwen2's
+        // from layer 1 on (layer 0 attends fully); the export writes them back.
+        Case{"mistral_window_f32", "mistral", {{"sliding_window", 8}}, "F32", 1},
+        Case{"qwen2_window_from_layer_1_f32",
+             "qwen2",
+             {{"use_sliding_window", true}, {"sliding_window", 5}, {"max_window_layers", 1}},
+             "F32",
+             1}),
     [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
 
 }  // namespace

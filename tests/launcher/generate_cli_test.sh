@@ -38,11 +38,18 @@ train gpt2 "$work/gpt2.bin" gpt2_llmc
 "$python" "$reference/hf_llama.py" make-model --out "$work/qwen2" --arch qwen2 > /dev/null
 "$python" "$reference/hf_llama.py" make-model --out "$work/mistral" --arch mistral \
   --config-json '{"num_key_value_heads": 1, "head_dim": 32}' > /dev/null
+# Sliding windows shorter than the 37 positions generated: the caches of the sliding layers wrap
+# around (Note [Windowed KV cache]); the reference reruns the whole forward under HF's mask.
+"$python" "$reference/hf_llama.py" make-model --out "$work/mistral_window" --arch mistral \
+  --config-json '{"num_key_value_heads": 1, "head_dim": 32, "sliding_window": 6}' > /dev/null
+"$python" "$reference/hf_llama.py" make-model --out "$work/qwen2_window" --arch qwen2 \
+  --config-json '{"use_sliding_window": true, "sliding_window": 5, "max_window_layers": 1}' \
+  > /dev/null
 # No tokenizer files and 300 ids: byte tokens, and --ids keeps every id of the model.
 "$python" "$reference/hf_llama.py" make-model --out "$work/qwen2_300" --arch qwen2 \
   --config-json '{"vocab_size": 300}' > /dev/null
 prompt=72,101,108,108,111
-for model in gpt2 llama qwen2 mistral qwen2_300; do
+for model in gpt2 llama qwen2 mistral mistral_window qwen2_window qwen2_300; do
   got=$(ids --model "$work/$model" --prompt-ids $prompt --max-new-tokens 32)
   want=$(reference "$work/$model" $prompt 32)
   [ "$got" = "$want" ] || fail "$model: ztrain gave $got, the reference $want"

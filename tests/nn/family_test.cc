@@ -63,6 +63,26 @@ TEST(ModelFamilyTest, LlamaRefusesImpossibleHeadsAndSplits) {
                                 "(1, 3)"});
 }
 
+TEST(ModelFamilyTest, SlidingWindowsAreTheLlamaFamilysAndPositive) {
+  ModelConfig m;
+  m.n_layer = 1;
+  m.sliding_window = 64;
+  ExpectErrorWith<ConfigError>([&] { CheckModel(m); },
+                               {"model.sliding_window", "the Llama family has windows"});
+  m.type = "llama";
+  m.sliding_window = -4;
+  ExpectErrorWith<ConfigError>([&] { CheckModel(m); },
+                               {"model.sliding_window -4 must be positive, or 0"});
+  m.sliding_window = 0;
+  m.max_window_layers = 2;
+  ExpectErrorWith<ConfigError>([&] { CheckModel(m); },
+                               {"model.max_window_layers 2 needs model.sliding_window"});
+  m.sliding_window = 16;
+  CheckModel(m);  // layer 0 attends fully, the window from layer 2 on
+  EXPECT_EQ(m.WindowOf(1), 0);
+  EXPECT_EQ(m.WindowOf(2), 16);
+}
+
 // One block class for every family: the layers differ by their parameters only.
 TEST(ModelFamilyTest, BothFamiliesBuildEmbeddingBlocksHead) {
   ModelConfig gpt2;

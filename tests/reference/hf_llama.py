@@ -20,15 +20,17 @@ for an fp32 model:
   modeling_rope_utils does for rope_scaling {"rope_type"|"type": "linear"} (inv_freq / factor)
   and "llama3" (Llama 3.1 wavelength bands), cos/sin of position * inv_freq in fp32;
   grouped-query attention (KV head j serves query heads j*g .. j*g+g-1, g = heads / kv_heads),
-  scores q.k / sqrt(head_dim), causal mask, softmax in fp32, then o_proj.
+  scores q.k / sqrt(head_dim), causal mask (kv_idx <= q_idx), in sliding layers also the window
+  (kv_idx > q_idx - sliding_window, transformers' sliding_window_overlay: Mistral's layers when
+  sliding_window is not null, Qwen2's layers >= max_window_layers with use_sliding_window),
+  softmax in fp32, then o_proj.
   head_dim = config.head_dim when given, else hidden_size / num_attention_heads.
   MLP biases with mlp_bias (Llama only).
   Loss: mean token cross-entropy over all B*T targets.
 
-Refused (an error naming the key): other rope types, hidden_act other than silu, a Mistral (or a
-Qwen2 with use_sliding_window) sliding_window smaller than the sequence length (HF would mask
-keys older than the window; this reference does not), attention_bias / mlp_bias on Mistral and
-mlp_bias on Qwen2 (HF's classes have no such biases and would ignore the flag).
+Refused (an error naming the key): other rope types, hidden_act other than silu, attention_bias
+/ mlp_bias on Mistral and mlp_bias on Qwen2 (HF's classes have no such biases and would ignore
+the flag).
 
 Model directories are laid out as HF's save_pretrained writes them: config.json, and
 model.safetensors, or model-0000i-of-0000N.safetensors plus model.safetensors.index.json.
@@ -273,13 +275,15 @@ class Cfg:
             self.qkv_bias, self.o_bias, self.mlp_bias = False, False, False
 
         # Sliding window: Mistral applies config.sliding_window to every layer when it is not
-        # null; Qwen2 only with use_sliding_window, and only to layers >= max_window_layers.
+        # null; Qwen2 only with use_sliding_window, and only to layers >= max_window_layers
+        # (Qwen2Config's layer_types).
         self.sliding_window = None
+        self.first_sliding_layer = 0
         if arch == "mistral":
             self.sliding_window = c.get("sliding_window")
         elif arch == "qwen2" and c.get("use_sliding_window"):
-            if int(c.get("max_window_layers", 28)) < self.num_layers:
-                self.sliding_window = c.get("sliding_window")
+            self.sliding_window = c.get("sliding_window")
+            self.first_sliding_layer = int(c.get("max_window_layers", 28))
 
         # RoPE: rope_theta plus rope_scaling (or the newer rope_parameters).
         theta = c.get("rope_theta")
@@ -314,12 +318,16 @@ class Cfg:
             raise ConfigError(f"config: rope_scaling type {self.rope_type!r} needs {key}")
         return self.rope[key]
 
-    def check_seq(self, seq):
-        """Refuses a sequence length the reference would compute differently from HF."""
-        w = self.sliding_window
-        if w is not None and w < seq:
-            raise ConfigError(f"config: sliding_window {w} is smaller than the sequence length {seq}; "
-                              "HF would apply a sliding-window mask that this reference does not")
+    def layer_mask(self, i, T):
+        """Layer i's boolean mask [T, T] (True: query row sees key column), as transformers'
+        masking_utils composes it: causal_mask_function, and in a sliding layer
+        sliding_window_overlay."""
+        q_idx = torch.arange(T).view(T, 1)
+        kv_idx = torch.arange(T).view(1, T)
+        mask = kv_idx <= q_idx
+        if self.sliding_window is not None and i >= self.first_sliding_layer:
+            mask = mask & (kv_idx > q_idx - int(self.sliding_window))
+        return mask
 
     def param_shapes(self):
         """[(HF name, shape)] in HF's state_dict order."""
@@ -455,16 +463,14 @@ def forward(cfg, P, ids, rope_dtype=torch.float32, lora=None):
     A tied model takes its head from P["lm_head.weight"] when P has one (a modules_to_save copy,
     or the frozen original when embed_tokens is replaced by a copy), else from embed_tokens."""
     B, T = ids.shape
-    cfg.check_seq(T)
     emb = P["model.embed_tokens.weight"]
     x = F.embedding(ids, emb)
     cos, sin = rope_tables(cfg, T, rope_dtype)
     cos, sin = cos.to(x.dtype), sin.to(x.dtype)
-    mask = torch.ones(T, T, dtype=torch.bool).tril()
     for i in range(cfg.num_layers):
         pre = f"model.layers.{i}."
         n = rms_norm(x, P[pre + "input_layernorm.weight"], cfg.eps)
-        x = x + attention(cfg, P, pre + "self_attn.", n, cos, sin, mask, lora)
+        x = x + attention(cfg, P, pre + "self_attn.", n, cos, sin, cfg.layer_mask(i, T), lora)
         n = rms_norm(x, P[pre + "post_attention_layernorm.weight"], cfg.eps)
         m = pre + "mlp."
         hidden = F.silu(linear(n, P, m + "gate_proj", cfg.mlp_bias, lora)) * \
@@ -1153,7 +1159,6 @@ def train(model_dir, tokens_path, B, T, steps, lr, weight_decay=0.0, beta1=0.9, 
           eps=1e-8, grad_clip=0.0, grads_path=None, save_dir=None, adapter_dir=None,
           save_adapter_dir=None, quant=None, double_quant=False):
     cfg, raw, tensors = load_model(model_dir)
-    cfg.check_seq(T)
     tokens = read_tokens(tokens_path)
     plan = None
     if adapter_dir is None:
@@ -1209,7 +1214,6 @@ def train(model_dir, tokens_path, B, T, steps, lr, weight_decay=0.0, beta1=0.9, 
 
 def evaluate(model_dir, tokens_path, B, T, batches, adapter_dir=None, quant=None, double_quant=False):
     cfg, _, tensors = load_model(model_dir)
-    cfg.check_seq(T)
     tokens = read_tokens(tokens_path)
     lora = None
     if adapter_dir is None and not quant:

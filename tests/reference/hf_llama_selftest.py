@@ -24,7 +24,12 @@ independent formulations, in ways that fail when the reference is wrong.
                independent AdamW (decay on 2+-dim tensors only, clipping with torch's 1e-6)
                driven by the reference's gradients; losses[0] equals eval of batch 0; the loss
                falls on a repetitive stream; eval of a sharded model equals the unsharded one
-  refusals     sliding_window < seq, Mistral biases, unknown rope types, mismatched weights
+  sliding      a one-layer Mistral with window W: changing token t changes the logits of
+               positions t .. t+W-1 and none from t+W on (kv_idx > q_idx - W); a window >= T
+               equals none; Qwen2 slides only layers >= max_window_layers (a full layer 0
+               reaches past the window), use_sliding_window false or max_window_layers >= the
+               layer count slides none
+  refusals     Mistral biases, unknown rope types, mismatched weights
   lora_names   PEFT's matching (suffix after ".", exact names skipping layers_to_transform, regex
                fullmatch, exclude_modules, modules_to_save exclusion, layers_pattern, all-linear
                without lm_head, >= 20 targets saved condensed), rank / alpha patterns, rslora, and
@@ -646,6 +651,39 @@ def test_train_eval(tmp):
     check(rc == 2 and "batch 20" in err.getvalue(), f"eval past the end of the tokens: rc {rc}, {err.getvalue()!r}")
 
 
+def test_sliding():
+    T, W = 12, 4
+    one = tiny("mistral", num_hidden_layers=1, sliding_window=W)
+    P = params64(one, 8)
+    ids = ids_for(one, 1, T, 8)[:, :T]
+    base = ref.forward(one, P, ids, F64)
+    for t in (0, 3, 7):
+        other = ids.clone()
+        other[0, t] = (other[0, t] + 1) % one.vocab_size
+        out = ref.forward(one, P, other, F64)
+        for i in range(T):
+            changed = max_diff(out[:, i], base[:, i]) > 1e-9
+            check(changed == (t <= i < t + W),
+                  f"window {W}: changing token {t} {'changed' if changed else 'left'} position {i}")
+    wide = ref.forward(tiny("mistral", num_hidden_layers=1, sliding_window=T), P, ids, F64)
+    none = ref.forward(tiny("mistral", num_hidden_layers=1, sliding_window=None), P, ids, F64)
+    check(max_diff(wide, none) == 0.0, "a window as long as the sequence changed the logits")
+    check(max_diff(base, none) > 1e-9, "a window shorter than the sequence changed nothing")
+    # Qwen2: layer 0 full, layer 1 sliding; token 0 reaches the last position through layer 0.
+    q = tiny("qwen2", use_sliding_window=True, sliding_window=W, max_window_layers=1)
+    Pq = params64(q, 9)
+    qbase = ref.forward(q, Pq, ids, F64)
+    other = ids.clone()
+    other[0, 0] = (other[0, 0] + 1) % q.vocab_size
+    check(max_diff(ref.forward(q, Pq, other, F64)[:, T - 1], qbase[:, T - 1]) > 1e-9,
+          "Qwen2's full layer 0 did not carry token 0 past the window")
+    check([bool(q.layer_mask(i, T)[T - 1, 0]) for i in range(2)] == [True, False],
+          "Qwen2 slides layers >= max_window_layers only")
+    for off in (dict(use_sliding_window=False), dict(max_window_layers=2)):
+        c = tiny("qwen2", **dict(dict(use_sliding_window=True, sliding_window=W), **off))
+        check(all(bool(c.layer_mask(i, T)[T - 1, 0]) for i in range(2)), f"{off} slid a layer")
+
+
 def test_refusals(tmp):
     def refused(fn, word):
         try:
@@ -655,16 +693,6 @@ def test_refusals(tmp):
             return
         raise Failure(f"not refused (expected an error naming {word})")
 
-    cfg = tiny("mistral", sliding_window=8)
-    P = ref.init_params(cfg, 0)
-    ref.forward(cfg, P, torch.zeros(1, 8, dtype=torch.long))  # window == seq: no effect, allowed
-    refused(lambda: ref.forward(cfg, P, torch.zeros(1, 9, dtype=torch.long)), "sliding_window")
-    ref.forward(tiny("mistral", sliding_window=None), P, torch.zeros(1, 9, dtype=torch.long))
-    refused(lambda: ref.forward(tiny("mistral"), P, torch.zeros(1, 4097, dtype=torch.long)),
-            "sliding_window")  # HF's default window (4096) applies when the key is absent
-    q = tiny("qwen2", use_sliding_window=True, sliding_window=4, max_window_layers=1)
-    refused(lambda: q.check_seq(5), "sliding_window")
-    tiny("qwen2", use_sliding_window=False, sliding_window=4).check_seq(5)
     refused(lambda: tiny("mistral", attention_bias=True), "attention_bias")
     refused(lambda: tiny("qwen2", mlp_bias=True), "mlp_bias")
     refused(lambda: tiny("llama", rope_scaling={"rope_type": "yarn", "factor": 2.0}), "yarn")
@@ -1190,7 +1218,7 @@ def test_qlora(tmp):
 def main():
     import bnb_quant_selftest
     tests = [test_param_names, test_naive_forward, test_gradients, test_gqa_equals_repeated_mha, test_causal_and_tied,
-             test_rope, test_safetensors, test_init_loss, test_train_eval, test_refusals, test_lora_names,
+             test_sliding, test_rope, test_safetensors, test_init_loss, test_train_eval, test_refusals, test_lora_names,
              test_lora_math, test_lora_adapter_dir, test_lora_b_zero, test_lora_train_roundtrip, test_lora_merge,
              test_qlora] + bnb_quant_selftest.TESTS
     failed = 0
