@@ -98,6 +98,11 @@ ModelConfig ModelFrom(const json& m) {
   c.rope_scaling.low_freq_factor = rs["low_freq_factor"];
   c.rope_scaling.high_freq_factor = rs["high_freq_factor"];
   c.rope_scaling.original_max_position_embeddings = rs["original_max_position_embeddings"];
+  c.rope_scaling.beta_fast = rs["beta_fast"];
+  c.rope_scaling.beta_slow = rs["beta_slow"];
+  c.rope_scaling.mscale = rs["mscale"];
+  c.rope_scaling.mscale_all_dim = rs["mscale_all_dim"];
+  c.rope_scaling.attention_factor = rs["attention_factor"];
   c.attention_bias = m["attention_bias"];
   c.qkv_bias = m["qkv_bias"];
   c.mlp_bias = m["mlp_bias"];

@@ -23,11 +23,18 @@ namespace ztrain {
 // RoPE scaling as Hugging Face's config.json gives it (rope_scaling): none, "linear" (angles
 // divided by factor) or "llama3" (Llama 3.1's long-context bands).
 struct RopeScalingConfig {
-  std::string type = "none";  // "none", "linear", "llama3"
+  std::string type = "none";  // "none", "linear", "llama3", "yarn", "dynamic"
   double factor = 1.0;
-  double low_freq_factor = 1.0;
-  double high_freq_factor = 4.0;
+  double low_freq_factor = 1.0;   // llama3
+  double high_freq_factor = 4.0;  // llama3
+  // The context the model was pretrained with (llama3, yarn; dynamic: where the NTK scaling
+  // starts).
   int64_t original_max_position_embeddings = 8192;
+  double beta_fast = 32.0;  // yarn: the ramp between extrapolated and interpolated frequencies
+  double beta_slow = 1.0;
+  double mscale = 0.0;  // yarn: 0 (unset) or DeepSeek's mscale and mscale_all_dim
+  double mscale_all_dim = 0.0;
+  double attention_factor = 0.0;  // yarn: the factor on cos and sin; 0 derives it from factor
 };
 
 struct ModelConfig {

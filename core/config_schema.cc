@@ -281,14 +281,30 @@ std::vector<ConfigKey> ModelDataTrainingKeys() {
       Key("model.rope_scaling", T::kSection, nullptr,
           "RoPE scaling (Llama), Hugging Face's `rope_scaling`."),
       Key("model.rope_scaling.rope_type", T::kString, "none",
-          "`none`, `linear` (angles divided by `factor`) or `llama3` (Llama 3.1's bands).")
-          .Choices({"none", "linear", "llama3"}),
+          "`none`, `linear` (angles divided by `factor`), `llama3` (Llama 3.1's bands), `yarn` "
+          "(YaRN: frequencies blended between extrapolation and interpolation by `factor`, cos "
+          "and sin scaled by the attention factor) or `dynamic` (dynamic NTK: past "
+          "`original_max_position_embeddings` positions the base grows with the sequence), as "
+          "transformers computes them; see docs/long_context.md.")
+          .Choices({"none", "linear", "llama3", "yarn", "dynamic"}),
       Key("model.rope_scaling.factor", T::kNumber, 1.0, "Scaling factor."),
       Key("model.rope_scaling.low_freq_factor", T::kNumber, 1.0, "`llama3`: low-frequency factor."),
       Key("model.rope_scaling.high_freq_factor", T::kNumber, 4.0,
           "`llama3`: high-frequency factor."),
       Key("model.rope_scaling.original_max_position_embeddings", T::kInt, 8192,
-          "`llama3`: the context the model was pretrained with."),
+          "`llama3`, `yarn`: the context the model was pretrained with; `dynamic`: the length "
+          "past which the base grows (Hugging Face's `max_position_embeddings`)."),
+      Key("model.rope_scaling.beta_fast", T::kNumber, 32.0,
+          "`yarn`: rotations where the ramp from extrapolated to interpolated frequencies "
+          "starts."),
+      Key("model.rope_scaling.beta_slow", T::kNumber, 1.0, "`yarn`: rotations where it ends."),
+      Key("model.rope_scaling.mscale", T::kNumber, 0.0,
+          "`yarn`: with `mscale_all_dim`, the attention factor is "
+          "`(0.1 mscale ln factor + 1) / (0.1 mscale_all_dim ln factor + 1)`; 0: unset."),
+      Key("model.rope_scaling.mscale_all_dim", T::kNumber, 0.0, "`yarn`: see `mscale`."),
+      Key("model.rope_scaling.attention_factor", T::kNumber, 0.0,
+          "`yarn`: the factor on cos and sin; 0 derives it (`0.1 ln factor + 1` for factor > "
+          "1, else 1)."),
       Key("model.attention_bias", T::kBool, false,
           "Biases on the q, k, v and o projections (Llama, Mistral: Hugging Face's "
           "`attention_bias`)."),

@@ -108,10 +108,11 @@ class ShapeOps final : public kernels::Ops {
   void AttentionBackward(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                          const kernels::AttentionHeads&, const kernels::AttentionMask&,
                          const Tensor&) override {}
+  using Ops::RopeBackward;
   using Ops::RopeForward;
-  void RopeForward(const Tensor&, const kernels::AttentionHeads&, const Tensor&,
-                   int64_t) override {}
-  void RopeBackward(const Tensor&, const kernels::AttentionHeads&, const Tensor&) override {}
+  void RopeForward(const Tensor&, const kernels::AttentionHeads&, const Tensor&, int64_t,
+                   float) override {}
+  void RopeBackward(const Tensor&, const kernels::AttentionHeads&, const Tensor&, float) override {}
   void SwiGluForward(const Tensor&, const Tensor&, const Tensor&) override {}
   void SwiGluBackward(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                       const Tensor&) override {}

@@ -241,17 +241,26 @@ class Ops {
   // angle is the fp32 product and cos/sin are taken in fp32, as transformers computes them.
   // With `first_position`, the T rows are positions first_position .. first_position + T - 1
   // (incremental decoding: Note [KV cache], nn/decoder.h); the angle is the fp32 product
-  // (first_position + t) * inv_freq, as for a whole sequence.
+  // (first_position + t) * inv_freq, as for a whole sequence. `scale` multiplies cos and sin
+  // (in fp32, before they meet x: transformers' attention_scaling, YaRN's factor; 1 otherwise).
   virtual void RopeForward(const Tensor& qkv, const AttentionHeads& heads, const Tensor& inv_freq,
-                           int64_t first_position) = 0;
-  void RopeForward(const Tensor& qkv, const AttentionHeads& heads, const Tensor& inv_freq) {
-    RopeForward(qkv, heads, inv_freq, 0);
+                           int64_t first_position, float scale) = 0;
+  void RopeForward(const Tensor& qkv, const AttentionHeads& heads, const Tensor& inv_freq,
+                   int64_t first_position) {
+    RopeForward(qkv, heads, inv_freq, first_position, 1.0f);
   }
-  // The backward: the transpose of the rotation (the same pairs turned by -a), IN PLACE on the
-  // query and key heads of dqkv, so that the gradient with respect to the rotated q and k
-  // becomes the gradient with respect to the unrotated ones; v's gradient is left alone.
-  virtual void RopeBackward(const Tensor& dqkv, const AttentionHeads& heads,
-                            const Tensor& inv_freq) = 0;
+  void RopeForward(const Tensor& qkv, const AttentionHeads& heads, const Tensor& inv_freq) {
+    RopeForward(qkv, heads, inv_freq, 0, 1.0f);
+  }
+  // The backward: the transpose of the rotation (the same pairs turned by -a, cos and sin times
+  // the same scale), IN PLACE on the query and key heads of dqkv, so that the gradient with
+  // respect to the rotated q and k becomes the gradient with respect to the unrotated ones; v's
+  // gradient is left alone.
+  virtual void RopeBackward(const Tensor& dqkv, const AttentionHeads& heads, const Tensor& inv_freq,
+                            float scale) = 0;
+  void RopeBackward(const Tensor& dqkv, const AttentionHeads& heads, const Tensor& inv_freq) {
+    RopeBackward(dqkv, heads, inv_freq, 1.0f);
+  }
 
   // Attention of T new positions over a KV cache (Note [KV cache], nn/decoder.h). qkv
   // [T,(NH+2*NKV)*HS]: the new positions' projections in the layout above (only q is read);

@@ -26,7 +26,11 @@ std::string Variant(const json& hf) {
   return "llama";
 }
 
-json RopeScaling(const json& hf, const std::string& path) {
+// rope_scaling as ztrain's model.rope_scaling, and the context the model runs at: transformers
+// lets YaRN and dynamic NTK models run past max_position_embeddings (the point of scaling), so
+// ztrain's max_seq_len becomes factor x the original context when that is longer. Dynamic's
+// original context is HF's max_position_embeddings; YaRN's its own key, else that.
+json RopeScaling(const json& hf, const std::string& path, int64_t* max_seq_len) {
   json none = {{"rope_type", "none"}};
   if (!hf.contains("rope_scaling") || hf["rope_scaling"].is_null()) return none;
   const json& rs = hf["rope_scaling"];
@@ -34,15 +38,40 @@ json RopeScaling(const json& hf, const std::string& path) {
   // transformers accepts the older "type" for "rope_type".
   const std::string type = HfString(rs, "rope_type", path, HfString(rs, "type", path, "default"));
   if (type == "default") return none;
-  ZTRAIN_CHECK_T(ConfigError, type == "linear" || type == "llama3", path,
+  ZTRAIN_CHECK_T(ConfigError,
+                 type == "linear" || type == "llama3" || type == "yarn" || type == "dynamic", path,
                  ": rope_scaling type '", type,
-                 "' is not one ztrain runs; it runs \"linear\" and \"llama3\" (and none)");
+                 "' is not one ztrain runs; it runs \"linear\", \"llama3\", \"yarn\" and "
+                 "\"dynamic\" (and none)");
+  const int64_t max_pos = *max_seq_len;
+  const bool has_factor = rs.contains("factor") && !rs["factor"].is_null();
   json out = {{"rope_type", type}, {"factor", HfNumber(rs, "factor", path, 1.0)}};
   if (type == "llama3") {
     out["low_freq_factor"] = HfNumber(rs, "low_freq_factor", path, 1.0);
     out["high_freq_factor"] = HfNumber(rs, "high_freq_factor", path, 4.0);
     out["original_max_position_embeddings"] =
         HfInt(rs, "original_max_position_embeddings", path, 8192);
+  }
+  if (type == "yarn") {
+    const int64_t original = HfInt(rs, "original_max_position_embeddings", path, max_pos);
+    // DeepSeek-V3 leaves factor out: the ratio of the two contexts (transformers' rule).
+    if (!has_factor) out["factor"] = static_cast<double>(max_pos) / static_cast<double>(original);
+    out["original_max_position_embeddings"] = original;
+    auto optional = [&](const char* key) {
+      if (rs.contains(key) && !rs[key].is_null()) out[key] = HfNumber(rs, key, path, 0.0);
+    };
+    optional("beta_fast");
+    optional("beta_slow");
+    optional("mscale");
+    optional("mscale_all_dim");
+    optional("attention_factor");
+  }
+  if (type == "dynamic") out["original_max_position_embeddings"] = max_pos;
+  if (type == "yarn" || type == "dynamic") {
+    const double longer =
+        out["factor"].get<double>() *
+        static_cast<double>(out["original_max_position_embeddings"].get<int64_t>());
+    *max_seq_len = std::max(max_pos, static_cast<int64_t>(std::llround(longer)));
   }
   return out;
 }
@@ -81,6 +110,8 @@ json ReadConfig(const json& hf, const std::string& path, json* notes) {
                  "' is not SwiGLU's silu, the only MLP activation the llama family runs");
   const int64_t n_embd = HfInt(hf, "hidden_size", path);
   const int64_t n_head = HfInt(hf, "num_attention_heads", path);
+  int64_t max_seq_len = HfInt(hf, "max_position_embeddings", path);
+  const json rope_scaling = RopeScaling(hf, path, &max_seq_len);
   json m = {{"type", "llama"},
             {"n_layer", HfInt(hf, "num_hidden_layers", path)},
             {"n_head", n_head},
@@ -89,10 +120,10 @@ json ReadConfig(const json& hf, const std::string& path, json* notes) {
             {"head_dim", HfInt(hf, "head_dim", path, n_head > 0 ? n_embd / n_head : 0)},
             {"intermediate_size", HfInt(hf, "intermediate_size", path)},
             {"vocab_size", HfInt(hf, "vocab_size", path)},
-            {"max_seq_len", HfInt(hf, "max_position_embeddings", path)},
+            {"max_seq_len", max_seq_len},
             {"norm_eps", HfNumber(hf, "rms_norm_eps", path, 1e-6)},
             {"rope_theta", HfNumber(hf, "rope_theta", path, 10000.0)},
-            {"rope_scaling", RopeScaling(hf, path)},
+            {"rope_scaling", rope_scaling},
             {"tie_word_embeddings", HfBool(hf, "tie_word_embeddings", path, false)},
             {"attention_bias", variant == "llama" && HfBool(hf, "attention_bias", path, false)},
             {"qkv_bias", variant == "qwen2"},
@@ -112,12 +143,26 @@ json WriteConfig(const ModelConfig& m, DType dtype) {
   json rope = nullptr;
   if (m.rope_scaling.type != "none") {
     rope = {{"rope_type", m.rope_scaling.type}, {"factor", m.rope_scaling.factor}};
-    if (m.rope_scaling.type == "llama3") {
-      rope["low_freq_factor"] = m.rope_scaling.low_freq_factor;
-      rope["high_freq_factor"] = m.rope_scaling.high_freq_factor;
-      rope["original_max_position_embeddings"] = m.rope_scaling.original_max_position_embeddings;
+    const RopeScalingConfig& s = m.rope_scaling;
+    if (s.type == "llama3" || s.type == "yarn") {
+      rope["original_max_position_embeddings"] = s.original_max_position_embeddings;
+    }
+    if (s.type == "llama3") {
+      rope["low_freq_factor"] = s.low_freq_factor;
+      rope["high_freq_factor"] = s.high_freq_factor;
+    }
+    if (s.type == "yarn") {
+      rope["beta_fast"] = s.beta_fast;
+      rope["beta_slow"] = s.beta_slow;
+      if (s.mscale != 0.0) rope["mscale"] = s.mscale;
+      if (s.mscale_all_dim != 0.0) rope["mscale_all_dim"] = s.mscale_all_dim;
+      if (s.attention_factor > 0.0) rope["attention_factor"] = s.attention_factor;
     }
   }
+  // Dynamic NTK reads its original context from max_position_embeddings (RopeScaling above).
+  const int64_t max_positions = m.rope_scaling.type == "dynamic"
+                                    ? m.rope_scaling.original_max_position_embeddings
+                                    : m.max_seq_len;
   json c = {{"architectures", {qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM"}},
             {"model_type", qwen2 ? "qwen2" : "llama"},
             {"hidden_act", "silu"},
@@ -128,7 +173,7 @@ json WriteConfig(const ModelConfig& m, DType dtype) {
             {"num_key_value_heads", m.kv_heads()},
             {"head_dim", m.head_size()},
             {"vocab_size", m.vocab_size},
-            {"max_position_embeddings", m.max_seq_len},
+            {"max_position_embeddings", max_positions},
             {"rms_norm_eps", m.norm_eps},
             {"rope_theta", m.rope_theta},
             {"rope_scaling", rope},

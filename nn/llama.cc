@@ -23,6 +23,35 @@ float Llama3Frequency(float f, const RopeScalingConfig& s) {
   return (1.0f - smooth) * f / factor + smooth * f;
 }
 
+// YaRN (transformers' _compute_yarn_parameters): dimensions that turn fewer than beta_slow times
+// over the original context take the interpolated frequency (divided by `factor`), those that
+// turn more than beta_fast times keep theirs, and a linear ramp blends the ones between.
+std::vector<float> YarnFrequencies(const ModelConfig& m) {
+  const RopeScalingConfig& s = m.rope_scaling;
+  const int dim = m.head_size(), half = dim / 2;
+  const double theta = m.rope_theta;
+  const auto original = static_cast<double>(s.original_max_position_embeddings);
+  auto correction_dim = [&](double rotations) {  // the dimension turning `rotations` times
+    return dim * std::log(original / (rotations * 2.0 * std::numbers::pi)) /
+           (2.0 * std::log(theta));
+  };
+  const double low = std::max(std::floor(correction_dim(s.beta_fast)), 0.0);
+  double high = std::min(std::ceil(correction_dim(s.beta_slow)), static_cast<double>(dim - 1));
+  if (low == high) high += 0.001;  // transformers' guard against a zero-width ramp
+  const auto factor = static_cast<float>(s.factor);
+  std::vector<float> f(static_cast<size_t>(half));
+  for (int i = 0; i < half; ++i) {
+    const float pos_freq = std::pow(static_cast<float>(theta), static_cast<float>(2 * i) / dim);
+    const float extrapolation = 1.0f / pos_freq, interpolation = 1.0f / (factor * pos_freq);
+    const float ramp = std::clamp(
+        (static_cast<float>(i) - static_cast<float>(low)) / static_cast<float>(high - low), 0.0f,
+        1.0f);
+    const float keep = 1.0f - ramp;  // the share of the extrapolated frequency
+    f[static_cast<size_t>(i)] = interpolation * (1.0f - keep) + extrapolation * keep;
+  }
+  return f;
+}
+
 std::unique_ptr<Layer> Block(const ModelConfig& m, int index,
                              std::shared_ptr<const LinearProvider> provider,
                              const std::vector<float>& inv_freq) {
@@ -45,6 +74,10 @@ std::unique_ptr<Layer> Block(const ModelConfig& m, int index,
   a.qkv_bias = m.attention_bias || m.qkv_bias;
   a.o_bias = m.attention_bias;
   a.rope_inv_freq = inv_freq;
+  a.rope_scale = RopeAttentionFactor(m.rope_scaling);
+  if (m.rope_scaling.type == "dynamic") {
+    a.rope_for_length = [m](int64_t seq_len) { return RopeInverseFrequencies(m, seq_len); };
+  }
   a.window = m.WindowOf(index);
   s.mlp = {MlpKind::kSwiGlu,
            m.mlp_hidden(),
@@ -94,6 +127,19 @@ std::vector<std::string> ConfigProblems(const ModelConfig& m) {
       !(m.rope_scaling.high_freq_factor > m.rope_scaling.low_freq_factor)) {
     p.push_back("model.rope_scaling.high_freq_factor must exceed low_freq_factor (llama3)");
   }
+  const std::string& rope = m.rope_scaling.type;
+  if ((rope == "llama3" || rope == "yarn" || rope == "dynamic") &&
+      m.rope_scaling.original_max_position_embeddings < 1) {
+    p.push_back(detail::StrCat("model.rope_scaling.original_max_position_embeddings ",
+                               m.rope_scaling.original_max_position_embeddings,
+                               " must be positive (", rope, ")"));
+  }
+  if (rope == "yarn" &&
+      !(m.rope_scaling.beta_fast > m.rope_scaling.beta_slow && m.rope_scaling.beta_slow > 0.0)) {
+    p.push_back(detail::StrCat("model.rope_scaling.beta_fast ", m.rope_scaling.beta_fast,
+                               " must exceed beta_slow ", m.rope_scaling.beta_slow,
+                               ", and both be positive (yarn)"));
+  }
   if (!(m.rope_theta > 0.0)) p.push_back("model.rope_theta must be positive");
   if (m.sliding_window < 0) {
     p.push_back(detail::StrCat("model.sliding_window ", m.sliding_window,
@@ -117,10 +163,19 @@ std::vector<std::string> TensorParallelProblems(const ModelConfig& m, int tp) {
 
 }  // namespace
 
-std::vector<float> RopeInverseFrequencies(const ModelConfig& m) {
+std::vector<float> RopeInverseFrequencies(const ModelConfig& m, int64_t seq_len) {
+  const RopeScalingConfig& s = m.rope_scaling;
+  if (s.type == "yarn") return YarnFrequencies(m);
   const int half = m.head_size() / 2;
   std::vector<float> f(static_cast<size_t>(half));
-  const float theta = static_cast<float>(m.rope_theta), dim = static_cast<float>(m.head_size());
+  double base = m.rope_theta;
+  if (s.type == "dynamic" && seq_len > s.original_max_position_embeddings) {
+    // transformers' _compute_dynamic_ntk_parameters, the sequence past the original context.
+    const double d = m.head_size(), ratio = static_cast<double>(seq_len) /
+                                            static_cast<double>(s.original_max_position_embeddings);
+    base *= std::pow(s.factor * ratio - (s.factor - 1.0), d / (d - 2.0));
+  }
+  const float theta = static_cast<float>(base), dim = static_cast<float>(m.head_size());
   for (int i = 0; i < half; ++i) {
     float x = 1.0f / std::pow(theta, static_cast<float>(2 * i) / dim);
     if (m.rope_scaling.type == "linear") x /= static_cast<float>(m.rope_scaling.factor);
@@ -128,6 +183,18 @@ std::vector<float> RopeInverseFrequencies(const ModelConfig& m) {
     f[static_cast<size_t>(i)] = x;
   }
   return f;
+}
+
+float RopeAttentionFactor(const RopeScalingConfig& s) {
+  if (s.type != "yarn") return 1.0f;
+  if (s.attention_factor > 0.0) return static_cast<float>(s.attention_factor);
+  auto mscale = [&](double m) {
+    return s.factor <= 1.0 ? 1.0 : 0.1 * m * std::log(s.factor) + 1.0;
+  };
+  if (s.mscale != 0.0 && s.mscale_all_dim != 0.0) {
+    return static_cast<float>(mscale(s.mscale) / mscale(s.mscale_all_dim));
+  }
+  return static_cast<float>(mscale(1.0));
 }
 
 ModelFamily LlamaFamily() {

@@ -41,7 +41,12 @@ ModelFamily LlamaFamily();
 HfFamily LlamaHfFamily();
 
 // RoPE's inverse frequencies [head_dim / 2] for `model` (rope_theta, rope_scaling), computed
-// in fp32 as transformers' rope initialisation does.
-std::vector<float> RopeInverseFrequencies(const ModelConfig& model);
+// in fp32 as transformers' rope initialisation does (modeling_rope_utils.py). `seq_len` is the
+// length of the sequence they turn (the highest position + 1): only `dynamic` depends on it,
+// growing the base past original_max_position_embeddings; 0 means the initial frequencies.
+std::vector<float> RopeInverseFrequencies(const ModelConfig& model, int64_t seq_len = 0);
+// The factor transformers puts on cos and sin (its attention_scaling): YaRN's attention
+// factor, 1 for every other type.
+float RopeAttentionFactor(const RopeScalingConfig& scaling);
 
 }  // namespace ztrain::nn

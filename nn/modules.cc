@@ -396,7 +396,10 @@ std::vector<LinearSpec> QkvSpecs(const AttentionSpec& s, int64_t c) {
 
 Attention::Attention(const AttentionSpec& s, int64_t channels, const LinearProvider& provider,
                      ParamTable& table)
-    : inv_freq_(s.rope_inv_freq), window_(s.window) {
+    : inv_freq_(s.rope_inv_freq),
+      rope_scale_(s.rope_scale),
+      rope_for_length_(s.rope_for_length),
+      window_(s.window) {
   ZTRAIN_ASSERT(s.n_head > 0 && s.n_kv_head > 0 && s.n_head % s.n_kv_head == 0 &&
                 s.n_kv_head % provider.size() == 0 && s.head_dim > 0);
   ZTRAIN_ASSERT(inv_freq_.empty() || static_cast<int>(inv_freq_.size()) * 2 == s.head_dim);
@@ -409,9 +412,17 @@ Attention::Attention(const AttentionSpec& s, int64_t channels, const LinearProvi
   heads_ = {s.n_head / provider.size(), s.n_kv_head / provider.size(), s.head_dim};
 }
 
-Tensor Attention::InvFreq(LayerContext& ctx) const {
+Tensor Attention::InvFreq(LayerContext& ctx, int64_t seq_len) const {
   const auto half = static_cast<int64_t>(inv_freq_.size());
-  const Tensor host(const_cast<float*>(inv_freq_.data()), DType::kF32, {half});
+  const std::vector<float>* freq = &inv_freq_;
+  if (rope_for_length_) {  // dynamic: this length's frequencies, kept until the length changes
+    if (seq_len != length_freq_for_) {
+      length_freq_ = rope_for_length_(seq_len);
+      length_freq_for_ = seq_len;
+    }
+    freq = &length_freq_;
+  }
+  const Tensor host(const_cast<float*>(freq->data()), DType::kF32, {half});
   if (ctx.ops().device().is_cpu()) return host;
   const Tensor on_device = ctx.Scratch(DType::kF32, {half});
   ctx.ops().Copy(host, on_device);
@@ -426,7 +437,7 @@ void Attention::Forward(LayerContext& ctx, const LinearProvider& p, const ParamV
   const Tensor qkv = ctx.Save("qkv", ctx.dtype(), {n, width});
   qkv_.Forward(ctx, v, x, qkv);
   const Tensor qkv3 = qkv.View({batch, t, width});
-  if (!inv_freq_.empty()) ops.RopeForward(qkv3, heads_, InvFreq(ctx));
+  if (!inv_freq_.empty()) ops.RopeForward(qkv3, heads_, InvFreq(ctx, t), 0, rope_scale_);
   const Tensor att = ctx.Save("att", ctx.dtype(), {n, heads_.q_width()});
   const Tensor lse = ctx.Save("lse", DType::kF32, {batch, heads_.num_heads, t});
   ops.AttentionForward(qkv3, heads_, Mask(), att.View({batch, t, heads_.q_width()}), lse);
@@ -452,7 +463,9 @@ void Attention::Decode(LayerContext& ctx, const LinearProvider& p, const ParamVi
   }
   const Tensor qkv = ctx.Scratch(DType::kF32, {t, width});
   qkv_.Forward(ctx, v, x, qkv);
-  if (!inv_freq_.empty()) ops.RopeForward(qkv.View({1, t, width}), heads_, InvFreq(ctx), first);
+  if (!inv_freq_.empty()) {  // the frequencies of the sequence so far (dynamic NTK grows them)
+    ops.RopeForward(qkv.View({1, t, width}), heads_, InvFreq(ctx, first + t), first, rope_scale_);
+  }
   const float* new_rows = qkv.data<float>();
   auto store = [&](int64_t i) {  // position first + i into its cache row
     const float* row = new_rows + i * width + heads_.q_width();
@@ -495,7 +508,7 @@ void Attention::Backward(LayerContext& ctx, const LinearProvider& p, const Param
   ops.AttentionBackward(datt.View({batch, t, qw}), ctx.Saved("qkv").View({batch, t, width}),
                         ctx.Saved("att").View({batch, t, qw}), ctx.Saved("lse"), heads_, Mask(),
                         dqkv3);
-  if (!inv_freq_.empty()) ops.RopeBackward(dqkv3, heads_, InvFreq(ctx));
+  if (!inv_freq_.empty()) ops.RopeBackward(dqkv3, heads_, InvFreq(ctx, t), rope_scale_);
   std::vector<LinearGrad> g;
   qkv_.Grads(ctx, v, dqkv, g);
   p.ColumnBackward(ctx, g, x, dx);

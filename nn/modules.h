@@ -11,6 +11,7 @@
 // A family's names for its parameters are given in the specs ("attn.c_attn" for GPT-2,
 // "self_attn.q_proj" for Llama); the modules add ".weight" / ".bias". Not thread safe, like
 // the layers.
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -195,6 +196,10 @@ struct AttentionSpec {
   bool qkv_bias = false, o_bias = false;
   float o_std = 0.02f;
   std::vector<float> rope_inv_freq;  // [head_dim / 2]; empty: positions come from elsewhere
+  float rope_scale = 1.0f;           // on cos and sin (YaRN's attention factor)
+  // Frequencies for a sequence of `seq_len` positions when they depend on it (dynamic NTK
+  // scaling, nn::RopeInverseFrequencies); empty: rope_inv_freq always.
+  std::function<std::vector<float>(int64_t seq_len)> rope_for_length;
   int64_t window = 0;  // sliding window (kernels::AttentionMask); 0: full causal attention
 };
 
@@ -219,11 +224,16 @@ class Attention {
   void Adapt(const AdapterPlan& plan, int block, const LinearProvider& provider, ParamTable& table);
 
  private:
-  Tensor InvFreq(LayerContext& ctx) const;
+  // RoPE's frequencies for a sequence of `seq_len` positions, on the op's device.
+  Tensor InvFreq(LayerContext& ctx, int64_t seq_len) const;
   kernels::AttentionMask Mask() const;  // the keys each query sees (the window)
   kernels::AttentionHeads heads_;  // this piece's
   Linear qkv_, o_;
   std::vector<float> inv_freq_;
+  float rope_scale_ = 1.0f;
+  std::function<std::vector<float>(int64_t)> rope_for_length_;
+  mutable std::vector<float> length_freq_;  // rope_for_length_(length_freq_for_)
+  mutable int64_t length_freq_for_ = -1;
   int64_t window_ = 0;
 };
 

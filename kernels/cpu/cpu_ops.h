@@ -91,13 +91,14 @@ class CpuOps final : public Ops {
   void AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
                          const Tensor& lse, const AttentionHeads& heads, const AttentionMask& mask,
                          const Tensor& dqkv) override;
+  using Ops::RopeBackward;
   using Ops::RopeForward;
   void RopeForward(const Tensor& qkv, const AttentionHeads& heads, const Tensor& inv_freq,
-                   int64_t first_position) override;
+                   int64_t first_position, float scale) override;
+  void RopeBackward(const Tensor& dqkv, const AttentionHeads& heads, const Tensor& inv_freq,
+                    float scale) override;
   void AttentionDecode(const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
                        const AttentionHeads& heads, const Tensor& out) override;
-  void RopeBackward(const Tensor& dqkv, const AttentionHeads& heads,
-                    const Tensor& inv_freq) override;
   void SwiGluForward(const Tensor& gate, const Tensor& up, const Tensor& h) override;
   void SwiGluBackward(const Tensor& dh, const Tensor& gate, const Tensor& up,
                       const Tensor& dgate, const Tensor& dup) override;

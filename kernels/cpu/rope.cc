@@ -55,7 +55,7 @@ void TurnHeads(float* x, int64_t rotated, int64_t hs, const float* c, const floa
 // (inverse: the transpose of the rotation, for the backward). Parallel over positions: each
 // takes its cos/sin once for all batch rows.
 void Rope(const Tensor& qkv, const RopeDims& d, const float* inv_freq, bool inverse,
-          int64_t first_position = 0) {
+          int64_t first_position, float scale) {
   const int64_t half = d.half();
   const DType type = qkv.dtype();
   const bool wide = type == DType::kF32;
@@ -72,8 +72,8 @@ void Rope(const Tensor& qkv, const RopeDims& d, const float* inv_freq, bool inve
     for (int64_t t = 0; t < d.seq; ++t) {
       for (int64_t i = 0; i < half; ++i) {
         const float angle = static_cast<float>(first_position + t) * inv_freq[i];
-        c[i] = std::cos(angle);
-        s[i] = inverse ? -std::sin(angle) : std::sin(angle);
+        c[i] = std::cos(angle) * scale;
+        s[i] = (inverse ? -std::sin(angle) : std::sin(angle)) * scale;
       }
       for (int64_t b = 0; b < d.batch; ++b) {
         char* bytes = base + (b * d.seq + t) * row_bytes;
@@ -92,14 +92,15 @@ void Rope(const Tensor& qkv, const RopeDims& d, const float* inv_freq, bool inve
 }  // namespace
 
 void CpuOps::RopeForward(const Tensor& qkv, const AttentionHeads& heads, const Tensor& inv_freq,
-                         int64_t first_position) {
+                         int64_t first_position, float scale) {
   const RopeDims d = CheckRope(qkv, heads, inv_freq, "RopeForward", "qkv");
-  Rope(qkv, d, inv_freq.data<float>(), /*inverse=*/false, first_position);
+  Rope(qkv, d, inv_freq.data<float>(), /*inverse=*/false, first_position, scale);
 }
 
-void CpuOps::RopeBackward(const Tensor& dqkv, const AttentionHeads& heads, const Tensor& inv_freq) {
+void CpuOps::RopeBackward(const Tensor& dqkv, const AttentionHeads& heads, const Tensor& inv_freq,
+                          float scale) {
   const RopeDims d = CheckRope(dqkv, heads, inv_freq, "RopeBackward", "dqkv");
-  Rope(dqkv, d, inv_freq.data<float>(), /*inverse=*/true);
+  Rope(dqkv, d, inv_freq.data<float>(), /*inverse=*/true, 0, scale);
 }
 
 }  // namespace ztrain::kernels

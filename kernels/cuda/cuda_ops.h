@@ -88,11 +88,12 @@ class CudaOps final : public Ops {
   void AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
                          const Tensor& lse, const AttentionHeads& heads, const AttentionMask& mask,
                          const Tensor& dqkv) override;
+  using Ops::RopeBackward;
   using Ops::RopeForward;
   void RopeForward(const Tensor& qkv, const AttentionHeads& heads, const Tensor& inv_freq,
-                   int64_t first_position) override;
-  void RopeBackward(const Tensor& dqkv, const AttentionHeads& heads,
-                    const Tensor& inv_freq) override;
+                   int64_t first_position, float scale) override;
+  void RopeBackward(const Tensor& dqkv, const AttentionHeads& heads, const Tensor& inv_freq,
+                    float scale) override;
   void SwiGluForward(const Tensor& gate, const Tensor& up, const Tensor& h) override;
   void SwiGluBackward(const Tensor& dh, const Tensor& gate, const Tensor& up,
                       const Tensor& dgate, const Tensor& dup) override;

@@ -26,14 +26,14 @@ struct RopeDims {
 
 // sign = 1 turns by +a (forward), -1 by -a (backward).
 template <typename T>
-__global__ void RopeKernel(T* qkv, const float* inv_freq, RopeDims d, float sign) {
+__global__ void RopeKernel(T* qkv, const float* inv_freq, RopeDims d, float sign, float scale) {
   const int64_t n = d.rows * d.half;
   for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < n;
        idx += int64_t{gridDim.x} * blockDim.x) {
     const int64_t row = idx / d.half;
     const int i = static_cast<int>(idx % d.half);
     const float angle = static_cast<float>(d.first_position + row % d.seq) * inv_freq[i];
-    const float c = cosf(angle), s = sign * sinf(angle);
+    const float c = cosf(angle) * scale, s = sign * sinf(angle) * scale;
     T* p = qkv + row * d.stride + i;
     for (int h = 0; h < d.heads; ++h, p += d.head_dim) {
       const float x0 = ToFloat(p[0]), x1 = ToFloat(p[d.half]);
@@ -55,12 +55,12 @@ RopeDims CheckRope(const Tensor& qkv, const AttentionHeads& heads, const Tensor&
 }
 
 void LaunchRope(const Tensor& qkv, const Tensor& inv_freq, const RopeDims& d, float sign,
-                cudaStream_t stream) {
+                float scale, cudaStream_t stream) {
   if (d.rows == 0) return;
   DispatchFloat(qkv.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     RopeKernel<T><<<GridFor(d.rows * d.half), kThreads, 0, stream>>>(
-        qkv.data<T>(), inv_freq.data<const float>(), d, sign);
+        qkv.data<T>(), inv_freq.data<const float>(), d, sign, scale);
     ZTRAIN_CUDA_CHECK_LAUNCH();
   });
 }
@@ -68,16 +68,16 @@ void LaunchRope(const Tensor& qkv, const Tensor& inv_freq, const RopeDims& d, fl
 }  // namespace
 
 void CudaOps::RopeForward(const Tensor& qkv, const AttentionHeads& heads, const Tensor& inv_freq,
-                          int64_t first_position) {
+                          int64_t first_position, float scale) {
   RopeDims d = CheckRope(qkv, heads, inv_freq, device(), "RopeForward", "qkv");
   d.first_position = first_position;
-  LaunchRope(qkv, inv_freq, d, 1.0f, stream_);
+  LaunchRope(qkv, inv_freq, d, 1.0f, scale, stream_);
 }
 
 void CudaOps::RopeBackward(const Tensor& dqkv, const AttentionHeads& heads,
-                           const Tensor& inv_freq) {
+                           const Tensor& inv_freq, float scale) {
   const RopeDims d = CheckRope(dqkv, heads, inv_freq, device(), "RopeBackward", "dqkv");
-  LaunchRope(dqkv, inv_freq, d, -1.0f, stream_);
+  LaunchRope(dqkv, inv_freq, d, -1.0f, scale, stream_);
 }
 
 }  // namespace ztrain::kernels::cuda

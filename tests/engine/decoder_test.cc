@@ -31,7 +31,8 @@ void Fill(const std::string& name, const Tensor& out) {
   }
 }
 
-// "Gpt2", "Llama", or a Llama with sliding windows shorter than the test sequence (20 tokens):
+// "Gpt2", "Llama", "LlamaYarn" (YaRN RoPE), or a Llama with sliding windows shorter than the
+// test sequence (20 tokens):
 // "LlamaWindow" slides layer 1 only (window 4; layer 0 attends fully), "LlamaWindowAll" every
 // layer (window 3), so that the cache of a sliding layer wraps around (Note [Windowed KV
 // cache]).
@@ -44,6 +45,10 @@ Config TestConfig(const std::string& family) {
     j["model"]["max_window_layers"] = 1;
   }
   if (family == "LlamaWindowAll") j["model"]["sliding_window"] = 3;
+  if (family == "LlamaYarn") {  // frequencies and the factor on cos and sin fixed per model
+    j["model"]["rope_scaling"] = {
+        {"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 8}};
+  }
   j["train_micro_batch_size_per_gpu"] = 1;
   j.erase("train_batch_size");
   j["device"] = "cpu";
@@ -113,7 +118,8 @@ TEST_P(DecoderTest, SlidingLayersCacheOnlyTheWindow) {
   const int64_t row = 8 * 4, full = 2 * 32 * row;  // one layer's K and V
   const std::map<std::string, int64_t> want = {{"Llama", 2 * full},
                                                {"LlamaWindow", full + 2 * 4 * row},
-                                               {"LlamaWindowAll", 2 * (2 * 3 * row)}};
+                                               {"LlamaWindowAll", 2 * (2 * 3 * row)},
+                                               {"LlamaYarn", 2 * full}};
   EXPECT_EQ(decoder.cache_bytes(), want.at(GetParam()));
 }
 
@@ -131,7 +137,8 @@ TEST_P(DecoderTest, RefusesToPassMaxSeqLen) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, DecoderTest,
-                         ::testing::Values("Gpt2", "Llama", "LlamaWindow", "LlamaWindowAll"),
+                         ::testing::Values("Gpt2", "Llama", "LlamaWindow", "LlamaWindowAll",
+                                           "LlamaYarn"),
                          [](const auto& info) { return info.param; });
 
 TEST(SamplingTest, GreedyTopKOneAndATinyTopPPickTheLargest) {

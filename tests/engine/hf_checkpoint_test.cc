@@ -286,9 +286,29 @@ TEST(HfConfigTest, RefusesWhatNoFamilyRunsByName) {
   json gelu = base;
   gelu["hidden_act"] = "gelu";
   ExpectErrorWith<ConfigError>([&] { ReadKeys(gelu); }, {"hidden_act 'gelu'"});
+  // YaRN and dynamic NTK run past max_position_embeddings: the context becomes factor x the
+  // original one when that is longer; dynamic's original context is max_position_embeddings.
   json yarn = base;
-  yarn["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
-  ExpectErrorWith<ConfigError>([&] { ReadKeys(yarn); }, {"rope_scaling type 'yarn'", "llama3"});
+  yarn["max_position_embeddings"] = 32768;  // Qwen2.5's 128k recipe
+  yarn["rope_scaling"] = {
+      {"type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 32768}};
+  const json ky = ReadKeys(yarn);
+  EXPECT_EQ(ky["max_seq_len"], 131072);
+  EXPECT_EQ(ky["rope_scaling"]["rope_type"], "yarn");
+  yarn["rope_scaling"].erase("factor");  // DeepSeek-V3: the ratio of the contexts
+  yarn["max_position_embeddings"] = 163840;
+  yarn["rope_scaling"]["original_max_position_embeddings"] = 4096;
+  EXPECT_EQ(ReadKeys(yarn)["rope_scaling"]["factor"], 40.0);
+  json dynamic = base;
+  dynamic["max_position_embeddings"] = 4096;
+  dynamic["rope_scaling"] = {{"rope_type", "dynamic"}, {"factor", 2.0}};
+  const json kd = ReadKeys(dynamic);
+  EXPECT_EQ(kd["max_seq_len"], 8192);
+  EXPECT_EQ(kd["rope_scaling"]["original_max_position_embeddings"], 4096);
+  json longrope = base;
+  longrope["rope_scaling"] = {{"rope_type", "longrope"}, {"factor", 4.0}};
+  ExpectErrorWith<ConfigError>([&] { ReadKeys(longrope); },
+                               {"rope_scaling type 'longrope'", "yarn", "dynamic"});
   json no_layers = base;
   no_layers.erase("num_hidden_layers");
   ExpectErrorWith<ConfigError>([&] { ReadKeys(no_layers); }, {"no num_hidden_layers"});
@@ -321,6 +341,19 @@ TEST(HfConfigTest, WrittenConfigsReadBack) {
   mistral.attention_bias = false;
   mistral.sliding_window = 4;
   models.push_back(mistral);
+  ModelConfig yarn = TinyLlama(false);  // YaRN with every key of its own
+  yarn.rope_scaling.type = "yarn";
+  yarn.rope_scaling.factor = 4.0;
+  yarn.rope_scaling.original_max_position_embeddings = 2;  // x 4 = the context of 8
+  yarn.rope_scaling.beta_fast = 16.0;
+  yarn.rope_scaling.beta_slow = 2.0;
+  yarn.rope_scaling.attention_factor = 1.25;
+  models.push_back(yarn);
+  ModelConfig dynamic = TinyLlama(false);  // dynamic NTK: HF's max_position_embeddings is 4
+  dynamic.rope_scaling.type = "dynamic";
+  dynamic.rope_scaling.factor = 2.0;
+  dynamic.rope_scaling.original_max_position_embeddings = 4;
+  models.push_back(dynamic);
   for (const ModelConfig& m : models) {
     const json hf = nn::FindModelFamily(m.type).hf.write_config(m, DType::kF32);
     json j = testing::TinyConfigJson();
@@ -344,6 +377,13 @@ TEST(HfConfigTest, WrittenConfigsReadBack) {
     EXPECT_EQ(back.mlp_bias, m.mlp_bias);
     EXPECT_EQ(back.tie_word_embeddings, m.tie_word_embeddings);
     EXPECT_EQ(back.sliding_window, m.sliding_window);
+    if (m.rope_scaling.type == "yarn" || m.rope_scaling.type == "dynamic") {
+      EXPECT_EQ(back.rope_scaling.original_max_position_embeddings,
+                m.rope_scaling.original_max_position_embeddings);
+      EXPECT_EQ(back.rope_scaling.beta_fast, m.rope_scaling.beta_fast);
+      EXPECT_EQ(back.rope_scaling.beta_slow, m.rope_scaling.beta_slow);
+      EXPECT_EQ(back.rope_scaling.attention_factor, m.rope_scaling.attention_factor);
+    }
     EXPECT_EQ(back.max_window_layers, m.max_window_layers);
   }
   EXPECT_EQ(nn::FindModelFamily("llama").hf.write_config(mistral, DType::kF32)["architectures"],

@@ -196,6 +196,21 @@ INSTANTIATE_TEST_SUITE_P(
              "qwen2",
              {{"use_sliding_window", true}, {"sliding_window", 5}, {"max_window_layers", 1}},
              "F32",
+             1},
+        // YaRN over an original context of 16 (its ramp falls inside the 8 frequencies; cos
+        // and sin scaled by 0.1 ln 4 + 1), and dynamic NTK past max_position_embeddings 16 (the
+        // sequence of 32 grows the base; ztrain's context becomes factor x 16).
+        Case{"yarn_f32",
+             "llama",
+             {{"rope_scaling",
+               {{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 16}}}},
+             "F32",
+             1},
+        Case{"dynamic_ntk_f32",
+             "llama",
+             {{"max_position_embeddings", 16},
+              {"rope_scaling", {{"rope_type", "dynamic"}, {"factor", 2.0}}}},
+             "F32",
              1}),
     [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
 

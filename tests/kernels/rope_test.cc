@@ -156,6 +156,38 @@ TEST(RopeTest, BackwardMatchesFiniteDifferences) {
   }
 }
 
+// A scale on cos and sin (YaRN's attention factor) scales the rotated q and k and leaves v:
+// the forward against the reference times the scale, the backward against finite differences
+// of <scale * RefRope(qkv), dy>.
+TEST(RopeTest, ScaleMultipliesCosAndSin) {
+  auto ops = MakeCpuOps();
+  const RopeCase tc{2, 9, 2, 1, 8};
+  constexpr float kScale = 1.1386294f;  // 0.1 ln 4 + 1
+  auto qkv = Random(tc.numel(), 6), inv_freq = InvFreq(tc.head_dim);
+  const std::vector<float> before = qkv;
+  const Tensor f = View(inv_freq, {tc.head_dim / 2});
+  ops->RopeForward(View(qkv, tc.shape()), tc.Heads(), f, 0, kScale);
+  std::vector<double> want = RefRope(testing::ToDouble(before), tc, inv_freq);
+  for (int64_t r = 0; r < tc.batch * tc.seq; ++r) {
+    for (int64_t c = 0; c < tc.rotated(); ++c) want[r * tc.width() + c] *= kScale;
+  }
+  ExpectClose(qkv, want, 1e-6, "scaled qkv");
+  EXPECT_EQ(VColumns(qkv, tc), VColumns(before, tc));
+  auto dy = Random(tc.numel(), 7);
+  std::vector<float> dqkv = dy;
+  ops->RopeBackward(View(dqkv, tc.shape()), tc.Heads(), f, kScale);
+  testing::ExpectGradMatchesFiniteDiff(
+      dqkv,
+      [&](const std::vector<double>& v) {
+        std::vector<double> y = RefRope(v, tc, inv_freq);
+        for (int64_t r = 0; r < tc.batch * tc.seq; ++r) {
+          for (int64_t c = 0; c < tc.rotated(); ++c) y[r * tc.width() + c] *= kScale;
+        }
+        return testing::Dot(y, dy);
+      },
+      before, 600, 1e-5, "dqkv");
+}
+
 TEST(RopeTest, RejectsBadHeadsShapesAndInvFreq) {
   auto ops = MakeCpuOps();
   // NH = 2, NKV = 1, HS = 4: qkv [1, 3, 16], inv_freq [2].

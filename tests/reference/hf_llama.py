@@ -17,8 +17,10 @@ for an fp32 model:
   Attention: q,k,v projections (biases: Llama with attention_bias on q,k,v,o; Qwen2 always on
   q,k,v and never on o; Mistral never), rotate-half RoPE on q and k with
   inv_freq = 1 / rope_theta^(arange(0, head_dim, 2) / head_dim) in fp32, scaled as
-  modeling_rope_utils does for rope_scaling {"rope_type"|"type": "linear"} (inv_freq / factor)
-  and "llama3" (Llama 3.1 wavelength bands), cos/sin of position * inv_freq in fp32;
+  modeling_rope_utils does for rope_scaling {"rope_type"|"type": "linear"} (inv_freq / factor),
+  "llama3" (Llama 3.1 wavelength bands), "yarn" (frequencies ramped between interpolation and
+  extrapolation, cos and sin times the attention factor) and "dynamic" (NTK: the base grows with
+  max(position) + 1 past max_position_embeddings), cos/sin of position * inv_freq in fp32;
   grouped-query attention (KV head j serves query heads j*g .. j*g+g-1, g = heads / kv_heads),
   scores q.k / sqrt(head_dim), causal mask (kv_idx <= q_idx), in sliding layers also the window
   (kv_idx > q_idx - sliding_window, transformers' sliding_window_overlay: Mistral's layers when
@@ -309,9 +311,21 @@ class Cfg:
             self.original_max_position_embeddings = int(self._rope_key("original_max_position_embeddings"))
             if self.high_freq_factor == self.low_freq_factor:
                 raise ConfigError("config: rope_scaling high_freq_factor equals low_freq_factor")
+        elif self.rope_type == "yarn":
+            # _compute_yarn_parameters: original_max_position_embeddings from rope_scaling, else
+            # the config's; a missing factor is the ratio of the two contexts (DeepSeek-V3).
+            self.original_max_position_embeddings = int(
+                self.rope.get("original_max_position_embeddings") or self.max_position_embeddings)
+            f = self.rope.get("factor")
+            self.rope_factor = float(f) if f is not None else \
+                self.max_position_embeddings / self.original_max_position_embeddings
+            self.beta_fast = float(self.rope.get("beta_fast") or 32)
+            self.beta_slow = float(self.rope.get("beta_slow") or 1)
+        elif self.rope_type == "dynamic":
+            self.rope_factor = float(self._rope_key("factor"))
         elif self.rope_type != "default":
             raise ConfigError(f"config: rope_scaling type {self.rope_type!r} is not supported "
-                              "(only default, linear, llama3)")
+                              "(only default, linear, llama3, yarn, dynamic)")
 
     def _rope_key(self, key):
         if self.rope.get(key) is None:
@@ -384,11 +398,44 @@ def make_config(arch, overrides):
 # The model
 
 
-def rope_inv_freq(cfg, dtype=torch.float32):
-    """inv_freq as modeling_rope_utils computes it (in fp32 by default)."""
+def yarn_attention_factor(cfg):
+    """_compute_yarn_parameters' attention_factor: the config's, else from mscale."""
+    given = cfg.rope.get("attention_factor")
+    if given is not None:
+        return float(given)
+
+    def get_mscale(scale, mscale=1):
+        return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
+
+    mscale, mscale_all_dim = cfg.rope.get("mscale"), cfg.rope.get("mscale_all_dim")
+    if mscale and mscale_all_dim:
+        return float(get_mscale(cfg.rope_factor, mscale) / get_mscale(cfg.rope_factor, mscale_all_dim))
+    return get_mscale(cfg.rope_factor)
+
+
+def rope_inv_freq(cfg, dtype=torch.float32, seq_len=None):
+    """inv_freq as modeling_rope_utils computes it (in fp32 by default). seq_len: the length
+    dynamic NTK scaling sees (max(position_ids) + 1, as dynamic_rope_update passes it)."""
     hd = cfg.head_dim
     exponent = torch.arange(0, hd, 2, dtype=torch.int64).to(dtype) / hd
-    inv = 1.0 / (cfg.rope_theta ** exponent)
+    base = cfg.rope_theta
+    if cfg.rope_type == "dynamic" and seq_len is not None and seq_len > cfg.max_position_embeddings:
+        base = base * ((cfg.rope_factor * seq_len / cfg.max_position_embeddings)
+                       - (cfg.rope_factor - 1)) ** (hd / (hd - 2))
+    inv = 1.0 / (base ** exponent)
+    if cfg.rope_type == "yarn":
+        def correction_dim(rotations):
+            return (hd * math.log(cfg.original_max_position_embeddings / (rotations * 2 * math.pi))) / \
+                (2 * math.log(cfg.rope_theta))
+        low = max(math.floor(correction_dim(cfg.beta_fast)), 0)
+        high = min(math.ceil(correction_dim(cfg.beta_slow)), hd - 1)
+        if low == high:
+            high += 0.001
+        ramp = torch.clamp((torch.arange(hd // 2, dtype=torch.float32).to(dtype) - low) / (high - low), 0, 1)
+        pos_freqs = cfg.rope_theta ** exponent
+        extrapolation_factor = 1 - ramp
+        inv = (1.0 / (cfg.rope_factor * pos_freqs)) * (1 - extrapolation_factor) + \
+            (1.0 / pos_freqs) * extrapolation_factor
     if cfg.rope_type == "linear":
         inv = inv / cfg.rope_factor
     elif cfg.rope_type == "llama3":
@@ -405,10 +452,13 @@ def rope_inv_freq(cfg, dtype=torch.float32):
 
 
 def rope_tables(cfg, seq, dtype=torch.float32, positions=None):
-    """cos, sin of shape (seq, head_dim/2): angle position * inv_freq[i] for the pair (i, i+hd/2)."""
+    """cos, sin of shape (seq, head_dim/2): angle position * inv_freq[i] for the pair (i, i+hd/2),
+    times the attention scaling (YaRN's factor; 1 otherwise), as LlamaRotaryEmbedding.forward."""
     pos = torch.arange(seq, dtype=torch.int64) if positions is None else positions
-    angles = pos.to(dtype)[:, None] * rope_inv_freq(cfg, dtype)[None, :]
-    return angles.cos(), angles.sin()
+    seq_len = int(pos.max().item()) + 1 if pos.numel() else 0
+    angles = pos.to(dtype)[:, None] * rope_inv_freq(cfg, dtype, seq_len)[None, :]
+    scale = yarn_attention_factor(cfg) if cfg.rope_type == "yarn" else 1.0
+    return angles.cos() * scale, angles.sin() * scale
 
 
 def apply_rope(x, cos, sin):

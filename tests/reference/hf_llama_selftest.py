@@ -29,6 +29,11 @@ independent formulations, in ways that fail when the reference is wrong.
                equals none; Qwen2 slides only layers >= max_window_layers (a full layer 0
                reaches past the window), use_sliding_window false or max_window_layers >= the
                layer count slides none
+  long_rope    YaRN: dimensions below the ramp keep the plain frequency, above it take it divided
+               by factor, factor 1 is the plain RoPE, the attention factor is 0.1 ln(factor) + 1
+               (or the mscale ratio, or the given one) and scales cos and sin; dynamic NTK:
+               the plain frequencies up to max_position_embeddings, past it base' =
+               base (factor L / max - (factor - 1))^(d / (d - 2)), scalar float64 arithmetic
   refusals     Mistral biases, unknown rope types, mismatched weights
   lora_names   PEFT's matching (suffix after ".", exact names skipping layers_to_transform, regex
                fullmatch, exclude_modules, modules_to_save exclusion, layers_pattern, all-linear
@@ -684,6 +689,51 @@ def test_sliding():
         check(all(bool(c.layer_mask(i, T)[T - 1, 0]) for i in range(2)), f"{off} slid a layer")
 
 
+def test_long_rope():
+    hd, theta, orig = 16, 10000.0, 64
+    plain = ref.rope_inv_freq(tiny("llama", head_dim=hd, rope_theta=theta), F64)
+    yarn = tiny("llama", head_dim=hd, rope_theta=theta,
+                rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": orig})
+    inv = ref.rope_inv_freq(yarn, F64)
+
+    def correction_dim(rot):  # scalar, from the YaRN paper's definition
+        return hd * math.log(orig / (rot * 2 * math.pi)) / (2 * math.log(theta))
+    low, high = max(math.floor(correction_dim(32)), 0), min(math.ceil(correction_dim(1)), hd - 1)
+    check(0 < high, f"the ramp [{low}, {high}] does not fall inside the dimensions")
+    for i in range(hd // 2):
+        if i <= low:
+            check(abs(inv[i] - plain[i]) <= 1e-15 * plain[i], f"yarn dim {i} below the ramp moved")
+        elif i >= high:
+            check(abs(inv[i] - plain[i] / 4.0) <= 1e-15 * plain[i], f"yarn dim {i} above the ramp is not /factor")
+        else:
+            t = (i - low) / (high - low)
+            want = plain[i] / 4.0 * t + plain[i] * (1 - t)
+            check(abs(inv[i] - want) <= 1e-12 * plain[i], f"yarn dim {i} is not on the ramp")
+    one = tiny("llama", head_dim=hd, rope_scaling={"rope_type": "yarn", "factor": 1.0,
+                                                    "original_max_position_embeddings": orig})
+    check(max_diff(ref.rope_inv_freq(one, F64), plain) < 1e-15, "yarn with factor 1 is not plain RoPE")
+    check(abs(ref.yarn_attention_factor(yarn) - (0.1 * math.log(4.0) + 1)) < 1e-15, "yarn attention factor")
+    ds = tiny("llama", head_dim=hd, rope_scaling={"rope_type": "yarn", "factor": 4.0, "mscale": 0.707,
+                                                   "mscale_all_dim": 0.707, "original_max_position_embeddings": orig})
+    check(ref.yarn_attention_factor(ds) == 1.0, "equal mscale and mscale_all_dim give factor 1")
+    given = tiny("llama", head_dim=hd, rope_scaling={"rope_type": "yarn", "factor": 4.0, "attention_factor": 0.5,
+                                                      "original_max_position_embeddings": orig})
+    cos, sin = ref.rope_tables(given, 3, F64)
+    c0, s0 = ref.rope_tables(tiny("llama", head_dim=hd, rope_scaling={"rope_type": "linear", "factor": 1.0}), 3, F64)
+    check(abs(cos[0, 0] - 0.5) < 1e-15 and abs(sin[2, 0] - 0.5 * math.sin(2 * inv[0])) < 1e-12,
+          "yarn's attention factor does not scale cos and sin")
+    check(abs(c0[0, 0] - 1.0) < 1e-15, "linear factor 1 scales cos")
+    dyn = tiny("llama", head_dim=hd, rope_theta=theta, max_position_embeddings=orig,
+               rope_scaling={"rope_type": "dynamic", "factor": 2.0})
+    check(max_diff(ref.rope_inv_freq(dyn, F64, orig), plain) == 0.0, "dynamic moved within the context")
+    L = 3 * orig
+    base = theta * ((2.0 * L / orig) - 1.0) ** (hd / (hd - 2))
+    for i in range(hd // 2):
+        want = 1.0 / base ** (2 * i / hd)
+        got = float(ref.rope_inv_freq(dyn, F64, L)[i])
+        check(abs(got - want) <= 1e-12 * want, f"dynamic dim {i}: {got} vs {want}")
+
+
 def test_refusals(tmp):
     def refused(fn, word):
         try:
@@ -695,7 +745,7 @@ def test_refusals(tmp):
 
     refused(lambda: tiny("mistral", attention_bias=True), "attention_bias")
     refused(lambda: tiny("qwen2", mlp_bias=True), "mlp_bias")
-    refused(lambda: tiny("llama", rope_scaling={"rope_type": "yarn", "factor": 2.0}), "yarn")
+    refused(lambda: tiny("llama", rope_scaling={"rope_type": "longrope", "factor": 2.0}), "longrope")
     refused(lambda: tiny("llama", rope_scaling={"rope_type": "llama3", "factor": 2.0}), "low_freq_factor")
     refused(lambda: tiny("llama", hidden_act="gelu"), "hidden_act")
     # weights that do not match the config
@@ -1218,7 +1268,7 @@ def test_qlora(tmp):
 def main():
     import bnb_quant_selftest
     tests = [test_param_names, test_naive_forward, test_gradients, test_gqa_equals_repeated_mha, test_causal_and_tied,
-             test_sliding, test_rope, test_safetensors, test_init_loss, test_train_eval, test_refusals, test_lora_names,
+             test_sliding, test_rope, test_long_rope, test_safetensors, test_init_loss, test_train_eval, test_refusals, test_lora_names,
              test_lora_math, test_lora_adapter_dir, test_lora_b_zero, test_lora_train_roundtrip, test_lora_merge,
              test_qlora] + bnb_quant_selftest.TESTS
     failed = 0
