@@ -131,9 +131,10 @@ json ReadConfig(const json& hf, const std::string& path, json* notes) {
   const auto [window, full_layers] = SlidingWindow(hf, variant, path, m["n_layer"].get<int64_t>());
   m["sliding_window"] = window;
   m["max_window_layers"] = full_layers;
-  if (window > 0) {
+  if (window > 0) {  // the log reads "sliding_window from <this>"
     (*notes)["sliding_window"] =
-        StrCat(window, full_layers > 0 ? StrCat(" from layer ", full_layers) : std::string());
+        variant == "mistral" ? std::string("Mistral's sliding_window, in every layer")
+                             : StrCat("Qwen2's use_sliding_window, in layers ", full_layers, " on");
   }
   return m;
 }

@@ -128,6 +128,15 @@ Trainer::Trainer(Config config, comm::Communicator* world, const LaunchEnv& laun
   config_.device = device_.device.ToString();
   config_.ranks_on_node = world_ ? launch.local_size : 1;
   Log().info("device: {} ({})", config_.device, device_.reason);
+  // Masked attention (kernels::AttentionMask) runs on the CPU kernels only so far: refused here,
+  // before anything is built, rather than at the first step.
+  ZTRAIN_CHECK_T(ConfigError, device_.device.is_cpu() || config_.model.sliding_window == 0,
+                 "model.sliding_window ", config_.model.sliding_window,
+                 ": sliding-window "
+                 "attention is not yet on ",
+                 config_.device,
+                 "'s kernels (the CPU has it); "
+                 "train with \"device\": \"cpu\", or without the window");
   if (device_.device.is_cpu()) {
     LogBlasKernel();
     if (config_.precision.bf16 && (!world_ || world_->rank() == 0)) WarnIfBf16IsSlower(config_);
