@@ -42,9 +42,8 @@ void CheckAttentionMask(const AttentionMask& mask, const AttentionDims& d, const
 // bookkeeping (the row max, the rescale of the running output); the keys are packed once per
 // call whatever the width. Measured with bench/attention_bench at T = 2048 ... 16384: key
 // blocks of 128, 256 and 512 by query blocks of 32, 64 and 128 all land within the run-to-run
-// noise (52-58 % of the GEMM peak), key blocks of 64 lose about a tenth; 64 x 256 keeps a
-// tile's scores (64 KiB) in L2 beside its keys. Short sequences use one block, rounded up to
-// the vector.
+// noise of each other, key blocks of 64 lose about a tenth; 64 x 256 keeps a tile's scores
+// (64 KiB) in L2 beside its keys. Short sequences use one block, rounded up to the vector.
 AttentionBlocks ForwardBlocks(int64_t seq) {
   const int kv = static_cast<int>(std::min<int64_t>(256, RoundUpToVec(std::max<int64_t>(seq, 1))));
   return {64, kv};
