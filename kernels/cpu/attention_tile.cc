@@ -1,12 +1,12 @@
 #include "kernels/cpu/attention_tile.h"
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <limits>
 #include <string>
 
 #include "kernels/cpu/check.h"
+#include "kernels/cpu/vec_math.h"
 
 namespace ztrain::kernels::cpu {
 
@@ -76,26 +76,8 @@ inline void Store(float* p, const Vec16& v) { *reinterpret_cast<Vec16U*>(p) = v;
 typedef int32_t Vec16i __attribute__((vector_size(64)));
 constexpr Vec16i kLane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
 
-// FastExp (vec_math.h) on 16 lanes at once: the same operations in the same order. Written
-// out because GCC vectorises the scalar loop at the tuning's preferred width (256 bits on
-// this project's AMD machines), and the softmax then costs a third of the forward.
-inline Vec16 Exp(const Vec16& x) {
-  constexpr float kMax = 88.3762626647949f, kMin = -87.3365447504019f, kRound = 12582912.0f;
-  const Vec16 lo = x < kMin ? Vec16{} + kMin : x;
-  const Vec16 xc = lo > kMax ? Vec16{} + kMax : lo;
-  const Vec16 fn = (xc * 1.44269504088896341f + kRound) - kRound;
-  const Vec16 r = xc - fn * 0.693359375f + fn * 2.12194440e-4f;
-  Vec16 p = r * 1.9875691500e-4f + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const Vec16 y = p * r * r + r + 1.0f;
-  const Vec16i bits = (__builtin_convertvector(fn, Vec16i) + 127) << 23;
-  Vec16 result = y * std::bit_cast<Vec16>(bits);
-  result = x < kMin ? Vec16{} : result;
-  return x > kMax ? Vec16{} + std::numeric_limits<float>::infinity() : result;
-}
+// FastExp on 16 lanes (vec_math.h).
+inline Vec16 Exp(const Vec16& x) { return FastExpOf<Vec16, Vec16i>(x); }
 
 // Lanes j0 .. j0 + 15 that lie in [lo, hi).
 inline Vec16i Visible(int j0, int lo, int hi) {

@@ -166,26 +166,22 @@ TEST(RopeTest, ScaleMultipliesCosAndSin) {
   auto qkv = Random(tc.numel(), 6), inv_freq = InvFreq(tc.head_dim);
   const std::vector<float> before = qkv;
   const Tensor f = View(inv_freq, {tc.head_dim / 2});
+  auto scaled_ref = [&](const std::vector<double>& x) {  // RefRope, q and k times kScale
+    std::vector<double> y = RefRope(x, tc, inv_freq);
+    for (int64_t r = 0; r < tc.batch * tc.seq; ++r) {
+      for (int64_t c = 0; c < tc.rotated(); ++c) y[r * tc.width() + c] *= kScale;
+    }
+    return y;
+  };
   ops->RopeForward(View(qkv, tc.shape()), tc.Heads(), f, 0, kScale);
-  std::vector<double> want = RefRope(testing::ToDouble(before), tc, inv_freq);
-  for (int64_t r = 0; r < tc.batch * tc.seq; ++r) {
-    for (int64_t c = 0; c < tc.rotated(); ++c) want[r * tc.width() + c] *= kScale;
-  }
-  ExpectClose(qkv, want, 1e-6, "scaled qkv");
+  ExpectClose(qkv, scaled_ref(testing::ToDouble(before)), 1e-6, "scaled qkv");
   EXPECT_EQ(VColumns(qkv, tc), VColumns(before, tc));
   auto dy = Random(tc.numel(), 7);
   std::vector<float> dqkv = dy;
   ops->RopeBackward(View(dqkv, tc.shape()), tc.Heads(), f, kScale);
   testing::ExpectGradMatchesFiniteDiff(
-      dqkv,
-      [&](const std::vector<double>& v) {
-        std::vector<double> y = RefRope(v, tc, inv_freq);
-        for (int64_t r = 0; r < tc.batch * tc.seq; ++r) {
-          for (int64_t c = 0; c < tc.rotated(); ++c) y[r * tc.width() + c] *= kScale;
-        }
-        return testing::Dot(y, dy);
-      },
-      before, 600, 1e-5, "dqkv");
+      dqkv, [&](const std::vector<double>& v) { return testing::Dot(scaled_ref(v), dy); }, before,
+      600, 1e-5, "dqkv");
 }
 
 TEST(RopeTest, RejectsBadHeadsShapesAndInvFreq) {
