@@ -236,8 +236,14 @@ Config ConfigFrom(const json& t, int world_size) {
   c.wall_clock_breakdown = t["wall_clock_breakdown"];
   c.model = ModelFrom(t["model"]);
   const json& d = t["data"];
-  c.data = DataConfig{d["train"].is_string() ? d["train"].get<std::string>() : "", d["val"],
-                      d["seq_len"], d["shuffle"], {}};
+  c.data = DataConfig{d["train"].is_string() ? d["train"].get<std::string>() : "",
+                      d["val"],
+                      d["seq_len"],
+                      d["shuffle"],
+                      {},
+                      d["packed_documents"],
+                      d["document_start_token"],
+                      d["document_end_token"]};
   if (d["train"].is_array()) {
     for (const json& e : d["train"]) c.data.train_mixture.push_back({e["path"], e["weight"]});
   }

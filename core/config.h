@@ -85,6 +85,10 @@ struct DataConfig {
   int64_t seq_len = 0;  // "auto" or absent: model.max_seq_len
   bool shuffle = false;
   std::vector<DataSourceSpec> train_mixture;  // data.train as a list (Note [Data mixture])
+  // Note [Packed documents] (data/documents.h): the boundaries' tokens, -1 = the manifest's.
+  bool packed_documents = false;
+  int64_t document_start_token = -1;
+  int64_t document_end_token = -1;
 
   // No data files: the built-in synthetic corpus.
   bool synthetic() const { return train.empty() && train_mixture.empty(); }

@@ -77,6 +77,24 @@ void CheckModel(const json& t, ConfigErrors& errors) {
   }
 }
 
+// Note [Packed documents]'s boundary tokens: -1 (the manifest's) or a token of the vocabulary,
+// at most one of the two.
+void CheckPackedDocuments(const json& t, ConfigErrors& errors) {
+  const int64_t vocab = Int(t, "model.vocab_size");
+  for (const char* key : {"data.document_start_token", "data.document_end_token"}) {
+    const int64_t token = Int(t, key);
+    if (token < -1 || token >= vocab) {
+      errors.Add(key, StrCat(token, " is not a token of model.vocab_size ", vocab,
+                             "; give a token id, or -1 to read it from the corpus manifest"));
+    }
+  }
+  if (Int(t, "data.document_start_token") >= 0 && Int(t, "data.document_end_token") >= 0) {
+    errors.Add("data.document_end_token",
+               "is set beside data.document_start_token; give one of them (the start token when "
+               "documents have both: each document then starts at it)");
+  }
+}
+
 void CheckTraining(const json& t, ConfigErrors& errors) {
   IntAtLeast(t, "training.steps", 0, errors);
   const std::string job = At(t, "training.job_name");
@@ -400,6 +418,7 @@ void CheckRanges(const json& tree, ConfigErrors& errors) {
   CheckDevice(tree, errors);
   CheckModel(tree, errors);
   CheckSizes(tree, errors);
+  CheckPackedDocuments(tree, errors);
   CheckTraining(tree, errors);
   CheckOptimizer(tree, errors);
   CheckScheduler(tree, errors);

@@ -338,6 +338,20 @@ std::vector<ConfigKey> ModelDataTrainingKeys() {
           .Auto(),
       Key("data.shuffle", T::kBool, false,
           "Shuffle samples (by `training.seed`, independent of the parallel layout)."),
+      Key("data.packed_documents", T::kBool, false,
+          "Train on the documents packed in each sample as if each were alone (Hugging Face's "
+          "`DataCollatorWithFlattening`): attention stays within a document, RoPE positions "
+          "restart at its first token, and no loss is taken where the target is the next "
+          "document's first token; the loss is the mean over the global batch's other targets "
+          "(docs/long_context.md, \"Packed documents\"). The boundaries are the document tokens "
+          "`ztrain data` wrote, read from the corpus manifest, or the two keys below."),
+      Key("data.document_start_token", T::kInt, -1,
+          "With `packed_documents`: the token each document starts with (`<|endoftext|>` = "
+          "50256 in llm.c's GPT-2 shards, `<|begin_of_text|>` = 128000 for Llama-3); -1: from "
+          "the corpus manifest."),
+      Key("data.document_end_token", T::kInt, -1,
+          "With `packed_documents`: the token each document ends with (an EOS appended to each "
+          "document), for data without a start token; -1: from the corpus manifest."),
 
       Key("training", T::kSection, nullptr, "ztrain: the training run."),
       Key("training.steps", T::kInt, 100, "Optimizer steps to run (0 = only evaluate)."),

@@ -107,6 +107,9 @@ struct StepStats {
   double loss_scale = 0.0;
   bool skipped = false;
   int64_t skipped_steps = 0;
+  // Packed documents (data.packed_documents): the documents the global batch held (tokens at
+  // position 0, a window's first included); 0 otherwise.
+  int64_t documents = 0;
 };
 
 // The groups a rank trains in (not owned; they must outlive the engine). Null: a group of one.
@@ -151,7 +154,9 @@ class Engine {
   // One optimizer step over this rank's `micro_batches` (normally gradient_accumulation_steps
   // of them); every rank of the dp group calls it with the same number, and every stage of a
   // pipeline with the same micro-batches. The loss and token count in the result are over
-  // the global batch (all ranks), on every stage.
+  // the global batch (all ranks), on every stage. Targets equal to kIgnoreTarget take
+  // no loss; with data.packed_documents the loss is the mean over the global batch's other
+  // targets (Note [Loss over real targets], engine_step.cc).
   StepStats TrainStep(std::span<const nn::MicroBatch> micro_batches);
   // Mean per-token loss of one micro-batch without touching gradients or parameters (every
   // stage of a pipeline calls it and gets the loss).

@@ -141,7 +141,8 @@ class EngineImpl {
   static Device ResolveDevice(const std::string& setting);
   bool on_device() const { return !device_.is_cpu(); }
   using Place = offload::Place;
-  // The micro-batches' tokens and targets on the engine's device (the same views on the CPU).
+  // The micro-batches' tokens, targets and positions on the engine's device (the same views on
+  // the CPU).
   StagedBatches StageBatches(std::span<const nn::MicroBatch> micro_batches);
   // A tensor's values on the host (waits for the ops that produce it); a shape-only engine's
   // tensors have none, and one zero stands for them.
@@ -194,8 +195,15 @@ class EngineImpl {
                   StepStats* stats);
   Buffer RunBackward(const nn::MicroBatch& mb, Buffer dout, MicroBatchRun& run, bool reduce,
                      StepStats* stats);
-  // The gradient of the objective loss_weight * mean(per-token loss) w.r.t. the losses.
-  Buffer LossGradient(const Shape& shape, float loss_weight);
+  // The gradient of the objective loss_weight * (sum of the per-token losses) / count w.r.t.
+  // the losses (Note [Loss over real targets]).
+  Buffer LossGradient(const Shape& shape, float loss_weight, int64_t count);
+  // The targets of the global batch that take a loss, and its documents (Note [Loss over
+  // real targets]): summed over the dp group.
+  struct TargetCounts {
+    int64_t targets = 0, documents = 0;
+  };
+  TargetCounts CountOverDp(std::span<const nn::MicroBatch> micro_batches);
   // Pipeline (engine_pipeline.cc).
   void SumStageTiedGradients();
   double SumOverPipeline(double value);

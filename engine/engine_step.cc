@@ -18,6 +18,7 @@
 // after a checkpointed layer's forward (KeepInput) and before its backward (RestoreInput,
 // Recompute).
 #include <algorithm>
+#include <array>
 #include <chrono>
 
 #include "engine/activation_checkpointing.h"
@@ -31,10 +32,33 @@ namespace {
 int ActivationTag(int micro_batch) { return 2 * micro_batch; }
 int GradTag(int micro_batch) { return 2 * micro_batch + 1; }
 
-double MeanOf(const std::vector<float>& values) {
+double SumOf(const std::vector<float>& values) {
   double sum = 0.0;
   for (const float v : values) sum += v;
-  return sum / static_cast<double>(values.size());
+  return sum;
+}
+
+double MeanOf(const std::vector<float>& values) {
+  return SumOf(values) / static_cast<double>(values.size());
+}
+
+// The targets of a host micro-batch that take a loss (all but kIgnoreTarget).
+int64_t RealTargets(const nn::MicroBatch& mb) {
+  const int32_t* t = mb.targets.data<int32_t>();
+  return mb.targets.numel() - std::count(t, t + mb.targets.numel(), kIgnoreTarget);
+}
+
+// The divisor of one micro-batch's mean loss: its real targets, or 1 when it has none (its
+// losses are then all 0).
+int64_t LossDivisor(const nn::MicroBatch& mb, bool computes) {
+  return computes ? std::max<int64_t>(RealTargets(mb), 1) : mb.targets.numel();
+}
+
+// Tokens that start a document in a host micro-batch (position 0), or 0 without positions.
+int64_t Documents(const nn::MicroBatch& mb) {
+  if (!mb.positions.defined()) return 0;
+  const int32_t* p = mb.positions.data<int32_t>();
+  return std::count(p, p + mb.positions.numel(), 0);
 }
 
 }  // namespace
@@ -43,6 +67,9 @@ double MeanOf(const std::vector<float>& values) {
 struct EngineImpl::ScheduleRun {
   std::span<const nn::MicroBatch> micro_batches;
   float weight = 1.0f;                 // the loss weight: 1 / (micro-batches x dp)
+  // With ignored targets (Note [Loss over real targets]): the global batch's real targets,
+  // which every loss is divided by; 0 when every target is real (each micro-batch's mean).
+  int64_t real_targets = 0;
   size_t last_backward = 0;            // the instruction whose backward launches the reductions
   std::vector<MicroBatchRun> runs;     // per micro-batch, from its forward to its backward
   std::vector<Buffer> received_grads;  // the gradient of the stage's output, per micro-batch
@@ -52,12 +79,18 @@ struct EngineImpl::ScheduleRun {
     comm::WorkPtr work;
   };
   std::vector<Sent> sends;  // in flight
-  double loss_sum = 0.0;    // the per-micro-batch mean losses (last stage)
+  double loss_sum = 0.0;    // the per-micro-batch mean losses, or their sums (real_targets)
   StepStats stats;
 };
 
 StepStats EngineImpl::TrainStep(std::span<const nn::MicroBatch> host_batches) {
   ZTRAIN_CHECK(!host_batches.empty(), "TrainStep needs at least one micro-batch");
+  ScheduleRun s;
+  if (config_.data.packed_documents) {
+    const TargetCounts counts = CountOverDp(host_batches);
+    s.real_targets = counts.targets;
+    s.stats.documents = counts.documents;
+  }
   const StagedBatches staged = StageBatches(host_batches);
   const auto start = std::chrono::steady_clock::now();
   const double wait_before = comm_wait_seconds_;
@@ -68,7 +101,6 @@ StepStats EngineImpl::TrainStep(std::span<const nn::MicroBatch> host_batches) {
                                           : pipeline::ParseScheduleKind(config_.pipeline_schedule);
   const std::vector<pipeline::Instruction> list =
       pipeline::MakeSchedule(kind, pp_->size(), pp_->rank(), m);
-  ScheduleRun s;
   s.micro_batches = staged.batches;
   s.weight = 1.0f / static_cast<float>(m * dp_->size());
   s.runs.resize(static_cast<size_t>(m));
@@ -122,11 +154,16 @@ void EngineImpl::RunInstruction(const pipeline::Instruction& in, size_t index, S
                      ? mb.tokens
                      : run.received.AsTensor(act_dtype_, pipeline_->InputShape(mb.tokens.shape())),
                  run, &s.stats);
-      if (stage == stages - 1) s.loss_sum += MeanOf(ToHost(run.out_views.back()));
+      if (stage == stages - 1) {
+        const std::vector<float> losses = ToHost(run.out_views.back());
+        s.loss_sum += s.real_targets > 0 ? SumOf(losses) : MeanOf(losses);
+      }
       break;
     case pipeline::OpType::kBackward: {
-      Buffer dout = stage == stages - 1 ? LossGradient(run.out_views.back().shape(), s.weight)
-                                        : std::move(s.received_grads[mb_index]);
+      const Shape& shape = run.out_views.back().shape();
+      Buffer dout = stage < stages - 1   ? std::move(s.received_grads[mb_index])
+                    : s.real_targets > 0 ? LossGradient(shape, 1.0f, s.real_targets)
+                                         : LossGradient(shape, s.weight, NumElements(shape));
       s.din[mb_index] =
           RunBackward(mb, std::move(dout), run, /*reduce=*/index == s.last_backward, &s.stats);
       run = MicroBatchRun();  // the micro-batch's activations are done with
@@ -139,7 +176,9 @@ void EngineImpl::RunInstruction(const pipeline::Instruction& in, size_t index, S
       break;
     case pipeline::OpType::kOptimizerStep: {
       const double m = static_cast<double>(s.micro_batches.size());
-      s.stats.loss = MeanOverDp(SumOverPipeline(s.loss_sum / m));
+      s.stats.loss = s.real_targets > 0 ? MeanOverDp(SumOverPipeline(s.loss_sum)) * dp_->size() /
+                                              static_cast<double>(s.real_targets)
+                                        : MeanOverDp(SumOverPipeline(s.loss_sum / m));
       const auto optimizer_start = std::chrono::steady_clock::now();
       FinishStep(s.stats);
       s.stats.optimizer_seconds = SecondsBetween(optimizer_start, std::chrono::steady_clock::now());
@@ -202,7 +241,8 @@ double EngineImpl::EvalLoss(const nn::MicroBatch& host_mb) {
   if (stage < stages - 1) {
     WaitFor(*pp_->Send(run.out_views.back(), stage + 1, ActivationTag(0)));
   } else {
-    loss = MeanOf(ToHost(run.out_views.back()));
+    loss =
+        SumOf(ToHost(run.out_views.back())) / static_cast<double>(LossDivisor(host_mb, computes_));
   }
   return SumOverPipeline(loss);
 }
@@ -222,19 +262,55 @@ double EngineImpl::ForwardBackward(const nn::MicroBatch& host_mb, float loss_wei
   run.dropout = DropoutFor(mb, 0);
   RunForward(mb, mb.tokens, run, stats);
   const Tensor losses = run.out_views.back();
-  const double loss = MeanOf(ToHost(losses));
-  RunBackward(mb, LossGradient(losses.shape(), loss_weight), run, /*reduce=*/false, stats);
+  const int64_t real = LossDivisor(host_mb, computes_);
+  const double loss = SumOf(ToHost(losses)) / static_cast<double>(real);
+  RunBackward(mb, LossGradient(losses.shape(), loss_weight, real), run, /*reduce=*/false, stats);
   if (stats) stats->comm_wait_seconds += comm_wait_seconds_ - wait_before;
   return loss;
 }
 
-Buffer EngineImpl::LossGradient(const Shape& shape, float loss_weight) {
+// Note [Loss over real targets]: targets equal to kIgnoreTarget (a packed document's
+// first token, Note [Packed documents]) take no loss. The step's loss is then the sum of the
+// global batch's losses over its real targets, counted across every micro-batch and dp rank,
+// as transformers does since its gradient-accumulation fix (num_items_in_batch): a mean of
+// per-micro-batch means would weigh a token by how full its micro-batch is, and differ
+// between layouts. The count is one all-reduce of two int32 over dp before the first
+// forward (the micro-batches are on every stage and tp rank already); without packed
+// documents every target is real and each micro-batch's mean is weighted 1 / (m x dp), with
+// no collective. ForwardBackward and EvalLoss divide by their micro-batch's real targets.
+EngineImpl::TargetCounts EngineImpl::CountOverDp(std::span<const nn::MicroBatch> micro_batches) {
+  std::array<int32_t, 2> counts{0, 0};
+  for (const nn::MicroBatch& mb : micro_batches) {
+    const int64_t targets = computes_ ? RealTargets(mb) : mb.targets.numel();
+    const int64_t documents = computes_ ? Documents(mb) : 0;
+    counts[0] += static_cast<int32_t>(targets);
+    counts[1] += static_cast<int32_t>(documents);
+  }
+  if (dp_->size() > 1) {
+    const Tensor host(counts.data(), DType::kI32, {2});
+    if (!on_device()) {
+      WaitFor(*dp_->AllReduce(host));
+    } else {
+      Buffer b(memory_.activations(), DType::kI32, {2}, MemoryCategory::kCommunication);
+      const Tensor t = b.AsTensor(DType::kI32, {2});
+      ops_->Copy(host, t);
+      WaitFor(*dp_->AllReduce(t));
+      ops_->Copy(t, host);
+      ops_->Synchronize();
+    }
+  }
+  return {counts[0], counts[1]};
+}
+
+Buffer EngineImpl::LossGradient(const Shape& shape, float loss_weight, int64_t count) {
   Buffer dout(memory_.activations(), DType::kF32, shape, MemoryCategory::kActivations);
   if (!computes_) return dout;
   const int64_t n = NumElements(shape);
   // fp16: the loss is multiplied by the loss scale (Note [Mixed precision in the engine]).
+  // An ignored target's loss has no gradient whatever its entry here (the loss op zeroes it).
   const float scale = scaler_ ? static_cast<float>(scaler_->scale()) : 1.0f;
-  const std::vector<float> d(static_cast<size_t>(n), scale * loss_weight / static_cast<float>(n));
+  const std::vector<float> d(static_cast<size_t>(n),
+                             scale * loss_weight / static_cast<float>(count));
   CopyIn(d.data(), dout.AsTensor(DType::kF32, shape));
   ops_->Synchronize();  // before `d` goes
   return dout;

@@ -110,9 +110,10 @@ class ShapeOps final : public kernels::Ops {
                          const Tensor&) override {}
   using Ops::RopeBackward;
   using Ops::RopeForward;
-  void RopeForward(const Tensor&, const kernels::AttentionHeads&, const Tensor&, int64_t,
-                   float) override {}
-  void RopeBackward(const Tensor&, const kernels::AttentionHeads&, const Tensor&, float) override {}
+  void RopeForward(const Tensor&, const kernels::AttentionHeads&, const Tensor&, int64_t, float,
+                   const Tensor&) override {}
+  void RopeBackward(const Tensor&, const kernels::AttentionHeads&, const Tensor&, float,
+                    const Tensor&) override {}
   void SwiGluForward(const Tensor&, const Tensor&, const Tensor&) override {}
   void SwiGluBackward(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                       const Tensor&) override {}

@@ -48,6 +48,7 @@
 #include <memory>
 #include <string>
 
+#include "core/loss_target.h"
 #include "core/tensor.h"
 #include "kernels/dropout.h"
 #include "kernels/gemm_plan.h"
@@ -243,23 +244,35 @@ class Ops {
   // (incremental decoding: Note [KV cache], nn/decoder.h); the angle is the fp32 product
   // (first_position + t) * inv_freq, as for a whole sequence. `scale` multiplies cos and sin
   // (in fp32, before they meet x: transformers' attention_scaling, YaRN's factor; 1 otherwise).
+  // With `positions` defined (int32 [B,T] on this device: packed documents, AttentionMask's
+  // positions), row (b, t) is at position positions[b][t] instead (Hugging Face's
+  // position_ids), with the same fp32 angle; first_position must then be 0. A backend without
+  // per-token positions throws naming them.
   virtual void RopeForward(const Tensor& qkv, const AttentionHeads& heads, const Tensor& inv_freq,
-                           int64_t first_position, float scale) = 0;
+                           int64_t first_position, float scale, const Tensor& positions) = 0;
+  void RopeForward(const Tensor& qkv, const AttentionHeads& heads, const Tensor& inv_freq,
+                   int64_t first_position, float scale) {
+    RopeForward(qkv, heads, inv_freq, first_position, scale, Tensor());
+  }
   void RopeForward(const Tensor& qkv, const AttentionHeads& heads, const Tensor& inv_freq,
                    int64_t first_position) {
-    RopeForward(qkv, heads, inv_freq, first_position, 1.0f);
+    RopeForward(qkv, heads, inv_freq, first_position, 1.0f, Tensor());
   }
   void RopeForward(const Tensor& qkv, const AttentionHeads& heads, const Tensor& inv_freq) {
-    RopeForward(qkv, heads, inv_freq, 0, 1.0f);
+    RopeForward(qkv, heads, inv_freq, 0, 1.0f, Tensor());
   }
   // The backward: the transpose of the rotation (the same pairs turned by -a, cos and sin times
   // the same scale), IN PLACE on the query and key heads of dqkv, so that the gradient with
   // respect to the rotated q and k becomes the gradient with respect to the unrotated ones; v's
-  // gradient is left alone.
+  // gradient is left alone. `positions` as in the forward.
   virtual void RopeBackward(const Tensor& dqkv, const AttentionHeads& heads, const Tensor& inv_freq,
-                            float scale) = 0;
+                            float scale, const Tensor& positions) = 0;
+  void RopeBackward(const Tensor& dqkv, const AttentionHeads& heads, const Tensor& inv_freq,
+                    float scale) {
+    RopeBackward(dqkv, heads, inv_freq, scale, Tensor());
+  }
   void RopeBackward(const Tensor& dqkv, const AttentionHeads& heads, const Tensor& inv_freq) {
-    RopeBackward(dqkv, heads, inv_freq, 1.0f);
+    RopeBackward(dqkv, heads, inv_freq, 1.0f, Tensor());
   }
 
   // Attention of T new positions over a KV cache (Note [KV cache], nn/decoder.h). qkv
@@ -342,8 +355,8 @@ class Ops {
   // losses[N] = -log softmax(logits)[target].
   // When dlosses is defined ([N], the gradient of the objective w.r.t. each loss), logits are
   // overwritten IN PLACE with dlogits = (softmax - onehot(target)) * dlosses[n], and the
-  // padded columns [V,Vp) with 0, so no second [N,Vp] buffer is needed. A target outside
-  // [0,V) throws naming it.
+  // padded columns [V,Vp) with 0, so no second [N,Vp] buffer is needed. A target equal to
+  // kIgnoreTarget has loss 0 and a row of zero dlogits; any other outside [0,V) throws naming it.
   virtual void SoftmaxCrossEntropy(const Tensor& logits, const Tensor& targets, int64_t vocab,
                                    const Tensor& losses, const Tensor& dlosses) = 0;
 
@@ -354,8 +367,9 @@ class Ops {
   // fp32 [3,N]: row 0 the max, row 1 the sum of exp, row 2 the target's logit; targets int32
   // [N]; losses fp32 [N].
   //   kMax: stats[0][n] = the max of row n's real columns (-inf when the slice has none).
-  //         Checks every target first: one outside [0, slice.vocab) throws naming it and its
-  //         row, before anything is written (so every rank throws before a collective).
+  //         Checks every target first: one outside [0, slice.vocab) other than kIgnoreTarget
+  //         throws naming it and its row, before anything is written (so every rank throws
+  //         before a collective). An ignored target's loss is 0 and its dlogits 0.
   //   kSumExp: with stats[0] the max over the group, stats[1][n] = the sum of
   //         exp(z - stats[0][n]) over the real columns, stats[2][n] = the target's logit when
   //         the slice holds the target, else 0.

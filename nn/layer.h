@@ -95,7 +95,11 @@ struct ParamViews {
 // One micro-batch of token windows: tokens[b,t] and targets[b,t] = tokens[b,t+1].
 struct MicroBatch {
   Tensor tokens;   // int32 [B,T]
-  Tensor targets;  // int32 [B,T]
+  Tensor targets;  // int32 [B,T]; kIgnoreTarget where no loss is taken
+  // Packed documents (Note [Packed documents], data/documents.h): int32 [B,T], each token's
+  // position within its document (Hugging Face's position_ids); attention stays within a
+  // document and RoPE turns by these positions. Undefined: one document per row, 0 .. T-1.
+  Tensor positions = {};
   int64_t B() const { return tokens.size(0); }
   int64_t T() const { return tokens.size(1); }
 };

@@ -50,14 +50,38 @@ void WholeLinears::RowForward(LayerContext& ctx, const Tensor& x, const Tensor& 
   ctx.ops().AddInPlace(y, residual);
 }
 
+Tensor PositionRows(LayerContext& ctx, const MicroBatch& mb, const Tensor& wpe) {
+  const Tensor rows = ctx.Scratch(DType::kF32, {mb.B(), mb.T(), wpe.size(1)});
+  ctx.ops().EmbeddingForward(mb.positions, wpe, Tensor(), rows);
+  return rows;
+}
+
+void PositionRowsBackward(LayerContext& ctx, const MicroBatch& mb, const Tensor& dout,
+                          const Tensor& dwpe) {
+  if (dwpe.defined()) ctx.ops().EmbeddingBackward(dout, mb.positions, dwpe, Tensor());
+}
+
 void WholeLinears::EmbeddingForward(LayerContext& ctx, const MicroBatch& mb, const Tensor& wte,
                                     const Tensor& wpe, const Tensor& out) const {
-  ctx.ops().EmbeddingForward(mb.tokens, wte, wpe, out);
+  if (!wpe.defined() || !mb.positions.defined()) {
+    ctx.ops().EmbeddingForward(mb.tokens, wte, wpe, out);
+    return;
+  }
+  // Packed documents: the token rows and the position rows in fp32, summed and rounded once,
+  // as the op does with positions 0 .. T-1.
+  const Tensor tokens = ctx.Scratch(DType::kF32, out.shape());
+  ctx.ops().EmbeddingForward(mb.tokens, wte, Tensor(), tokens);
+  ctx.ops().AddBiasAndResidual(tokens, Tensor(), PositionRows(ctx, mb, wpe), out);
 }
 
 void WholeLinears::EmbeddingBackward(LayerContext& ctx, const MicroBatch& mb, const Tensor& dout,
                                      const Tensor& dwte, const Tensor& dwpe) const {
-  ctx.ops().EmbeddingBackward(dout, mb.tokens, dwte, dwpe);
+  if (!mb.positions.defined()) {
+    ctx.ops().EmbeddingBackward(dout, mb.tokens, dwte, dwpe);
+    return;
+  }
+  ctx.ops().EmbeddingBackward(dout, mb.tokens, dwte, Tensor());
+  PositionRowsBackward(ctx, mb, dout, dwpe);
 }
 
 void WholeLinears::HeadLossForward(LayerContext& ctx, const MicroBatch& mb, const Tensor& h,

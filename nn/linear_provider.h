@@ -73,7 +73,8 @@ class LinearProvider {
   virtual void RowForward(LayerContext& ctx, const Tensor& x, const Tensor& weight,
                           const Tensor& bias, const Tensor& residual, const Tensor& y) const = 0;
 
-  // out[B,T,C] = wte[tokens] (+ wpe[t] when wpe is defined); wte is this piece's rows.
+  // out[B,T,C] = wte[tokens] (+ wpe[t] when wpe is defined, wpe[mb.positions[b][t]] for packed
+  // documents: PositionRows); wte is this piece's rows.
   virtual void EmbeddingForward(LayerContext& ctx, const MicroBatch& mb, const Tensor& wte,
                                 const Tensor& wpe, const Tensor& out) const = 0;
   // dwte (this piece's rows) and dwpe accumulate from dout, each when defined (an undefined
@@ -114,6 +115,13 @@ class WholeLinears final : public LinearProvider {
                         const Tensor& weight, int64_t vocab, const Tensor& dlosses,
                         const Tensor& dh, const Tensor& dweight) const override;
 };
+
+// Packed documents (Note [Packed documents], data/documents.h): the position table's rows at
+// each token's document position, wpe[mb.positions[b][t]], fp32 [B,T,C] scratch of ctx; and
+// their gradient into dwpe (skipped when undefined). Deterministic.
+Tensor PositionRows(LayerContext& ctx, const MicroBatch& mb, const Tensor& wpe);
+void PositionRowsBackward(LayerContext& ctx, const MicroBatch& mb, const Tensor& dout,
+                          const Tensor& dwpe);
 
 // A shared WholeLinears.
 std::shared_ptr<const LinearProvider> MakeWholeLinears();

@@ -430,17 +430,19 @@ Tensor Attention::InvFreq(LayerContext& ctx, int64_t seq_len) const {
 }
 
 void Attention::Forward(LayerContext& ctx, const LinearProvider& p, const ParamViews& v,
-                        int64_t batch, const Tensor& x, const Tensor& residual,
-                        const Tensor& y) const {
+                        int64_t batch, const Tensor& positions, const Tensor& x,
+                        const Tensor& residual, const Tensor& y) const {
   kernels::Ops& ops = ctx.ops();
   const int64_t n = x.size(0), t = n / batch, width = heads_.qkv_width();
   const Tensor qkv = ctx.Save("qkv", ctx.dtype(), {n, width});
   qkv_.Forward(ctx, v, x, qkv);
   const Tensor qkv3 = qkv.View({batch, t, width});
-  if (!inv_freq_.empty()) ops.RopeForward(qkv3, heads_, InvFreq(ctx, t), 0, rope_scale_);
+  if (!inv_freq_.empty()) {
+    ops.RopeForward(qkv3, heads_, InvFreq(ctx, t), 0, rope_scale_, positions);
+  }
   const Tensor att = ctx.Save("att", ctx.dtype(), {n, heads_.q_width()});
   const Tensor lse = ctx.Save("lse", DType::kF32, {batch, heads_.num_heads, t});
-  ops.AttentionForward(qkv3, heads_, Mask(), att.View({batch, t, heads_.q_width()}), lse);
+  ops.AttentionForward(qkv3, heads_, Mask(positions), att.View({batch, t, heads_.q_width()}), lse);
   o_.ForwardAdd(ctx, p, v, att, residual, y);
 }
 
@@ -478,7 +480,7 @@ void Attention::Decode(LayerContext& ctx, const LinearProvider& p, const ParamVi
   if (first == 0 && t > 1) {  // a prompt from the start: the training kernel's tiles
     for (int64_t i = 0; i < t; ++i) store(i);
     const Tensor lse = ctx.Scratch(DType::kF32, {1, heads_.num_heads, t});
-    ops.AttentionForward(qkv.View({1, t, width}), heads_, Mask(),
+    ops.AttentionForward(qkv.View({1, t, width}), heads_, Mask(Tensor()),
                          att.View({1, t, heads_.q_width()}), lse);
   } else if (window_ == 0) {
     for (int64_t i = 0; i < t; ++i) store(i);
@@ -496,7 +498,7 @@ void Attention::Decode(LayerContext& ctx, const LinearProvider& p, const ParamVi
 }
 
 void Attention::Backward(LayerContext& ctx, const LinearProvider& p, const ParamViews& v,
-                         int64_t batch, const Tensor& dy, const Tensor& x,
+                         int64_t batch, const Tensor& positions, const Tensor& dy, const Tensor& x,
                          const Tensor& dx) const {
   kernels::Ops& ops = ctx.ops();
   const int64_t n = x.size(0), t = n / batch, width = heads_.qkv_width();
@@ -506,9 +508,11 @@ void Attention::Backward(LayerContext& ctx, const LinearProvider& p, const Param
   const Tensor dqkv = ctx.Scratch(ctx.dtype(), {n, width});
   const Tensor dqkv3 = dqkv.View({batch, t, width});
   ops.AttentionBackward(datt.View({batch, t, qw}), ctx.Saved("qkv").View({batch, t, width}),
-                        ctx.Saved("att").View({batch, t, qw}), ctx.Saved("lse"), heads_, Mask(),
-                        dqkv3);
-  if (!inv_freq_.empty()) ops.RopeBackward(dqkv3, heads_, InvFreq(ctx, t), rope_scale_);
+                        ctx.Saved("att").View({batch, t, qw}), ctx.Saved("lse"), heads_,
+                        Mask(positions), dqkv3);
+  if (!inv_freq_.empty()) {
+    ops.RopeBackward(dqkv3, heads_, InvFreq(ctx, t), rope_scale_, positions);
+  }
   std::vector<LinearGrad> g;
   qkv_.Grads(ctx, v, dqkv, g);
   p.ColumnBackward(ctx, g, x, dx);
@@ -521,7 +525,9 @@ void Attention::Adapt(const AdapterPlan& plan, int block, const LinearProvider& 
   o_.Adapt(plan, block, provider, table);
 }
 
-kernels::AttentionMask Attention::Mask() const { return {window_, {}}; }
+kernels::AttentionMask Attention::Mask(const Tensor& positions) const {
+  return {window_, positions};
+}
 
 double Attention::ForwardFlopsPerToken(int64_t seq_len) const {
   // The projections, plus causal attention: q.k and p.v over on average T/2 keys, or under a

@@ -208,12 +208,14 @@ class Attention {
   Attention() = default;
   Attention(const AttentionSpec& spec, int64_t channels, const LinearProvider& provider,
             ParamTable& table);
-  // y = residual + o(attention(qkv(x))): x is the normed input [B,T,C] as [N,C].
+  // y = residual + o(attention(qkv(x))): x is the normed input [B,T,C] as [N,C]. `positions`:
+  // the micro-batch's packed-document positions (MicroBatch::positions), or undefined.
   void Forward(LayerContext& ctx, const LinearProvider& p, const ParamViews& v, int64_t batch,
-               const Tensor& x, const Tensor& residual, const Tensor& y) const;
-  // dx (overwritten) from dy, the gradient of y; x is Forward's.
+               const Tensor& positions, const Tensor& x, const Tensor& residual,
+               const Tensor& y) const;
+  // dx (overwritten) from dy, the gradient of y; x and positions are Forward's.
   void Backward(LayerContext& ctx, const LinearProvider& p, const ParamViews& v, int64_t batch,
-                const Tensor& dy, const Tensor& x, const Tensor& dx) const;
+                const Tensor& positions, const Tensor& dy, const Tensor& x, const Tensor& dx) const;
   // Forward of T new positions starting at `first` over `cache` (Note [KV cache],
   // nn/decoder.h): appends their keys and values, attends over the cache. fp32, batch 1. With a
   // sliding window the cache holds only the window (Note [Windowed KV cache]).
@@ -226,7 +228,8 @@ class Attention {
  private:
   // RoPE's frequencies for a sequence of `seq_len` positions, on the op's device.
   Tensor InvFreq(LayerContext& ctx, int64_t seq_len) const;
-  kernels::AttentionMask Mask() const;  // the keys each query sees (the window)
+  // The keys each query sees: the window, and the documents of packed `positions`.
+  kernels::AttentionMask Mask(const Tensor& positions) const;
   kernels::AttentionHeads heads_;  // this piece's
   Linear qkv_, o_;
   std::vector<float> inv_freq_;

@@ -93,14 +93,14 @@ void TransformerBlock::Adapt(const AdapterPlan& plan) {
   mlp_.Adapt(plan, index_, *provider_, table_);
 }
 
-void TransformerBlock::Forward(const MicroBatch&, const Tensor& input, const Tensor& output,
+void TransformerBlock::Forward(const MicroBatch& mb, const Tensor& input, const Tensor& output,
                                LayerContext& ctx) {
   const ParamViews v = views();
   const int64_t b = input.size(0), n = b * input.size(1);
   const Tensor x = input.View({n, c_});
   const Tensor ln1 = norm1_.Forward(ctx, v, "ln1", x);
   const Tensor res = ctx.Save("res", ctx.dtype(), {n, c_});
-  attention_.Forward(ctx, *provider_, v, b, ln1, x, res);
+  attention_.Forward(ctx, *provider_, v, b, mb.positions, ln1, x, res);
   const Tensor ln2 = norm2_.Forward(ctx, v, "ln2", res);
   mlp_.Forward(ctx, *provider_, v, ln2, res, output.View({n, c_}));
 }
@@ -118,7 +118,7 @@ void TransformerBlock::Decode(const DecodeStep& step, const Tensor& input, const
   mlp_.Forward(ctx, *provider_, v, ln2, res, output.View({n, c_}));
 }
 
-void TransformerBlock::Backward(const MicroBatch&, const Tensor& input, const Tensor& doutput,
+void TransformerBlock::Backward(const MicroBatch& mb, const Tensor& input, const Tensor& doutput,
                                 const Tensor& dinput, LayerContext& ctx) {
   kernels::Ops& ops = ctx.ops();
   const ParamViews v = views();
@@ -132,7 +132,7 @@ void TransformerBlock::Backward(const MicroBatch&, const Tensor& input, const Te
   ops.AddInPlace(dres, dy);
   // Attention branch: res = x + attention(ln1(x)).
   const Tensor dln1 = ctx.Scratch(ctx.dtype(), {n, c_});
-  attention_.Backward(ctx, *provider_, v, b, dres, ctx.Saved("ln1"), dln1);
+  attention_.Backward(ctx, *provider_, v, b, mb.positions, dres, ctx.Saved("ln1"), dln1);
   const Tensor dx = dinput.View({n, c_});
   norm1_.Backward(ctx, v, "ln1", dln1, input.View({n, c_}), dx);
   ops.AddInPlace(dx, dres);

@@ -11,6 +11,7 @@
 
 #include "checkpoint/checkpoint.h"
 #include "core/error.h"
+#include "data/documents.h"
 #include "data/token_source.h"
 #include "nn/family.h"
 #include "nn/hf_checkpoint.h"
@@ -230,6 +231,13 @@ void Inputs(const Config& c, Problems& problems) {
       data::ShardFileSource(pattern).CheckVocabulary(c.model.vocab_size);
     } catch (const Error& e) {
       problems.push_back(StrCat(key, ": ", e.what()));
+    }
+  }
+  if (c.data.packed_documents) {  // where the documents' boundaries come from
+    try {
+      data::ResolveDocumentBoundary(c.data);
+    } catch (const Error& e) {
+      problems.push_back(e.what());
     }
   }
 }

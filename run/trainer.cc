@@ -137,6 +137,19 @@ Trainer::Trainer(Config config, comm::Communicator* world, const LaunchEnv& laun
                  config_.device,
                  "'s kernels (the CPU has it); "
                  "train with \"device\": \"cpu\", or without the window");
+  if (config_.data.packed_documents) {
+    ZTRAIN_CHECK_T(ConfigError, device_.device.is_cpu(),
+                   "data.packed_documents: attention "
+                   "within documents is not yet on ",
+                   config_.device,
+                   "'s kernels (the CPU has "
+                   "it); train with \"device\": \"cpu\", or without packed documents");
+    try {
+      documents_ = data::ResolveDocumentBoundary(config_.data);
+    } catch (const Error& e) {  // a manifest or shard that cannot be read
+      throw InvalidConfig({e.what()});
+    }
+  }
   if (device_.device.is_cpu()) {
     LogBlasKernel();
     if (config_.precision.bf16 && (!world_ || world_->rank() == 0)) WarnIfBf16IsSlower(config_);
@@ -201,10 +214,12 @@ Trainer::Trainer(Config config, comm::Communicator* world, const LaunchEnv& laun
   const int64_t gas = config_.gradient_accumulation_steps;
   tokens_.resize(gas * b * t);
   targets_.resize(gas * b * t);
+  if (documents_) positions_.resize(gas * b * t);
   for (int64_t i = 0; i < gas; ++i) {
     nn::MicroBatch mb;
     mb.tokens = Tensor(tokens_.data() + i * b * t, DType::kI32, {b, t});
     mb.targets = Tensor(targets_.data() + i * b * t, DType::kI32, {b, t});
+    if (documents_) mb.positions = Tensor(positions_.data() + i * b * t, DType::kI32, {b, t});
     micro_batches_.push_back(mb);
   }
 }
@@ -325,13 +340,18 @@ double Trainer::Evaluate() {
   ZTRAIN_ASSERT(val_loader_ != nullptr);
   val_loader_->Reset();
   std::vector<int32_t> tokens(tokens_.size() / micro_batches_.size());
-  std::vector<int32_t> targets(tokens.size());
+  std::vector<int32_t> targets(tokens.size()), positions(documents_ ? tokens.size() : 0);
   nn::MicroBatch mb = micro_batches_[0];
   mb.tokens = Tensor(tokens.data(), DType::kI32, mb.tokens.shape());
   mb.targets = Tensor(targets.data(), DType::kI32, mb.targets.shape());
+  if (documents_) mb.positions = Tensor(positions.data(), DType::kI32, mb.tokens.shape());
   double sum = 0.0;
   for (int64_t i = 0; i < config_.training.eval_batches; ++i) {
     val_loader_->NextBatch(tokens.data(), targets.data());
+    if (documents_) {
+      data::MarkDocuments(*documents_, mb.B(), mb.T(), tokens.data(), targets.data(),
+                          positions.data());
+    }
     sum += engine_->EvalLoss(mb);
   }
   return engine_->MeanOverDp(sum / static_cast<double>(config_.training.eval_batches));
@@ -373,6 +393,14 @@ void Trainer::LogStart() const {
   Log().info("data: {} ({} tokens, {} batches per epoch){}", DataDescription(config_.data),
              train_loader_->num_tokens(), train_loader_->batches_per_epoch(),
              config_.data.shuffle ? ", shuffled" : "");
+  if (documents_) {
+    Log().info(
+        "data: packed documents, each starting {} (from {}); attention and positions "
+        "restart there and no loss is taken across a boundary",
+        documents_->start_token >= 0 ? fmt::format("at token {}", documents_->start_token)
+                                     : fmt::format("after token {}", documents_->end_token),
+        documents_->source);
+  }
   // Offloaded state is stepped in host memory (Note [Devices in the engine]).
   const bool adam_on_cpu = offload::PlaceState(config_.zero, !device_.device.is_cpu()).host_adam;
   Log().info("optimizer: {} (adam_w_mode {}), {} kernel; scheduler: {}", config_.optimizer.type,
@@ -449,11 +477,12 @@ void Trainer::LogProgress(const StepStats& s, double window_seconds, int64_t win
                         s.skipped ? " (overflow: step skipped)" : "",
                         s.skipped_steps > 0 ? fmt::format(", {} skipped", s.skipped_steps) : "")
           : "";
+  const std::string documents = documents_ ? fmt::format(" | {} docs", s.documents) : std::string();
   Log().info(
-      "step {:>6}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.4f}{}{} | {:.0f} tok/s | "
+      "step {:>6}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.4f}{}{}{} | {:.0f} tok/s | "
       "{:.1f} ms/step | peak mem {}",
       s.step, config_.training.steps, s.loss, s.lr, s.grad_norm,
-      s.clip_coef < 1.0f ? " (clipped)" : "", scale,
+      s.clip_coef < 1.0f ? " (clipped)" : "", scale, documents,
       window_seconds > 0 ? static_cast<double>(window_tokens) / window_seconds : 0.0, ms,
       PeakMemoryPerRank());
   if (config_.wall_clock_breakdown) {
@@ -496,6 +525,10 @@ TrainSummary Trainer::Run(const std::atomic<bool>* stop) {
   for (int64_t step = first; step <= steps; ++step) {
     for (size_t i = 0; i < micro_batches_.size(); ++i) {
       train_loader_->NextBatch(tokens_.data() + i * b * t, targets_.data() + i * b * t);
+      if (documents_) {
+        data::MarkDocuments(*documents_, b, t, tokens_.data() + i * b * t,
+                            targets_.data() + i * b * t, positions_.data() + i * b * t);
+      }
     }
     const int64_t comm_before = engine_->dp().stats().TotalBytes() +
                                 (engine_->pp_size() > 1 ? engine_->pp().stats().TotalBytes() : 0);

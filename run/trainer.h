@@ -13,10 +13,12 @@
 // report, checkpoints) stay on `world`.
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "core/config.h"
 #include "data/data_loader.h"
+#include "data/documents.h"
 #include "engine/engine.h"
 #include "parallel/launch_env.h"
 #include "parallel/process_grid.h"
@@ -98,6 +100,10 @@ class Trainer {
   std::unique_ptr<CsvMonitor> csv_;
   std::unique_ptr<TrainSampler> sampler_;  // with training.sample_interval
   std::vector<int32_t> tokens_, targets_;  // [gradient_accumulation_steps][B*T]
+  // Note [Packed documents] (data/documents.h): the boundaries and each micro-batch's
+  // positions, with data.packed_documents.
+  std::optional<data::DocumentBoundary> documents_;
+  std::vector<int32_t> positions_;
   std::vector<nn::MicroBatch> micro_batches_;
   std::vector<int64_t> comm_bytes_per_step_;  // dp-group bytes moved by this rank, per step
 };

@@ -94,9 +94,9 @@ class CpuOps final : public Ops {
   using Ops::RopeBackward;
   using Ops::RopeForward;
   void RopeForward(const Tensor& qkv, const AttentionHeads& heads, const Tensor& inv_freq,
-                   int64_t first_position, float scale) override;
+                   int64_t first_position, float scale, const Tensor& positions) override;
   void RopeBackward(const Tensor& dqkv, const AttentionHeads& heads, const Tensor& inv_freq,
-                    float scale) override;
+                    float scale, const Tensor& positions) override;
   void AttentionDecode(const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
                        const AttentionHeads& heads, const Tensor& out) override;
   void SwiGluForward(const Tensor& gate, const Tensor& up, const Tensor& h) override;

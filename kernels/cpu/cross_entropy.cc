@@ -59,8 +59,22 @@ double RowSumExp(float* row, int64_t v, float max, bool keep) {
   return total;
 }
 
-// Returns the loss of one row; with dloss, turns the row into its dlogits.
+// Every target is a token of [0, vocab) or kIgnoreTarget; throws naming the first that is neither.
+void CheckTargets(const int32_t* targets, int64_t rows, int64_t vocab, const char* op) {
+  for (int64_t r = 0; r < rows; ++r) {
+    ZTRAIN_CHECK(targets[r] == kIgnoreTarget || (targets[r] >= 0 && targets[r] < vocab), op,
+                 ": target ", targets[r], " at row ", r, " is outside [0, ", vocab,
+                 ") and is not the ignored target ", kIgnoreTarget);
+  }
+}
+
+// Returns the loss of one row; with dloss, turns the row into its dlogits. An ignored target
+// (kIgnoreTarget) has no loss and no gradient.
 float RowCrossEntropy(float* row, int64_t v, int64_t vp, int32_t target, const float* dloss) {
+  if (target == kIgnoreTarget) {
+    if (dloss) std::fill(row, row + vp, 0.0f);
+    return 0.0f;
+  }
   const float max = RowMax(row, v);
   const float target_logit = row[target];
   const double sum = RowSumExp(row, v, max, dloss != nullptr);
@@ -104,10 +118,7 @@ void CpuOps::SoftmaxCrossEntropy(const Tensor& logits, const Tensor& targets, in
   cpu::CheckCount(losses, rows, kOp, "losses");
   if (dlosses.defined()) cpu::CheckCount(dlosses, rows, kOp, "dlosses");
   const int32_t* tgt = targets.data<int32_t>();
-  for (int64_t r = 0; r < rows; ++r) {
-    ZTRAIN_CHECK(tgt[r] >= 0 && tgt[r] < vocab, kOp, ": target ", tgt[r], " at row ", r,
-                 " is outside [0, ", vocab, ")");
-  }
+  CheckTargets(tgt, rows, vocab, kOp);
   if (cpu::AnyHalf(logits)) return HalfSoftmaxCrossEntropy(logits, targets, vocab, losses, dlosses);
   float* lp = logits.data<float>();
   float* out = losses.data<float>();
@@ -153,17 +164,14 @@ void CpuOps::VocabParallelCrossEntropy(CrossEntropyStep step, const Tensor& logi
     cpu::CheckCount(losses, d.rows, kOp, "losses");
     float* loss = losses.data<float>();
     for (int64_t r = 0; r < d.rows; ++r) {
-      loss[r] = static_cast<float>(std::log(static_cast<double>(sum_exp[r])) + max[r] -
-                                   target_logit[r]);
+      loss[r] = tgt[r] == kIgnoreTarget
+                    ? 0.0f
+                    : static_cast<float>(std::log(static_cast<double>(sum_exp[r])) + max[r] -
+                                         target_logit[r]);
     }
     return;
   }
-  if (step == CrossEntropyStep::kMax) {
-    for (int64_t r = 0; r < d.rows; ++r) {
-      ZTRAIN_CHECK(tgt[r] >= 0 && tgt[r] < slice.vocab, kOp, ": target ", tgt[r], " at row ", r,
-                   " is outside [0, ", slice.vocab, ")");
-    }
-  }
+  if (step == CrossEntropyStep::kMax) CheckTargets(tgt, d.rows, slice.vocab, kOp);
   const auto* base = static_cast<const char*>(logits.data());
   const size_t row_bytes = d.columns * DTypeSize(logits.dtype());
 #pragma omp parallel if (d.rows * d.columns >= cpu::kParallelGrain)
@@ -201,6 +209,11 @@ void CpuOps::VocabParallelCrossEntropyBackward(const Tensor& logits, const Tenso
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < d.rows; ++r) {
       cpu::WidenSerial(base + r * row_bytes, logits.dtype(), z.data(), d.real);
+      if (tgt[r] == kIgnoreTarget) {  // no loss, no gradient
+        std::fill(z.begin(), z.end(), 0.0f);
+        cpu::NarrowSerial(z.data(), base + r * row_bytes, logits.dtype(), d.columns);
+        continue;
+      }
       const float scale = static_cast<float>(dloss[r] / static_cast<double>(sum_exp[r]));
 #pragma omp simd
       for (int64_t j = 0; j < d.real; ++j) z[j] = cpu::FastExp(z[j] - max[r]) * scale;

@@ -3,7 +3,8 @@
 //
 // The q and k heads are the first (NH + NKV) * HS columns of each row (ops.h's layout), all
 // turned by the same HS/2 angles of the row's position, so the cos/sin of a position are taken
-// once (fp32 cosf/sinf of the fp32 angle t * inv_freq[i]) and serve every batch row and head.
+// once (fp32 cosf/sinf of the fp32 angle t * inv_freq[i]) and serve every batch row and head;
+// with per-token positions (packed documents) they are taken per row, of the same fp32 angle.
 // 16-bit rows are widened a row at a time, turned by the fp32 code and rounded once; v is
 // never read or written.
 #include <omp.h>
@@ -35,6 +36,22 @@ RopeDims CheckRope(const Tensor& qkv, const AttentionHeads& heads, const Tensor&
   return d;
 }
 
+// The per-token positions (null when undefined): int32 [B,T], non-negative, with no
+// first_position beside them.
+const int32_t* CheckRopePositions(const Tensor& positions, const RopeDims& d,
+                                  int64_t first_position, const char* op) {
+  if (!positions.defined()) return nullptr;
+  cpu::CheckCpu(positions, {d.batch, d.seq}, op, "positions", DType::kI32);
+  ZTRAIN_CHECK(first_position == 0, op, ": first_position = ", first_position,
+               " with per-token positions; they give every row's position");
+  const int32_t* pos = positions.data<int32_t>();
+  for (int64_t i = 0; i < d.batch * d.seq; ++i) {
+    ZTRAIN_CHECK(pos[i] >= 0, op, ": positions[", i / d.seq, "][", i % d.seq, "] = ", pos[i],
+                 " is negative");
+  }
+  return pos;
+}
+
 // Turns each head of x (rotated / hs heads of hs floats) by the angles with cosines c and
 // sines s: x'[i] = x[i] c - x[i + hs/2] s, x'[i + hs/2] = x[i + hs/2] c + x[i] s.
 void TurnHeads(float* x, int64_t rotated, int64_t hs, const float* c, const float* s) {
@@ -55,7 +72,7 @@ void TurnHeads(float* x, int64_t rotated, int64_t hs, const float* c, const floa
 // (inverse: the transpose of the rotation, for the backward). Parallel over positions: each
 // takes its cos/sin once for all batch rows.
 void Rope(const Tensor& qkv, const RopeDims& d, const float* inv_freq, bool inverse,
-          int64_t first_position, float scale) {
+          int64_t first_position, float scale, const int32_t* positions) {
   const int64_t half = d.half();
   const DType type = qkv.dtype();
   const bool wide = type == DType::kF32;
@@ -68,14 +85,18 @@ void Rope(const Tensor& qkv, const RopeDims& d, const float* inv_freq, bool inve
     float* c = scratch.data() + per_thread * omp_get_thread_num();
     float* s = c + half;
     float* row = s + half;  // the widened q and k of a 16-bit row
-#pragma omp for schedule(static)
-    for (int64_t t = 0; t < d.seq; ++t) {
+    auto angles = [&](int64_t position) {
       for (int64_t i = 0; i < half; ++i) {
-        const float angle = static_cast<float>(first_position + t) * inv_freq[i];
+        const float angle = static_cast<float>(position) * inv_freq[i];
         c[i] = std::cos(angle) * scale;
         s[i] = (inverse ? -std::sin(angle) : std::sin(angle)) * scale;
       }
+    };
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < d.seq; ++t) {
+      if (positions == nullptr) angles(first_position + t);
       for (int64_t b = 0; b < d.batch; ++b) {
+        if (positions != nullptr) angles(positions[b * d.seq + t]);
         char* bytes = base + (b * d.seq + t) * row_bytes;
         if (wide) {
           TurnHeads(reinterpret_cast<float*>(bytes), d.rotated, d.head_dim, c, s);
@@ -92,15 +113,17 @@ void Rope(const Tensor& qkv, const RopeDims& d, const float* inv_freq, bool inve
 }  // namespace
 
 void CpuOps::RopeForward(const Tensor& qkv, const AttentionHeads& heads, const Tensor& inv_freq,
-                         int64_t first_position, float scale) {
+                         int64_t first_position, float scale, const Tensor& positions) {
   const RopeDims d = CheckRope(qkv, heads, inv_freq, "RopeForward", "qkv");
-  Rope(qkv, d, inv_freq.data<float>(), /*inverse=*/false, first_position, scale);
+  const int32_t* pos = CheckRopePositions(positions, d, first_position, "RopeForward");
+  Rope(qkv, d, inv_freq.data<float>(), /*inverse=*/false, first_position, scale, pos);
 }
 
 void CpuOps::RopeBackward(const Tensor& dqkv, const AttentionHeads& heads, const Tensor& inv_freq,
-                          float scale) {
+                          float scale, const Tensor& positions) {
   const RopeDims d = CheckRope(dqkv, heads, inv_freq, "RopeBackward", "dqkv");
-  Rope(dqkv, d, inv_freq.data<float>(), /*inverse=*/true, 0, scale);
+  const int32_t* pos = CheckRopePositions(positions, d, 0, "RopeBackward");
+  Rope(dqkv, d, inv_freq.data<float>(), /*inverse=*/true, 0, scale, pos);
 }
 
 }  // namespace ztrain::kernels

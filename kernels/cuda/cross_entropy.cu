@@ -81,6 +81,12 @@ __global__ void __launch_bounds__(kRowThreads)
   __shared__ float shared_max[kRowThreads / 32], shared_sum[kRowThreads / 32];
   T* row = logits + static_cast<int64_t>(blockIdx.x) * vp;
   const int32_t target = targets[blockIdx.x];
+  if (target == kIgnoreTarget) {  // no loss, no gradient
+    if (threadIdx.x == 0) losses[blockIdx.x] = 0.0f;
+    if (dlosses == nullptr) return;
+    for (int64_t j = threadIdx.x; j < vp; j += kRowThreads) row[j] = FromFloat<T>(0.0f);
+    return;
+  }
   const float target_logit = ToFloat(row[target]);  // read before any thread overwrites it
   SoftmaxStats stats;
   for (int64_t j = threadIdx.x; j < vocab; j += kRowThreads) stats.Add(ToFloat(row[j]));
@@ -97,14 +103,15 @@ __global__ void __launch_bounds__(kRowThreads)
   for (int64_t j = vocab + threadIdx.x; j < vp; j += kRowThreads) row[j] = FromFloat<T>(0.0f);
 }
 
-// *first_bad = the smallest row whose target is outside [0, vocab) (integer atomicMin: the
-// same answer whatever the scheduling); left alone when every target is valid.
+// *first_bad = the smallest row whose target is outside [0, vocab) and not kIgnoreTarget
+// (integer atomicMin: the same answer whatever the scheduling); left alone when every target
+// is valid.
 __global__ void FindBadTargetKernel(const int32_t* targets, int64_t rows, int64_t vocab,
                                     unsigned long long* first_bad) {
   for (int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; r < rows;
        r += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int32_t t = targets[r];
-    if (t < 0 || t >= vocab) atomicMin(first_bad, static_cast<unsigned long long>(r));
+    if (t != kIgnoreTarget && (t < 0 || t >= vocab)) atomicMin(first_bad, static_cast<unsigned long long>(r));
   }
 }
 
@@ -128,7 +135,7 @@ void CheckTargets(CudaOps& ops, const Tensor& targets, int64_t rows, int64_t voc
                                     sizeof(bad_target), cudaMemcpyDeviceToHost, stream));
   ZTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream));
   ZTRAIN_CHECK(false, op, ": target ", bad_target, " at row ", bad_row, " is outside [0, ", vocab,
-               ")");
+               ") and is not the ignored target ", kIgnoreTarget);
 }
 
 // The vocabulary-parallel cross-entropy's kernels (ops.h): one block of kThreads per row for
@@ -166,10 +173,13 @@ __global__ void SliceSumExpKernel(const T* logits, int64_t cols, int64_t real,
   stats[2 * rows + blockIdx.x] = local >= 0 && local < real ? ToFloat(row[local]) : 0.0f;
 }
 
-__global__ void SliceLossKernel(const float* stats, int64_t rows, float* losses) {
+__global__ void SliceLossKernel(const float* stats, const int32_t* targets, int64_t rows,
+                                float* losses) {
   for (int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; r < rows;
        r += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    losses[r] = logf(stats[rows + r]) + stats[r] - stats[2 * rows + r];
+    losses[r] = targets[r] == kIgnoreTarget
+                    ? 0.0f
+                    : logf(stats[rows + r]) + stats[r] - stats[2 * rows + r];
   }
 }
 
@@ -184,7 +194,7 @@ __global__ void SliceCrossEntropyGradKernel(T* logits, int64_t cols, int64_t rea
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t r = i / cols, j = i - r * cols;
     float g = 0.0f;
-    if (j < real) {
+    if (j < real && targets[r] != kIgnoreTarget) {
       g = expf(ToFloat(logits[i]) - stats[r]) * (dlosses[r] / stats[rows + r]);
       if (j == targets[r] - begin) g -= dlosses[r];
     }
@@ -225,7 +235,8 @@ void CudaOps::VocabParallelCrossEntropy(CrossEntropyStep step, const Tensor& log
   if (d.rows == 0) return;
   float* s = stats.data<float>();
   if (step == CrossEntropyStep::kLoss) {
-    SliceLossKernel<<<GridFor(d.rows), kThreads, 0, stream_>>>(s, d.rows, losses.data<float>());
+    SliceLossKernel<<<GridFor(d.rows), kThreads, 0, stream_>>>(
+        s, targets.data<const int32_t>(), d.rows, losses.data<float>());
     ZTRAIN_CUDA_CHECK_LAUNCH();
     return;
   }

@@ -91,9 +91,9 @@ class CudaOps final : public Ops {
   using Ops::RopeBackward;
   using Ops::RopeForward;
   void RopeForward(const Tensor& qkv, const AttentionHeads& heads, const Tensor& inv_freq,
-                   int64_t first_position, float scale) override;
+                   int64_t first_position, float scale, const Tensor& positions) override;
   void RopeBackward(const Tensor& dqkv, const AttentionHeads& heads, const Tensor& inv_freq,
-                    float scale) override;
+                    float scale, const Tensor& positions) override;
   void SwiGluForward(const Tensor& gate, const Tensor& up, const Tensor& h) override;
   void SwiGluBackward(const Tensor& dh, const Tensor& gate, const Tensor& up,
                       const Tensor& dgate, const Tensor& dup) override;

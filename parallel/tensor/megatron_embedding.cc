@@ -34,7 +34,12 @@ void MegatronLinears::EmbeddingForward(nn::LayerContext& ctx, const nn::MicroBat
   ops.EmbeddingForward(mb.tokens, wte, Tensor(), sum, SliceOf(wte, tp_));
   tp_.AllReduce(sum)->Wait();
   // The position embedding is whole on every rank: added after the sum, so once; its rows
-  // [0, T) repeat over the batch.
+  // [0, T) repeat over the batch, or with packed documents each token takes the row of its
+  // document position.
+  if (wpe.defined() && mb.positions.defined()) {
+    ops.AddBiasAndResidual(sum, Tensor(), nn::PositionRows(ctx, mb, wpe), output);
+    return;
+  }
   const Tensor positions = wpe.defined() ? wpe.Flat(0, {seq, c}) : Tensor();
   ops.AddBiasAndResidual(sum, positions, Tensor(), output);
 }
@@ -50,7 +55,12 @@ void MegatronLinears::EmbeddingBackward(nn::LayerContext& ctx, const nn::MicroBa
   CheckTensor(doutput, ctx.dtype(), {mb.B(), mb.T(), c}, "embedding doutput");
   const kernels::VocabSlice slice =
       dwte_slice.defined() ? SliceOf(dwte_slice, tp_) : kernels::VocabSlice{};
-  ctx.ops().EmbeddingBackward(doutput, mb.tokens, dwte_slice, dwpe_whole, slice);
+  if (!mb.positions.defined()) {
+    ctx.ops().EmbeddingBackward(doutput, mb.tokens, dwte_slice, dwpe_whole, slice);
+    return;
+  }
+  ctx.ops().EmbeddingBackward(doutput, mb.tokens, dwte_slice, Tensor(), slice);
+  nn::PositionRowsBackward(ctx, mb, doutput, dwpe_whole);
 }
 
 }  // namespace ztrain::tensor

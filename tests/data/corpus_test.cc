@@ -14,8 +14,11 @@
 #include <string>
 #include <vector>
 
+#include "core/config.h"
 #include "core/error.h"
+#include "core/loss_target.h"
 #include "data/byte_tokenizer.h"
+#include "data/documents.h"
 #include "data/hf_tokenizer.h"
 #include "data/token_shard.h"
 #include "data/token_source.h"
@@ -406,6 +409,44 @@ std::vector<int32_t> Doc(std::vector<int32_t> before, const std::string& text,
   for (unsigned char c : text) out.push_back(c);
   out.insert(out.end(), after.begin(), after.end());
   return out;
+}
+
+// Note [Packed documents]: data.packed_documents reads the boundaries from the manifest `ztrain
+// data` wrote beside the shards, a start token (the template's <|begin_of_text|>) or else an
+// end token (</s> after each document), and marks the corpus's own tokens by them.
+TEST(CorpusTest, ManifestGivesThePackedDocumentBoundaries) {
+  TempDir dir;
+  Write(dir.File("d.jsonl"), "{\"text\": \"ab\"}\n{\"text\": \"cde\"}\n{\"text\": \"f\"}\n");
+  const auto boundary = [&](const char* before, const char* after, int64_t shard_tokens) {
+    fs::remove_all(dir.File("out"));
+    Write(dir.File("tok/tokenizer.json"),
+          TinyTokenizer({{"post_processor", Template(before, after)}}).dump());
+    CorpusOptions o = Options(dir, {"d.jsonl"});
+    o.tokenizer = dir.File("tok");
+    o.shard_tokens = shard_tokens;
+    TokenizeCorpus(o);
+    DataConfig d;
+    d.train = dir.File(shard_tokens < 100 ? "out/c_*.bin" : "out/c.bin");
+    d.packed_documents = true;
+    return ResolveDocumentBoundary(d);
+  };
+  const DocumentBoundary start = boundary("<|begin_of_text|>", nullptr, 1000);
+  EXPECT_EQ(start.start_token, 258);
+  EXPECT_EQ(start.end_token, -1);
+  EXPECT_NE(start.source.find("c.manifest.json"), std::string::npos) << start.source;
+  // The corpus's tokens, marked: [258 a b 258 c d e 258] f -> positions restart at each 258.
+  const std::vector<int32_t> stream = Tokens(dir.File("out/c.bin"));
+  ASSERT_EQ(stream.size(), 9u);
+  std::vector<int32_t> tokens(stream.begin(), stream.end() - 1);
+  std::vector<int32_t> targets(stream.begin() + 1, stream.end()), positions(8);
+  EXPECT_EQ(MarkDocuments(start, 1, 8, tokens.data(), targets.data(), positions.data()), 3);
+  EXPECT_EQ(positions, (std::vector<int32_t>{0, 1, 2, 0, 1, 2, 3, 0}));
+  constexpr int32_t kX = kIgnoreTarget;
+  EXPECT_EQ(targets, (std::vector<int32_t>{'a', 'b', kX, 'c', 'd', 'e', kX, 'f'}));
+  // Numbered shards share one manifest; an EOS-only template gives the end token.
+  const DocumentBoundary end = boundary(nullptr, "</s>", 4);
+  EXPECT_EQ(end.start_token, -1);
+  EXPECT_EQ(end.end_token, 257);
 }
 
 TEST(CorpusTest, DocumentTokensFollowTheTokenizersConfig) {

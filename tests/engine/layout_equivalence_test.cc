@@ -12,6 +12,7 @@
 // rank: one GPU suffices) against the single process on the CPU, its collectives staged
 // through the host over MPI (staging_communicator.h); it exits 77 (skipped) without a GPU.
 // --staging stages a CPU run's collectives the same way, which checks the staging itself.
+// --packed trains on packed documents (Note [Packed documents]) in both runs.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -49,6 +50,7 @@ std::string g_checkpointing = "none";
 std::string g_precision = "fp32";
 std::string g_device = "cpu";  // the parallel engine's; the single process is on the CPU
 bool g_staging = false;
+bool g_packed = false;
 std::string g_family = "gpt2";  // --family llama: the tiny Llama of test_model.h
 // --lora: LoRA on every linear of the blocks (PEFT's start: B = 0), every bias trained, the
 // rest of the base frozen (Note [Adapters and frozen parameters]) — in both runs.
@@ -74,6 +76,10 @@ Config MakeConfig(int world_size, int64_t micro, bool reference, int gas = g_gas
   j["gradient_clipping"] = 0.5;
   j["optimizer"]["params"]["weight_decay"] = 0.1;
   j["zero_optimization"]["stage"] = reference ? 0 : g_stage;
+  if (g_packed) {
+    j["data"]["packed_documents"] = true;
+    j["data"]["document_start_token"] = testing::kPackedStart;
+  }
   if (g_precision != "fp32") j[g_precision] = {{"enabled", true}};
   if (g_lora) {
     j["lora"] = {{"r", 2},         {"lora_alpha", 4},
@@ -161,7 +167,7 @@ TEST(LayoutEquivalenceTest, LossesAndWeightsMatchOneProcess) {
   constexpr int kSteps = 12;
   testing::EquivalenceCheck check = testing::CheckFor(single, b * n_dp, g_gas, kSteps);
   const double lr_sum =
-      testing::TrainSideBySide(parallel, single, kSteps, g_gas, b, n_dp, d, check);
+      testing::TrainSideBySide(parallel, single, kSteps, g_gas, b, n_dp, d, check, g_packed);
   // Every parameter this stage holds, the copy of a tied weight included, equals the single
   // process's (Note [Equivalence tolerances]); together the stages hold the whole model.
   const std::map<std::string, std::vector<float>> trained = WholeValues(single);
@@ -177,6 +183,7 @@ TEST(LayoutEquivalenceTest, LossesAndWeightsMatchOneProcess) {
   const bool writer = layout.coord.dp == 0 && layout.coord.pp == 0 && layout.coord.tp == 0;
   EXPECT_EQ(check.tensors() - held, writer ? static_cast<int>(single.ParameterNames().size()) : 0);
   testing::OwnedBatch eval(b, 8, 11, 99);
+  if (g_packed) eval.Pack();
   check.Eval(parallel.EvalLoss(eval.mb), single.EvalLoss(eval.mb), lr_sum);
   testing::ExpectWithinRounding(check, "layout_equivalence rank " +
                                            std::to_string(g_world->rank()));
@@ -263,6 +270,7 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--lora") ztrain::g_lora = true;
     if (std::string(argv[i]) == "--staging") ztrain::g_staging = true;
+    if (std::string(argv[i]) == "--packed") ztrain::g_packed = true;
   }
   auto world = ztrain::comm::MakeMpiWorld(std::chrono::seconds(120));
   ztrain::g_world = world.get();

@@ -16,7 +16,8 @@
 namespace ztrain::testing {
 
 inline nn::MicroBatch Rows(const nn::MicroBatch& mb, int64_t begin, int64_t end) {
-  return {mb.tokens.Slice(begin, end), mb.targets.Slice(begin, end)};
+  return {mb.tokens.Slice(begin, end), mb.targets.Slice(begin, end),
+          mb.positions.defined() ? mb.positions.Slice(begin, end) : Tensor()};
 }
 
 // The model of Note [Equivalence tolerances] for `single`'s config training `steps` steps of
@@ -30,15 +31,17 @@ inline EquivalenceCheck CheckFor(const Engine& single, int64_t rows, int gas, in
 // `steps` steps of `gas` global micro-batches of b x ranks rows (T = 8, vocabulary 11):
 // `parallel` trains rows [rank*b, (rank+1)*b) of each, `single` all of them. Every step's
 // loss and gradient norm go to `check`, and the token counts must agree exactly. Returns the
-// sum of the steps' learning rates.
+// sum of the steps' learning rates. With `packed` the batches are packed documents, each
+// starting at token kPackedStart (OwnedBatch::Pack).
 inline double TrainSideBySide(Engine& parallel, Engine& single, int steps, int gas, int64_t b,
-                              int ranks, int rank, EquivalenceCheck& check) {
+                              int ranks, int rank, EquivalenceCheck& check, bool packed = false) {
   double lr_sum = 0.0;
   for (int step = 0; step < steps; ++step) {
     std::vector<OwnedBatch> global;
     std::vector<nn::MicroBatch> mine, all;
     for (int m = 0; m < gas; ++m) global.emplace_back(b * ranks, 8, 11, 1000 * step + m);
     for (auto& g : global) {
+      if (packed) g.Pack();
       mine.push_back(Rows(g.mb, rank * b, (rank + 1) * b));
       all.push_back(g.mb);
     }
@@ -46,6 +49,10 @@ inline double TrainSideBySide(Engine& parallel, Engine& single, int steps, int g
     const StepStats s = single.TrainStep(all);
     check.Step(step + 1, p.loss, s.loss, p.grad_norm, s.grad_norm, lr_sum);
     EXPECT_EQ(p.tokens, s.tokens) << "step " << step + 1;
+    EXPECT_EQ(p.documents, s.documents) << "step " << step + 1;
+    if (packed) {
+      EXPECT_GT(s.documents, gas * b * ranks) << "step " << step + 1;
+    }
     lr_sum += s.lr;
   }
   return lr_sum;

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "core/config.h"
+#include "data/documents.h"
 #include "nn/layer.h"
 
 namespace ztrain::testing {
@@ -59,10 +60,22 @@ inline nlohmann::json QuantizationJson(const std::string& kind) {
   return q;
 }
 
+// The document start token of OwnedBatch::Pack and the configs that train on it.
+inline constexpr int32_t kPackedStart = 1;
+
 // Owns the token storage behind a MicroBatch.
 struct OwnedBatch {
-  std::vector<int32_t> tokens, targets;
+  std::vector<int32_t> tokens, targets, positions;
   nn::MicroBatch mb;
+  // Packed documents (Note [Packed documents]): each starting at token kPackedStart, which the
+  // random tokens hold about once in `vocab`; marked as the trainer marks them.
+  void Pack() {
+    const int64_t b = mb.B(), t = mb.T();
+    positions.resize(tokens.size());
+    data::MarkDocuments({kPackedStart, -1, ""}, b, t, tokens.data(), targets.data(),
+                        positions.data());
+    mb.positions = Tensor(positions.data(), DType::kI32, {b, t});
+  }
   OwnedBatch(int64_t b, int64_t t, int vocab, uint32_t seed) : tokens(b * t), targets(b * t) {
     std::mt19937 rng(seed);
     std::uniform_int_distribution<int> d(0, vocab - 1);

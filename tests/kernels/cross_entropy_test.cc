@@ -1,4 +1,5 @@
 // Fused softmax + cross-entropy over a padded vocabulary: losses, in-place dlogits, padding.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -108,6 +109,34 @@ TEST(CrossEntropyTest, DlogitsMatchFiniteDifferences) {
   };
   // Padded columns do not enter the objective: their difference quotient is 0 as well.
   testing::ExpectGradMatchesFiniteDiff(logits, objective, x, 1000, 1e-4, "dlogits");
+}
+
+// kIgnoreTarget (Hugging Face's ignore_index): loss 0 and a zero row of dlogits, padding
+// included; the other rows are what they are without the ignored ones.
+TEST(CrossEntropyTest, IgnoredTargetsTakeNoLossAndNoGradient) {
+  auto ops = MakeCpuOps();
+  const CeCase tc{4, 37, 48};
+  auto logits = MakeLogits(tc, 9, -4.0f, 4.0f);
+  std::vector<int32_t> targets = {3, kIgnoreTarget, 30, kIgnoreTarget};
+  auto dlosses = Random(tc.rows, 10, 0.1f, 2.0f);
+  std::vector<float> kept = logits;  // rows 0 and 2 alone
+  kept.erase(kept.begin() + 3 * tc.padded, kept.end());
+  kept.erase(kept.begin() + tc.padded, kept.begin() + 2 * tc.padded);
+  std::vector<int32_t> kept_targets = {3, 30};
+  std::vector<float> kept_dl = {dlosses[0], dlosses[2]}, kept_losses(2), losses(tc.rows);
+  ops->SoftmaxCrossEntropy(View(kept, {2, tc.padded}), View(kept_targets, {2}), tc.vocab,
+                           View(kept_losses, {2}), View(kept_dl, {2}));
+  ops->SoftmaxCrossEntropy(View(logits, {tc.rows, tc.padded}), View(targets, {tc.rows}), tc.vocab,
+                           View(losses, {tc.rows}), View(dlosses, {tc.rows}));
+  EXPECT_EQ(losses, (std::vector<float>{kept_losses[0], 0.0f, kept_losses[1], 0.0f}));
+  for (int64_t r : {0, 2}) {
+    EXPECT_TRUE(std::equal(kept.begin() + r / 2 * tc.padded, kept.begin() + (r / 2 + 1) * tc.padded,
+                           logits.begin() + r * tc.padded))
+        << "row " << r;
+  }
+  for (int64_t r : {1, 3}) {
+    for (int64_t j = 0; j < tc.padded; ++j) ASSERT_EQ(logits[r * tc.padded + j], 0.0f);
+  }
 }
 
 TEST(CrossEntropyTest, RejectsOutOfRangeTargetsNamingThem) {

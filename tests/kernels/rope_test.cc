@@ -126,6 +126,58 @@ TEST(RopeTest, RowTTurnsByTTimesInvFreq) {
   }
 }
 
+// Packed documents: row (b, t) turns by positions[b][t], bit for bit what a one-row call at
+// first_position = positions[b][t] gives, forward and backward (and v is left alone).
+TEST(RopeTest, PerTokenPositionsTurnEachRowByItsOwn) {
+  auto ops = MakeCpuOps();
+  const RopeCase tc{2, 9, 4, 2, 8};
+  std::vector<float> inv_freq = Random(tc.head_dim / 2, 3, 0.01f, 1.0f);
+  std::vector<int32_t> positions = {0, 1, 2, 0, 1, 0, 1, 2, 3,  //
+                                    5, 6, 7, 8, 0, 1, 2, 3, 4};
+  for (bool backward : {false, true}) {
+    SCOPED_TRACE(backward ? "backward" : "forward");
+    std::vector<float> qkv = Random(tc.numel(), 4);
+    std::vector<float> want = qkv;
+    for (int64_t r = 0; r < tc.batch * tc.seq; ++r) {
+      std::vector<float> row(want.begin() + r * tc.width(), want.begin() + (r + 1) * tc.width());
+      if (backward) {  // a sequence of positions 0 .. p whose last row is this one
+        const int64_t p = positions[r];
+        std::vector<float> seq((p + 1) * tc.width(), 0.0f);
+        std::copy(row.begin(), row.end(), seq.begin() + p * tc.width());
+        ops->RopeBackward(View(seq, {1, p + 1, tc.width()}), tc.Heads(), View(inv_freq, {4}),
+                          0.75f);
+        std::copy(seq.begin() + p * tc.width(), seq.end(), row.begin());
+      } else {
+        ops->RopeForward(View(row, {1, 1, tc.width()}), tc.Heads(), View(inv_freq, {4}),
+                         positions[r], 0.75f);
+      }
+      std::copy(row.begin(), row.end(), want.begin() + r * tc.width());
+    }
+    if (backward) {
+      ops->RopeBackward(View(qkv, tc.shape()), tc.Heads(), View(inv_freq, {4}), 0.75f,
+                        View(positions, {tc.batch, tc.seq}));
+    } else {
+      ops->RopeForward(View(qkv, tc.shape()), tc.Heads(), View(inv_freq, {4}), 0, 0.75f,
+                       View(positions, {tc.batch, tc.seq}));
+    }
+    EXPECT_EQ(qkv, want);
+  }
+  std::vector<float> qkv = Random(tc.numel(), 5);
+  ExpectErrorMentions(
+      [&] {
+        ops->RopeForward(View(qkv, tc.shape()), tc.Heads(), View(inv_freq, {4}), 3, 1.0f,
+                         View(positions, {tc.batch, tc.seq}));
+      },
+      {"RopeForward", "first_position = 3", "per-token positions"});
+  positions[4] = -1;
+  ExpectErrorMentions(
+      [&] {
+        ops->RopeForward(View(qkv, tc.shape()), tc.Heads(), View(inv_freq, {4}), 0, 1.0f,
+                         View(positions, {tc.batch, tc.seq}));
+      },
+      {"positions[0][4] = -1", "negative"});
+}
+
 TEST(RopeTest, BackwardUndoesForward) {
   auto ops = MakeCpuOps();
   for (const RopeCase& tc : kCases) {

@@ -243,6 +243,7 @@ TEST(VocabParallelCrossEntropyTest, SlicesCombineToTheWholeLoss) {
   constexpr int64_t kVocab = 23, kPadded = 32;
   auto targets = RandomInts(kN, 5, 0, int32_t{kVocab});
   targets[0] = kVocab - 1;  // the real id of the third slice at 4 slices
+  targets[3] = kIgnoreTarget;  // no loss, no gradient, in the whole op and in every slice
   const auto dlosses = Random(kN, 6, 0.1f, 2.0f);
   for (DType dtype : {DType::kF32, DType::kBF16}) {
     SCOPED_TRACE(DTypeName(dtype));
@@ -258,6 +259,8 @@ TEST(VocabParallelCrossEntropyTest, SlicesCombineToTheWholeLoss) {
     ops->SoftmaxCrossEntropy(whole_logits.tensor(), View(tgt, {kN}), kVocab,
                              View(whole_losses, {kN}), View(dl, {kN}));
     const std::vector<float> whole_dlogits = whole_logits.Values();
+    EXPECT_EQ(whole_losses[3], 0.0f);
+    for (int64_t j = 0; j < kPadded; ++j) ASSERT_EQ(whole_dlogits[3 * kPadded + j], 0.0f);
     // fp32: sums of exp split four ways, a few roundings; bf16: each dlogit rounded once.
     const double tol = dtype == DType::kF32 ? 1e-5 : 1e-2;
     for (int64_t slices : {1, 2, 4}) {

@@ -179,6 +179,15 @@ TEST(PreflightTest, TheDataIsOpenedAndChecked) {
   EXPECT_NE(all.find("data.val: "), std::string::npos) << all;
   EXPECT_NE(all.find("none_*.bin"), std::string::npos) << all;
   EXPECT_TRUE(PreflightProblems(ParseConfig(j), {.open_data = false}).empty());
+  // Packed documents over shards without a manifest: check-config says which keys to give.
+  tokens[77] = 3;
+  data::WriteTokenShard(dir.File("good.bin"), tokens, data::TokenFormat::kUint16);
+  j["data"] = {{"train", dir.File("good.bin")}, {"packed_documents", true}, {"seq_len", 8}};
+  const std::string packed = Joined(PreflightProblems(ParseConfig(j), {.open_data = true}));
+  EXPECT_NE(packed.find("no corpus manifest"), std::string::npos) << packed;
+  EXPECT_NE(packed.find("data.document_start_token"), std::string::npos) << packed;
+  j["data"]["document_start_token"] = 3;
+  EXPECT_TRUE(PreflightProblems(ParseConfig(j), {.open_data = true}).empty());
 }
 
 // The run used to train to its end and then fail to save, losing the weights: now the Trainer
