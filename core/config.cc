@@ -284,6 +284,7 @@ Config ConfigFrom(const json& t, int world_size) {
                  [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
   c.pipeline_schedule = schedule;
   c.tensor_parallel_size = At(t, "tensor_parallel.size");
+  c.sequence_parallel = At(t, "tensor_parallel.sequence_parallel");
   c.world_size = world_size;
   c.dp_size = world_size / (c.pipeline_stages * c.tensor_parallel_size);
   c.resolved = t;

@@ -325,6 +325,7 @@ struct Config {
   std::string pipeline_partition = "parameters";  // "parameters" | "uniform"
   std::string pipeline_schedule = "1f1b";         // "1f1b" | "gpipe" (lower case)
   int tensor_parallel_size = 1;
+  bool sequence_parallel = false;  // tensor_parallel.sequence_parallel
   int world_size = 1;       // ranks in all: dp_size x pipeline_stages x tensor_parallel_size
   int dp_size = 1;          // data-parallel ranks, the size the batch triple was resolved for
   int ranks_on_node = 1;    // this run's ranks on this node (set by the Trainer from the launcher)

@@ -240,6 +240,29 @@ void CheckAio(const json& t, ConfigErrors& errors) {
   }
 }
 
+// Note [Sequence parallelism] (nn/linear_provider.h): the tokens split evenly over the tp
+// ranks, and the parts not built with it yet.
+void CheckSequenceParallel(const json& t, ConfigErrors& errors) {
+  if (At(t, "tensor_parallel.sequence_parallel") != true) return;
+  const int64_t tp = Int(t, "tensor_parallel.size"), seq = Int(t, "data.seq_len");
+  if (tp >= 1 && seq >= 1 && seq % tp != 0) {
+    errors.Add("tensor_parallel.sequence_parallel",
+               StrCat("tensor_parallel.size ", tp, " does not divide data.seq_len ", seq,
+                      " (each rank holds seq_len / size tokens of every sample); use a seq_len "
+                      "that is a multiple of ",
+                      tp));
+  }
+  if (At(t, "lora.enabled") == true) {
+    errors.Add("tensor_parallel.sequence_parallel",
+               "is not built with LoRA adapters yet; turn it off for a LoRA run");
+  }
+  if (At(t, "activation_checkpointing.partition_activations") == true) {
+    errors.Add("activation_checkpointing.partition_activations",
+               "with tensor_parallel.sequence_parallel: the checkpointed inputs are split over "
+               "the tp ranks already; drop partition_activations");
+  }
+}
+
 void CheckParallelAndIo(const json& t, ConfigErrors& errors) {
   const int64_t stage = Int(t, "zero_optimization.stage");
   if (stage < 0 || stage > 3) {
@@ -262,6 +285,7 @@ void CheckParallelAndIo(const json& t, ConfigErrors& errors) {
   CheckAio(t, errors);
   IntAtLeast(t, "tensor_parallel.autotp_size", 0, errors);
   IntAtLeast(t, "pipeline.activation_checkpoint_interval", 0, errors);
+  CheckSequenceParallel(t, errors);
 }
 
 // Note [Mixed precision config] (config_resolve.cc). DeepSpeed's pydantic model checks the

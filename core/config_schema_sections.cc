@@ -125,8 +125,8 @@ std::vector<ConfigKey> CheckpointAndParallelKeys() {
           "releases without ZeRO; set `bf16` to match it). "
           "`fp16`/`bf16` need training in that same dtype; `fp32` always works.")
           .Nullable()
-          .Choices({"fp32", "fp16", "bf16", "float32", "float", "torch.float32", "float16",
-                    "half", "torch.float16", "bfloat16", "torch.bfloat16"}),
+          .Choices({"fp32", "fp16", "bf16", "float32", "float", "torch.float32", "float16", "half",
+                    "torch.float16", "bfloat16", "torch.bfloat16"}),
       Key("checkpoint", T::kSection, nullptr, "Checkpoint options."),
       Key("checkpoint.dir", T::kString, "",
           "ztrain: where checkpoints go (`<dir>/step<N>/`, `<dir>/latest`); empty = no "
@@ -171,6 +171,12 @@ std::vector<ConfigKey> CheckpointAndParallelKeys() {
       Key("pipeline.grad_partitioned", T::kBool, true, "Shard gradients sent between stages."),
       Key("tensor_parallel", T::kSection, nullptr, "Tensor (Megatron) parallelism."),
       Key("tensor_parallel.size", T::kInt, 1, "ztrain: tensor-parallel group size."),
+      Key("tensor_parallel.sequence_parallel", T::kBool, false,
+          "Megatron's sequence parallelism (`--sequence-parallel`): the norms and the residual "
+          "stream between the tensor-parallel linears hold 1/size of the tokens on each rank, "
+          "with an all-gather before each column-parallel linear and a reduce-scatter after "
+          "each row-parallel one in place of the all-reduce (docs/long_context.md, \"Sequence "
+          "parallelism\"). `data.seq_len` must divide by `size`."),
       Key("tensor_parallel.autotp_size", T::kInt, 0, "DeepSpeed AutoTP training size (0 = off)."),
       Key("tensor_parallel.tp", T::kSection, nullptr, "DeepSpeed TP settings."),
       Key("tensor_parallel.tp.tp_size", T::kInt, 1, "Tensor-parallel size."),

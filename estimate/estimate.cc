@@ -101,8 +101,8 @@ void CopyPeaks(const MemoryTracker& t, std::array<int64_t, kNumMemoryCategories>
 MemoryEstimate EstimateStage(const Config& config, bool gpu, int stage) {
   detail::ShapeOnlyGroup dp(config.dp_size, 0), tp(config.tensor_parallel_size, 0);
   detail::ShapeOnlyGroup pp(config.pipeline_stages, stage, SendPolls(config, stage));
-  nn::LayerList model =
-      tensor::BuildParallelModel(config.model, tp, nn::AdapterPlan(config));
+  nn::LayerList model = tensor::BuildParallelModel(config.model, tp, nn::AdapterPlan(config),
+                                                   config.sequence_parallel);
   for (auto& layer : model) layer = detail::Measured(std::move(layer), GradAccumDType(config));
   Engine engine(config, std::move(model), {&dp, &pp, &tp},
                 Engine::ShapeOnly{gpu ? Device::Cuda(0) : Device::Cpu()});

@@ -32,6 +32,10 @@ ParamSpec LinearProvider::Row(ParamSpec whole) const {
 
 // Here and below, an undefined (frozen) parameter gradient goes to the op, which skips it
 // (Note [Frozen parameters] in kernels/ops.h).
+void LinearProvider::GatherRows(LayerContext&, const Tensor&, const Tensor&) const {
+  ZTRAIN_ASSERT(false, "GatherRows on a provider without sequence parallelism");
+}
+
 void WholeLinears::ColumnBackward(LayerContext& ctx, std::span<const LinearGrad> linears,
                                   const Tensor& x, const Tensor& dx) const {
   kernels::Ops& ops = ctx.ops();

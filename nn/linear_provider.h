@@ -20,6 +20,26 @@
 // slice of the whole it holds (nn/layer.h). With one piece every spec stays whole and every
 // computation is the single-process op sequence, bit for bit.
 //
+// Note [Sequence parallelism]
+// Megatron's sequence parallelism (Korthikanti et al. 2022), on a provider built with it: the
+// parts of a block outside the linear pairs (the norms, the residual stream, what flows
+// between layers and pipeline stages) hold only this piece's share of the tokens instead of
+// all of them on every piece. The N = B x T token rows of a micro-batch are cut into P
+// contiguous chunks of N / P rows (T % P == 0); piece p holds rows [p N/P, (p+1) N/P), as an
+// activation of shape [B, T/P, C] (a count of rows: the chunk is of the flattened rows, not of
+// each sample). A block then gathers the normed rows before each column-parallel linear
+// (GatherRows: an all-gather in forward, whose backward is the reduce-scatter of the input
+// gradient in ColumnBackward) and a row-parallel linear's partial sums are reduce-scattered
+// onto the pieces' rows (RowForward, in place of the all-reduce; its backward gathers the
+// output gradient). The same bytes cross the group as with the all-reduces (an all-reduce is
+// a reduce-scatter then an all-gather), while the norms' and residual's activations and
+// their work fall by P. A norm's weight now sees only the piece's rows, so its gradient is
+// summed over the pieces (Norm::Backward with the provider); the embedding reduce-scatters
+// its vocabulary slices' rows, and the LM head gathers the final norm's rows. RowForward and
+// ColumnBackward tell the two cases apart by shape: an output (or dx) of N / P rows for an
+// input of N is a piece's share, so generation, which does not split the tokens, runs the
+// all-reduce path on the same provider.
+
 // Every parameter gradient handed to a provider may be an undefined Tensor (a frozen
 // parameter): the provider skips it, writes nothing there, and computes everything else bit
 // for bit as with it defined, as the ops do (Note [Frozen parameters] in kernels/ops.h).
@@ -52,6 +72,11 @@ class LinearProvider {
   // Pieces every split parameter is cut into, and this process's piece.
   virtual int size() const = 0;
   virtual int rank() const = 0;
+  // Note [Sequence parallelism]: whether the token rows between the linears are split over
+  // the pieces, and the whole rows [N, C] from this piece's [N/P, C] (an all-gather; `whole`
+  // may be any float dtype of `local`'s).
+  virtual bool sequence_parallel() const { return false; }
+  virtual void GatherRows(LayerContext& ctx, const Tensor& local, const Tensor& whole) const;
 
   // The local spec of a column-parallel weight [out, in] or bias [out] (rows of `groups`
   // equal blocks split piece by piece: a fused q/k/v weight is 3 blocks), of a row-parallel
@@ -62,14 +87,16 @@ class LinearProvider {
 
   // Backward of column-parallel linears that read the same whole input x:
   // dx = sum over the linears (and the pieces) of dy @ weight, overwritten; each dweight +=
-  // dy^T x and dbias += the column sums of dy, each skipped when undefined (frozen).
+  // dy^T x and dbias += the column sums of dy, each skipped when undefined (frozen). A dx of
+  // N / P rows for x's N is this piece's rows of the sum (Note [Sequence parallelism]).
   virtual void ColumnBackward(LayerContext& ctx, std::span<const LinearGrad> linears,
                               const Tensor& x, const Tensor& dx) const = 0;
   // t (fp32), a partial sum on each piece, summed over the pieces in place (LoRA's
   // adapters, Note [LoRA in the linears]); nothing to do with one piece.
   virtual void SumOverPieces(LayerContext& ctx, const Tensor& t) const = 0;
   // Forward of a row-parallel linear: y = residual + (x @ weight^T summed over the pieces) +
-  // bias (bias may be undefined). y may be neither x nor residual.
+  // bias (bias may be undefined). y may be neither x nor residual. A y (and residual) of
+  // N / P rows for x's N is this piece's rows of it (Note [Sequence parallelism]).
   virtual void RowForward(LayerContext& ctx, const Tensor& x, const Tensor& weight,
                           const Tensor& bias, const Tensor& residual, const Tensor& y) const = 0;
 

@@ -63,14 +63,33 @@ Tensor Norm::Forward(LayerContext& ctx, const ParamViews& v, const std::string& 
 }
 
 void Norm::Backward(LayerContext& ctx, const ParamViews& v, const std::string& key,
-                    const Tensor& dy, const Tensor& x, const Tensor& dx) const {
-  if (spec_.kind == NormKind::kLayerNorm) {
-    ctx.ops().LayerNormBackward(dy, x, v.param(weight_), ctx.Saved(key + ".mean"),
-                                ctx.Saved(key + ".rstd"), dx, v.grad(weight_), v.grad(bias_));
-  } else {
-    ctx.ops().RmsNormBackward(dy, x, v.param(weight_), ctx.Saved(key + ".rstd"), dx,
-                              v.grad(weight_));
+                    const Tensor& dy, const Tensor& x, const Tensor& dx,
+                    const LinearProvider* rows_of) const {
+  kernels::Ops& ops = ctx.ops();
+  const Tensor dweight = v.grad(weight_);
+  const Tensor dbias = bias_ >= 0 ? v.grad(bias_) : Tensor();
+  // Under sequence parallelism this piece's rows give part of the gradients: into fp32
+  // workspace (weight, then bias), summed over the pieces, then accumulated.
+  const bool partial =
+      rows_of != nullptr && rows_of->sequence_parallel() && (dweight.defined() || dbias.defined());
+  Tensor parts, pw = dweight, pb = dbias;
+  if (partial) {
+    const int64_t c = x.size(-1);
+    parts = ctx.Scratch(DType::kF32, {2, c});
+    ops.Zero(parts);
+    pw = dweight.defined() ? parts.Flat(0, {c}) : Tensor();
+    pb = dbias.defined() ? parts.Flat(c, {c}) : Tensor();
   }
+  if (spec_.kind == NormKind::kLayerNorm) {
+    ops.LayerNormBackward(dy, x, v.param(weight_), ctx.Saved(key + ".mean"),
+                          ctx.Saved(key + ".rstd"), dx, pw, pb);
+  } else {
+    ops.RmsNormBackward(dy, x, v.param(weight_), ctx.Saved(key + ".rstd"), dx, pw);
+  }
+  if (!partial) return;
+  rows_of->SumOverPieces(ctx, parts);
+  if (dweight.defined()) ops.AddInPlace(dweight, pw);
+  if (dbias.defined()) ops.AddInPlace(dbias, pb);
 }
 
 void Norm::Adapt(const AdapterPlan& plan, ParamTable& table) const {

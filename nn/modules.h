@@ -55,9 +55,11 @@ class Norm {
   // y = norm(x) for x [N, C], saved under `key` with its statistics (`key`.mean, `key`.rstd).
   Tensor Forward(LayerContext& ctx, const ParamViews& v, const std::string& key,
                  const Tensor& x) const;
-  // dx (overwritten) from dy; the parameter gradients accumulate.
+  // dx (overwritten) from dy; the parameter gradients accumulate. With `rows_of` a provider
+  // under sequence parallelism, x holds its piece's rows only (Note [Sequence parallelism]):
+  // the parameter gradients are then summed over the pieces before they accumulate.
   void Backward(LayerContext& ctx, const ParamViews& v, const std::string& key, const Tensor& dy,
-                const Tensor& x, const Tensor& dx) const;
+                const Tensor& x, const Tensor& dx, const LinearProvider* rows_of = nullptr) const;
   // Freezes what `plan` does not train (Note [Adapters and frozen parameters]).
   void Adapt(const AdapterPlan& plan, ParamTable& table) const;
 

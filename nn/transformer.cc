@@ -7,6 +7,17 @@ namespace {
 
 Shape Rows(const Tensor& t) { return {t.size(0) * t.size(1), t.size(2)}; }
 
+// Note [Sequence parallelism]: the whole [N, C] rows of this piece's `rows` [N/P, C] (an
+// all-gather into workspace that `hold` keeps), or `rows` itself without sequence parallelism.
+Tensor WholeRows(LayerContext& ctx, const LinearProvider& p, const Tensor& rows, Buffer& hold) {
+  if (!p.sequence_parallel()) return rows;
+  const Shape shape{rows.size(0) * p.size(), rows.size(1)};
+  hold = Buffer(ctx.allocator(), rows.dtype(), shape, MemoryCategory::kWorkspace);
+  const Tensor whole = hold.AsTensor(rows.dtype(), shape);
+  p.GatherRows(ctx, rows, whole);
+  return whole;
+}
+
 }  // namespace
 
 // ---- Embedding -----------------------------------------------------------------------------
@@ -24,7 +35,12 @@ Shape Embedding::OutputShape(const Shape& tokens_shape) const {
                "sequence length ", tokens_shape.size() == 2 ? tokens_shape[1] : -1,
                " exceeds model.max_seq_len ", spec_.max_seq_len,
                "; lower data.seq_len or raise model.max_seq_len");
-  return {tokens_shape[0], tokens_shape[1], spec_.channels};
+  // Note [Sequence parallelism]: this piece's share of the rows.
+  const int64_t pieces = provider_->sequence_parallel() ? provider_->size() : 1;
+  ZTRAIN_CHECK_T(ConfigError, tokens_shape[1] % pieces == 0, "data.seq_len ", tokens_shape[1],
+                 " does not divide over tensor_parallel.size ", pieces,
+                 " under sequence parallelism; use a multiple of ", pieces);
+  return {tokens_shape[0], tokens_shape[1] / pieces, spec_.channels};
 }
 
 void Embedding::Forward(const MicroBatch& mb, const Tensor&, const Tensor& output,
@@ -100,9 +116,15 @@ void TransformerBlock::Forward(const MicroBatch& mb, const Tensor& input, const 
   const Tensor x = input.View({n, c_});
   const Tensor ln1 = norm1_.Forward(ctx, v, "ln1", x);
   const Tensor res = ctx.Save("res", ctx.dtype(), {n, c_});
-  attention_.Forward(ctx, *provider_, v, b, mb.positions, ln1, x, res);
+  {  // under sequence parallelism the linears read every piece's rows: gathered, then freed
+    Buffer whole;
+    attention_.Forward(ctx, *provider_, v, b, mb.positions, WholeRows(ctx, *provider_, ln1, whole),
+                       x, res);
+  }
   const Tensor ln2 = norm2_.Forward(ctx, v, "ln2", res);
-  mlp_.Forward(ctx, *provider_, v, ln2, res, output.View({n, c_}));
+  Buffer whole;
+  mlp_.Forward(ctx, *provider_, v, WholeRows(ctx, *provider_, ln2, whole), res,
+               output.View({n, c_}));
 }
 
 void TransformerBlock::Decode(const DecodeStep& step, const Tensor& input, const Tensor& output,
@@ -124,17 +146,29 @@ void TransformerBlock::Backward(const MicroBatch& mb, const Tensor& input, const
   const ParamViews v = views();
   const int64_t b = input.size(0), n = b * input.size(1);
   const Tensor dy = doutput.View({n, c_});
+  // Under sequence parallelism the linears take every piece's rows of their output gradient
+  // and input (gathered again rather than kept from forward), and give this piece's rows of
+  // their input gradient (Note [Sequence parallelism]).
+  const LinearProvider& p = *provider_;
   // MLP branch: y = res + mlp(ln2(res)).
   const Tensor dln2 = ctx.Scratch(ctx.dtype(), {n, c_});
-  mlp_.Backward(ctx, *provider_, v, dy, ctx.Saved("ln2"), dln2);
+  {
+    Buffer whole_dy, whole_ln2;
+    mlp_.Backward(ctx, p, v, WholeRows(ctx, p, dy, whole_dy),
+                  WholeRows(ctx, p, ctx.Saved("ln2"), whole_ln2), dln2);
+  }
   const Tensor dres = ctx.Scratch(ctx.dtype(), {n, c_});
-  norm2_.Backward(ctx, v, "ln2", dln2, ctx.Saved("res"), dres);
+  norm2_.Backward(ctx, v, "ln2", dln2, ctx.Saved("res"), dres, &p);
   ops.AddInPlace(dres, dy);
   // Attention branch: res = x + attention(ln1(x)).
   const Tensor dln1 = ctx.Scratch(ctx.dtype(), {n, c_});
-  attention_.Backward(ctx, *provider_, v, b, mb.positions, dres, ctx.Saved("ln1"), dln1);
+  {
+    Buffer whole_dres, whole_ln1;
+    attention_.Backward(ctx, p, v, b, mb.positions, WholeRows(ctx, p, dres, whole_dres),
+                        WholeRows(ctx, p, ctx.Saved("ln1"), whole_ln1), dln1);
+  }
   const Tensor dx = dinput.View({n, c_});
-  norm1_.Backward(ctx, v, "ln1", dln1, input.View({n, c_}), dx);
+  norm1_.Backward(ctx, v, "ln1", dln1, input.View({n, c_}), dx, &p);
   ops.AddInPlace(dx, dres);
 }
 
@@ -152,8 +186,10 @@ LmHead::LmHead(const HeadSpec& spec, std::shared_ptr<const LinearProvider> provi
   weight_ = table_.Add(std::move(w));
 }
 
+// The losses of every token: under sequence parallelism the input holds this piece's rows.
 Shape LmHead::OutputShape(const Shape& input_shape) const {
-  return {input_shape.at(0), input_shape.at(1)};
+  const int64_t pieces = provider_->sequence_parallel() ? provider_->size() : 1;
+  return {input_shape.at(0), input_shape.at(1) * pieces};
 }
 
 // A tied head's weight is the embedding's: it trains when the embedding does.
@@ -170,9 +206,10 @@ double LmHead::ForwardFlopsPerToken(int64_t) const {
 void LmHead::Forward(const MicroBatch& mb, const Tensor& input, const Tensor& output,
                      LayerContext& ctx) {
   const ParamViews v = views();
-  const int64_t n = input.size(0) * input.size(1);
   const Tensor lnf = norm_.Forward(ctx, v, "lnf", input.View(Rows(input)));
-  provider_->HeadLossForward(ctx, mb, lnf, v.param(weight_), spec_.vocab, output.View({n}));
+  Buffer whole;
+  provider_->HeadLossForward(ctx, mb, WholeRows(ctx, *provider_, lnf, whole), v.param(weight_),
+                             spec_.vocab, output.View({output.numel()}));
 }
 
 Shape LmHead::DecodeOutputShape(const Shape& input_shape) const {
@@ -189,11 +226,16 @@ void LmHead::Decode(const DecodeStep&, const Tensor& input, const Tensor& output
 void LmHead::Backward(const MicroBatch& mb, const Tensor& input, const Tensor& doutput,
                       const Tensor& dinput, LayerContext& ctx) {
   const ParamViews v = views();
-  const int64_t n = input.size(0) * input.size(1);
+  const int64_t n = input.size(0) * input.size(1);  // this piece's rows
   const Tensor dlnf = ctx.Scratch(ctx.dtype(), {n, spec_.channels});
-  provider_->HeadLossBackward(ctx, mb, ctx.Saved("lnf"), v.param(weight_), spec_.vocab,
-                              doutput.View({n}), dlnf, v.grad(weight_));
-  norm_.Backward(ctx, v, "lnf", dlnf, input.View(Rows(input)), dinput.View(Rows(input)));
+  {
+    Buffer whole;
+    provider_->HeadLossBackward(ctx, mb, WholeRows(ctx, *provider_, ctx.Saved("lnf"), whole),
+                                v.param(weight_), spec_.vocab, doutput.View({doutput.numel()}),
+                                dlnf, v.grad(weight_));
+  }
+  norm_.Backward(ctx, v, "lnf", dlnf, input.View(Rows(input)), dinput.View(Rows(input)),
+                 provider_.get());
 }
 
 }  // namespace ztrain::nn

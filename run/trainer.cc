@@ -162,8 +162,9 @@ Trainer::Trainer(Config config, comm::Communicator* world, const LaunchEnv& laun
   const nn::AdapterPlan plan(config_);
   engine_ = std::make_unique<Engine>(
       config_,
-      groups.tp != nullptr ? tensor::BuildParallelModel(config_.model, *groups.tp, plan)
-                           : nn::BuildModel(config_.model, nn::MakeWholeLinears(), plan),
+      groups.tp != nullptr
+          ? tensor::BuildParallelModel(config_.model, *groups.tp, plan, config_.sequence_parallel)
+          : nn::BuildModel(config_.model, nn::MakeWholeLinears(), plan),
       groups,
       config_.model.init_from.empty() ? InitialParameters::kRandom : InitialParameters::kZero);
   if (device_.device.is_cpu() && !config_.precision.bf16) {
@@ -386,9 +387,19 @@ void Trainer::LogStart() const {
       config_.gradient_accumulation_steps, engine_->dp_size(), config_.zero.stage,
       config_.training.steps);
   if (grid_->pp_size() > 1 || grid_->tp_size() > 1) {
-    Log().info("layout: dp {} x pp {} x tp {} = {} ranks; pipeline schedule {}, partition {}",
+    Log().info("layout: dp {} x pp {} x tp {} = {} ranks; pipeline schedule {}, partition {}{}",
                grid_->dp_size(), grid_->pp_size(), grid_->tp_size(), grid_->world(),
-               config_.pipeline_schedule, config_.pipeline_partition);
+               config_.pipeline_schedule, config_.pipeline_partition,
+               config_.sequence_parallel && grid_->tp_size() > 1
+                   ? fmt::format("; sequence parallel: {} tokens of each sample per tp rank "
+                                 "between the linears",
+                                 config_.data.seq_len / grid_->tp_size())
+                   : std::string());
+  }
+  if (config_.sequence_parallel && grid_->tp_size() == 1) {
+    Log().warn(
+        "tensor_parallel.sequence_parallel does nothing at tensor_parallel.size 1: "
+        "it splits the tokens over the tensor-parallel ranks");
   }
   Log().info("data: {} ({} tokens, {} batches per epoch){}", DataDescription(config_.data),
              train_loader_->num_tokens(), train_loader_->batches_per_epoch(),

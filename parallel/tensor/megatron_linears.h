@@ -53,20 +53,28 @@ namespace ztrain::tensor {
 
 class MegatronLinears final : public nn::LinearProvider {
  public:
-  explicit MegatronLinears(comm::Communicator& tp) : tp_(tp) {}
+  // With `sequence_parallel`, Note [Sequence parallelism] (nn/linear_provider.h).
+  explicit MegatronLinears(comm::Communicator& tp, bool sequence_parallel = false)
+      : tp_(tp), sequence_parallel_(sequence_parallel) {}
   int size() const override { return tp_.size(); }
   int rank() const override { return tp_.rank(); }
+  bool sequence_parallel() const override { return sequence_parallel_; }
+  // An all-gather over the tp group.
+  void GatherRows(nn::LayerContext& ctx, const Tensor& local, const Tensor& whole) const override;
   // f's backward: the input gradients' partial sums are all-reduced (started before the
-  // weight gradients are computed, so the two overlap).
+  // weight gradients are computed, so the two overlap), or reduce-scattered onto this rank's
+  // rows under sequence parallelism.
   void ColumnBackward(nn::LayerContext& ctx, std::span<const nn::LinearGrad> linears,
                       const Tensor& x, const Tensor& dx) const override;
   // An all-reduce over the tp group.
   void SumOverPieces(nn::LayerContext& ctx, const Tensor& t) const override;
-  // g: the partial sums are all-reduced in fp32, then bias and residual added once.
+  // g: the partial sums are all-reduced in fp32 (reduce-scattered onto this rank's rows under
+  // sequence parallelism), then bias and residual added once.
   void RowForward(nn::LayerContext& ctx, const Tensor& x, const Tensor& weight,
                   const Tensor& bias, const Tensor& residual, const Tensor& y) const override;
   // Each rank looks up the tokens of its vocabulary slice, one all-reduce assembles the rows
-  // (megatron_embedding.cc); no collective in backward.
+  // (megatron_embedding.cc); no collective in backward. Under sequence parallelism a
+  // reduce-scatter leaves each rank its rows, and backward gathers their gradient.
   void EmbeddingForward(nn::LayerContext& ctx, const nn::MicroBatch& mb, const Tensor& wte,
                         const Tensor& wpe, const Tensor& out) const override;
   void EmbeddingBackward(nn::LayerContext& ctx, const nn::MicroBatch& mb, const Tensor& dout,
@@ -80,15 +88,23 @@ class MegatronLinears final : public nn::LinearProvider {
                         const Tensor& dh, const Tensor& dweight) const override;
 
  private:
+  void SequenceParallelEmbedding(nn::LayerContext& ctx, const nn::MicroBatch& mb, const Tensor& wte,
+                                 const Tensor& wpe, const Tensor& output) const;
+
   comm::Communicator& tp_;
+  bool sequence_parallel_;
 };
 
-// The provider for a tp group: MegatronLinears, or nn::WholeLinears for a group of one.
-std::shared_ptr<const nn::LinearProvider> MakeLinears(comm::Communicator& tp);
+// The provider for a tp group: MegatronLinears, or nn::WholeLinears for a group of one
+// (sequence parallelism is nothing then).
+std::shared_ptr<const nn::LinearProvider> MakeLinears(comm::Communicator& tp,
+                                                      bool sequence_parallel = false);
 
 // `model` built over the tp group (nn::BuildModel with MakeLinears(tp)): the single-process
-// model's layers, names and order, each parameter the rank's slice, adapted as `plan` says.
+// model's layers, names and order, each parameter the rank's slice, adapted as `plan` says;
+// with `sequence_parallel`, Note [Sequence parallelism].
 nn::LayerList BuildParallelModel(const ModelConfig& model, comm::Communicator& tp,
-                                 const nn::AdapterPlan& plan = nn::AdapterPlan());
+                                 const nn::AdapterPlan& plan = nn::AdapterPlan(),
+                                 bool sequence_parallel = false);
 
 }  // namespace ztrain::tensor

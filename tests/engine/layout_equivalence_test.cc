@@ -12,7 +12,8 @@
 // rank: one GPU suffices) against the single process on the CPU, its collectives staged
 // through the host over MPI (staging_communicator.h); it exits 77 (skipped) without a GPU.
 // --staging stages a CPU run's collectives the same way, which checks the staging itself.
-// --packed trains on packed documents (Note [Packed documents]) in both runs.
+// --packed trains on packed documents (Note [Packed documents]) in both runs; --sp turns on
+// sequence parallelism (Note [Sequence parallelism]) in the parallel run.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -51,6 +52,7 @@ std::string g_precision = "fp32";
 std::string g_device = "cpu";  // the parallel engine's; the single process is on the CPU
 bool g_staging = false;
 bool g_packed = false;
+bool g_sequence_parallel = false;  // --sp: tensor_parallel.sequence_parallel (with --tp)
 std::string g_family = "gpt2";  // --family llama: the tiny Llama of test_model.h
 // --lora: LoRA on every linear of the blocks (PEFT's start: B = 0), every bias trained, the
 // rest of the base frozen (Note [Adapters and frozen parameters]) — in both runs.
@@ -97,7 +99,7 @@ Config MakeConfig(int world_size, int64_t micro, bool reference, int gas = g_gas
   if (!reference) {
     if (g_device == "cuda") j["device"] = "cuda:0";
     j["pipeline"] = {{"stages", g_pp}, {"schedule", schedule}, {"partition", g_partition}};
-    j["tensor_parallel"] = {{"size", g_tp}};
+    j["tensor_parallel"] = {{"size", g_tp}, {"sequence_parallel", g_sequence_parallel}};
     if (g_checkpointing != "none") {
       j["activation_checkpointing"] = {{"enabled", true},
                                        {"partition_activations", g_checkpointing == "partition"}};
@@ -129,7 +131,7 @@ struct Layout {
   // The model's layers for this layout: tensor-parallel ones under tp.
   std::vector<std::unique_ptr<nn::Layer>> Layers(const Config& c) {
     const nn::AdapterPlan plan(c);
-    return g_tp > 1 ? tensor::BuildParallelModel(c.model, *comms.tp, plan)
+    return g_tp > 1 ? tensor::BuildParallelModel(c.model, *comms.tp, plan, c.sequence_parallel)
                     : nn::BuildModel(c.model, nn::MakeWholeLinears(), plan);
   }
 };
@@ -271,6 +273,7 @@ int main(int argc, char** argv) {
     if (std::string(argv[i]) == "--lora") ztrain::g_lora = true;
     if (std::string(argv[i]) == "--staging") ztrain::g_staging = true;
     if (std::string(argv[i]) == "--packed") ztrain::g_packed = true;
+    if (std::string(argv[i]) == "--sp") ztrain::g_sequence_parallel = true;
   }
   auto world = ztrain::comm::MakeMpiWorld(std::chrono::seconds(120));
   ztrain::g_world = world.get();

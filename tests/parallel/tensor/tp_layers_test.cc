@@ -107,6 +107,48 @@ TEST(TensorParallelTest, TransformerBlockMatchesSingleProcess) {
   }
 }
 
+// Note [Sequence parallelism]: a block on its piece's rows gives those rows of the
+// single-process output and input gradient, every gradient (the norms' summed over the
+// pieces), keeps 1/P of the norms' and the residual's saved rows, and moves in forward the
+// bytes of the all-reduces it replaces (an all-gather and a reduce-scatter each).
+TEST(TensorParallelTest, SequenceParallelBlockKeepsItsPieceOfTheRows) {
+  const ModelConfig m = TinyModel();
+  for (int tp_size : TpSizes()) {
+    SCOPED_TRACE("tp size " + std::to_string(tp_size));
+    const auto tp = TpGroup(tp_size);
+    const int64_t p = tp->size(), n = kB * kT, c = m.n_embd, rows = n / p;
+    const auto single_layer = nn::Gpt2Block(m, 1, Whole());
+    const auto plain_layer = nn::Gpt2Block(m, 1, Megatron(*tp));
+    const auto sp_layer = nn::Gpt2Block(m, 1, std::make_shared<const MegatronLinears>(*tp, true));
+    nn::Layer &single = *single_layer, &plain = *plain_layer, &sp = *sp_layer;
+    const ParamStore ref_params({&single}), plain_params({&plain}), sp_params({&sp});
+    const Batch batch(kB, kT, m.vocab_size);
+    const std::vector<float> x = Normal("x", n * c), dy = Normal("dy", n * c);
+    const auto piece = [&](const std::vector<float>& v) {
+      const auto first = v.begin() + tp->rank() * rows * c;
+      return std::vector<float>(first, first + rows * c);
+    };
+    const Pass ref = RunPass({&single}, batch.mb, x, dy, nullptr);
+    const Pass base = RunPass({&plain}, batch.mb, x, dy, tp.get());
+    const Pass got = RunPass({&sp}, batch.mb, piece(x), piece(dy), tp.get(), {kB, kT / p, c});
+    EXPECT_TRUE(Close(got.output, piece(ref.output), kTol));
+    EXPECT_TRUE(Close(got.dinput, piece(ref.dinput), kTol));
+    ExpectGradsMatch(*tp, sp_params, ref_params);
+    // Saved: ln1, res and ln2 [N, C] and the two layernorms' mean and rstd [N], fp32.
+    EXPECT_EQ(base.saved_bytes - got.saved_bytes, (3 * c + 4) * 4 * (n - rows));
+    // Forward: two all-gathers and two reduce-scatters, no all-reduce, the same bus bytes.
+    EXPECT_EQ(got.forward_all_reduces, 0);
+    EXPECT_EQ(got.forward_ops, 4);
+    EXPECT_EQ(got.forward_bytes, base.forward_bytes);
+    // Backward: the output gradient and the normed input gathered for each linear pair, the
+    // input gradient reduce-scattered, and the norms' parameter gradients all-reduced.
+    const int64_t full = n * c * 4, bus = (p - 1) * full / p;
+    EXPECT_EQ(got.backward_all_reduces, 2);
+    EXPECT_EQ(got.backward_ops, 8);
+    EXPECT_EQ(got.backward_bytes, 6 * bus + 2 * (2 * (p - 1) * (2 * c * 4) / p));
+  }
+}
+
 TEST(TensorParallelTest, LmHeadMatchesSingleProcessWithoutGatheringLogits) {
   const ModelConfig m = TinyModel();  // at tp 4 the last vocabulary slice is all padding
   const int64_t n = kB * kT;

@@ -156,7 +156,7 @@ Counts CountOf(const comm::Communicator* tp) {
 
 Pass RunPass(const std::vector<nn::Layer*>& layers, const nn::MicroBatch& mb,
              const std::vector<float>& input, const std::vector<float>& doutput,
-             const comm::Communicator* tp) {
+             const comm::Communicator* tp, const Shape& input_shape) {
   const std::unique_ptr<kernels::Ops> ops = kernels::MakeCpuOps();
   MemoryTracker tracker;
   HostAllocator allocator(&tracker);
@@ -165,8 +165,9 @@ Pass RunPass(const std::vector<nn::Layer*>& layers, const nn::MicroBatch& mb,
   std::vector<std::vector<float>> acts(layers.size() + 1);
   std::vector<Shape> shapes(layers.size() + 1);
   acts[0] = input;
-  shapes[0] = from_tokens
-                  ? mb.tokens.shape()
+  shapes[0] = from_tokens ? mb.tokens.shape()
+              : !input_shape.empty()
+                  ? input_shape
                   : Shape{mb.B(), mb.T(), static_cast<int64_t>(input.size()) / (mb.B() * mb.T())};
   const auto view = [&](std::vector<float>& v, size_t i) {
     if (i == 0 && from_tokens) return mb.tokens;
@@ -183,6 +184,7 @@ Pass RunPass(const std::vector<nn::Layer*>& layers, const nn::MicroBatch& mb,
     layers[i]->Forward(mb, view(acts[i], i), view(acts[i + 1], i + 1), ctxs[i]);
   }
   const Counts c1 = CountOf(tp);
+  for (const nn::LayerContext& ctx : ctxs) pass.saved_bytes += static_cast<int64_t>(ctx.bytes());
   std::vector<float> dout = doutput;
   for (size_t i = layers.size(); i-- > 0;) {
     std::vector<float> din;

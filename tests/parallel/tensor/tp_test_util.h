@@ -80,10 +80,13 @@ struct Pass {
   int64_t forward_all_reduces = 0, backward_all_reduces = 0;
   int64_t forward_ops = 0, backward_ops = 0;  // every kind of collective
   int64_t forward_bytes = 0, backward_bytes = 0;
+  int64_t saved_bytes = 0;  // what the layers' contexts hold between forward and backward
 };
+// `input_shape`: the first layer's input shape when it is not [B, T, C] (a sequence-parallel
+// piece's rows); empty: [B, T, input.size() / (B T)], or the tokens.
 Pass RunPass(const std::vector<nn::Layer*>& layers, const nn::MicroBatch& mb,
              const std::vector<float>& input, const std::vector<float>& doutput,
-             const comm::Communicator* tp);
+             const comm::Communicator* tp, const Shape& input_shape = {});
 
 // Max-abs-diff / max-abs-ref <= tol (see kTol in tp_layers_test.cc). An all-zero reference
 // must be matched exactly.
