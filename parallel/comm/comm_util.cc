@@ -40,6 +40,7 @@ int64_t BusBytes(OpKind kind, int64_t nbytes, int n) {
       return 2 * (n - 1) * nbytes / n;
     case OpKind::kReduceScatter:
     case OpKind::kAllGather:
+    case OpKind::kAllToAll:  // each rank keeps its own chunk and sends the n - 1 others
       return (n - 1) * nbytes / n;
     case OpKind::kBroadcast:
     case OpKind::kSend:
@@ -94,6 +95,16 @@ Alias CheckAllGather(const Tensor& in, const Tensor& out, int rank, int size) {
                "not this rank's chunk of it (rank ",
                rank, ")");
   return Alias::kInPlace;
+}
+
+void CheckAllToAll(const Tensor& in, const Tensor& out, int size) {
+  ZTRAIN_CHECK(in.dtype() == out.dtype(), "AllToAll: input is ", DTypeName(in.dtype()),
+               " but output is ", DTypeName(out.dtype()));
+  ZTRAIN_CHECK(in.numel() == out.numel() && in.numel() % size == 0, "AllToAll: input has ",
+               in.numel(), " elements and output ", out.numel(), "; both must hold ", size,
+               " equal chunks");
+  ZTRAIN_CHECK(!Overlaps(in, out) || (in.data() == out.data() && size == 1),
+               "AllToAll: the input and the output overlap");
 }
 
 void CheckRoot(int root, int size) {

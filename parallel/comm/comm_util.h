@@ -33,6 +33,9 @@ Alias CheckReduceScatter(const Tensor& in, const Tensor& out, ReduceOp op, int r
 // `out` has size * in.numel() elements of in's dtype; in is disjoint from out or exactly
 // chunk `rank` of it.
 Alias CheckAllGather(const Tensor& in, const Tensor& out, int rank, int size);
+// `in` and `out` of one dtype and size, in `size` chunks, disjoint (the same tensor only for a
+// group of one).
+void CheckAllToAll(const Tensor& in, const Tensor& out, int size);
 void CheckRoot(int root, int size);
 void CheckPeer(const char* op, int peer, int rank, int size, int tag);
 // The op needs host memory (the MPI and self backends).

@@ -23,6 +23,8 @@ const char* OpKindName(OpKind k) {
       return "Recv";
     case OpKind::kBarrier:
       return "Barrier";
+    case OpKind::kAllToAll:
+      return "AllToAll";
   }
   return "?";
 }
@@ -60,6 +62,11 @@ class SelfCommunicator final : public Communicator {
     detail::CheckAllGather(in, out, 0, 1);
     CopyUnlessSame("AllGather", in, out);
     return Count(OpKind::kAllGather, out.nbytes());
+  }
+  WorkPtr AllToAll(const Tensor& in, const Tensor& out) override {
+    detail::CheckAllToAll(in, out, 1);
+    CopyUnlessSame("AllToAll", in, out);
+    return Count(OpKind::kAllToAll, in.nbytes());
   }
   WorkPtr Broadcast(const Tensor& t, int root) override {
     detail::CheckRoot(root, 1);

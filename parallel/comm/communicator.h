@@ -35,9 +35,10 @@ enum class OpKind : int {
   kBroadcast,
   kSend,
   kRecv,
-  kBarrier
+  kBarrier,
+  kAllToAll
 };
-inline constexpr int kNumOpKinds = 7;
+inline constexpr int kNumOpKinds = 8;
 const char* OpKindName(OpKind k);
 
 // Bytes moved and ops issued, per op kind.
@@ -85,6 +86,11 @@ class Communicator {
   // copy runs beside the compute issued after it (page-locked `in` for the copy to be
   // asynchronous). `in` must not change until the op has finished.
   virtual WorkPtr AllGather(const Tensor& in, const Tensor& out) = 0;
+  // `in` and `out` hold size() equal chunks each (one dtype, the same size, disjoint): chunk j
+  // of `in` goes to rank j, where it becomes chunk rank() of that rank's `out`
+  // (MPI_Alltoall): context parallelism's exchange of sequence pieces for heads
+  // (DeepSpeed-Ulysses). Any dtype moves as bytes.
+  virtual WorkPtr AllToAll(const Tensor& in, const Tensor& out) = 0;
   virtual WorkPtr Broadcast(const Tensor& t, int root) = 0;
   // Consecutive Send/Recv ops may be in flight together (as inside an NCCL group), so two
   // ranks that both send first and then receive do not deadlock; such ops must not share

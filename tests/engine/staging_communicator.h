@@ -82,6 +82,13 @@ class StagingCommunicator final : public comm::Communicator {
     s->Back(hout, out);
     return s->Run(inner_.AllGather(hin, hout));
   }
+  comm::WorkPtr AllToAll(const Tensor& in, const Tensor& out) override {
+    auto s = std::make_shared<Staged>();
+    const Tensor hin = s->Stage(in, true);
+    const Tensor hout = s->Stage(out, false);
+    s->Back(hout, out);
+    return s->Run(inner_.AllToAll(hin, hout));
+  }
   comm::WorkPtr Broadcast(const Tensor& t, int root) override {
     auto s = std::make_shared<Staged>();
     const Tensor h = s->Stage(t, true);

@@ -116,6 +116,23 @@ TEST_F(NcclCommunicatorTest, AllGatherConcatenatesInRankOrder) {
   for (int i = 0; i < 5 * n; ++i) EXPECT_EQ(h[i], 0x3f80 + i / 5);
 }
 
+// NCCL has no all-to-all: the communicator groups a send and a receive per peer.
+TEST_F(NcclCommunicatorTest, AllToAllSendsChunkJToRankJ) {
+  Communicator& w = *NcclWorld();
+  const int n = w.size(), r = w.rank(), chunk = 257;
+  std::vector<float> in(static_cast<size_t>(chunk) * n);
+  for (int j = 0; j < n; ++j) {
+    for (int k = 0; k < chunk; ++k)
+      in[j * chunk + k] = static_cast<float>(r * 100000 + j * 1000 + k);
+  }
+  DeviceVector<float> d_in(in), d_out(std::vector<float>(in.size(), -1.0f));
+  w.AllToAll(d_in.tensor(DType::kF32), d_out.tensor(DType::kF32))->Wait();
+  const std::vector<float> out = d_out.ToHost();
+  for (int i = 0; i < n; ++i) {
+    for (int k = 0; k < chunk; ++k) ASSERT_EQ(out[i * chunk + k], i * 100000 + r * 1000 + k);
+  }
+}
+
 TEST_F(NcclCommunicatorTest, BroadcastFromTheLastRank) {
   Communicator& w = *NcclWorld();
   const int root = w.size() - 1;

@@ -43,8 +43,12 @@ TEST(SelfCommunicatorTest, GatherAndScatterCopy) {
   EXPECT_EQ(in, (std::vector<float>{1, 2, 3, 4}));
   comm->Broadcast(F32(in), 0)->Wait();
   comm->Barrier()->Wait();
+  std::vector<float> exchanged(4, 0.0f);
+  comm->AllToAll(F32(in), F32(exchanged))->Wait();  // its one chunk stays with it
+  EXPECT_EQ(exchanged, in);
   EXPECT_EQ(comm->stats().TotalBytes(), 0);
   EXPECT_EQ(comm->stats().ops[static_cast<int>(OpKind::kAllGather)], 2);
+  EXPECT_EQ(comm->stats().ops[static_cast<int>(OpKind::kAllToAll)], 1);
 }
 
 TEST(SelfCommunicatorTest, RefusesBadArgumentsWithMessages) {
@@ -81,6 +85,7 @@ TEST(CommUtilTest, BusBytesFollowTheRingConvention) {
   EXPECT_EQ(BusBytes(OpKind::kAllReduce, n, 2), n);
   EXPECT_EQ(BusBytes(OpKind::kReduceScatter, n, 4), 3 * n / 4);
   EXPECT_EQ(BusBytes(OpKind::kAllGather, n, 8), 7 * n / 8);
+  EXPECT_EQ(BusBytes(OpKind::kAllToAll, n, 4), 3 * n / 4);
   EXPECT_EQ(BusBytes(OpKind::kBroadcast, n, 4), n);
   EXPECT_EQ(BusBytes(OpKind::kSend, n, 2), n);
   EXPECT_EQ(BusBytes(OpKind::kBarrier, 0, 4), 0);

@@ -110,6 +110,19 @@ class MpiCommunicator final : public Communicator {
             }));
   }
 
+  WorkPtr AllToAll(const Tensor& in, const Tensor& out) override {
+    detail::CheckHost("AllToAll", in);
+    detail::CheckHost("AllToAll", out);
+    detail::CheckAllToAll(in, out, size_);
+    const int bytes = IntCount("AllToAll", static_cast<int64_t>(in.nbytes() / size_));
+    return Issue(
+        OpKind::kAllToAll, in.nbytes(), "",
+        std::make_unique<RequestTask>(
+            [send = in.data(), recv = out.data(), bytes](MPI_Comm c, MPI_Request* r) {
+              ZTRAIN_MPI_CHECK(MPI_Ialltoall(send, bytes, MPI_BYTE, recv, bytes, MPI_BYTE, c, r));
+            }));
+  }
+
   WorkPtr Broadcast(const Tensor& t, int root) override {
     detail::CheckHost("Broadcast", t);
     detail::CheckRoot(root, size_);

@@ -123,6 +123,27 @@ class NcclCommunicator final : public Communicator {
         });
   }
 
+  // NCCL has no all-to-all: a group of a send and a receive per peer (NCCL's own recipe).
+  WorkPtr AllToAll(const Tensor& in, const Tensor& out) override {
+    CheckDevice("AllToAll", in);
+    CheckDevice("AllToAll", out);
+    detail::CheckAllToAll(in, out, size());
+    return Issue(OpKind::kAllToAll, in, "",
+                 [send = static_cast<const char*>(in.data()), recv = static_cast<char*>(out.data()),
+                  chunk = in.nbytes() / static_cast<size_t>(size()),
+                  n = size()](ncclComm_t c, cudaStream_t s) {
+                   ncclResult_t r = ncclGroupStart();
+                   for (int peer = 0; peer < n && r == ncclSuccess; ++peer) {
+                     r = ncclSend(send + chunk * peer, chunk, ncclUint8, peer, c, s);
+                     if (r == ncclSuccess) {
+                       r = ncclRecv(recv + chunk * peer, chunk, ncclUint8, peer, c, s);
+                     }
+                   }
+                   const ncclResult_t end = ncclGroupEnd();
+                   return r != ncclSuccess ? r : end;
+                 });
+  }
+
   WorkPtr Broadcast(const Tensor& t, int root) override {
     CheckDevice("Broadcast", t);
     detail::CheckRoot(root, size());
