@@ -252,10 +252,6 @@ void CheckSequenceParallel(const json& t, ConfigErrors& errors) {
                       "that is a multiple of ",
                       tp));
   }
-  if (At(t, "lora.enabled") == true) {
-    errors.Add("tensor_parallel.sequence_parallel",
-               "is not built with LoRA adapters yet; turn it off for a LoRA run");
-  }
   if (At(t, "activation_checkpointing.partition_activations") == true) {
     errors.Add("activation_checkpointing.partition_activations",
                "with tensor_parallel.sequence_parallel: the checkpointed inputs are split over "

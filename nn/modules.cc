@@ -231,7 +231,13 @@ void Linear::ForwardAdd(LayerContext& ctx, const LinearProvider& p, const ParamV
     Buffer hold;
     p.RowForward(ctx, x, ComputeWeight(ctx, v, hold), bias(v), residual, y);
   }
-  for (const Adapter& a : adapters_) AddAdapterOutput(ctx, v, a, AdapterInput(ctx, &p, v, a, x), y);
+  for (const Adapter& a : adapters_) {
+    const Tensor u = AdapterInput(ctx, &p, v, a, x);
+    // Under sequence parallelism y holds this piece's rows (Note [Sequence parallelism]).
+    const int64_t rows = y.size(0);
+    AddAdapterOutput(ctx, v, a, rows == u.size(0) ? u : u.Flat(p.rank() * rows * a.r, {rows, a.r}),
+                     y);
+  }
 }
 
 void Linear::BackwardRow(LayerContext& ctx, const ParamViews& v, const Tensor& dy,
@@ -280,7 +286,7 @@ void Linear::FinishGrads(LayerContext& ctx, const LinearProvider& p, const Param
   for (const Adapter& a : adapters_) {
     const Tensor du = ctx.Saved(a.name + ".lora_du");
     p.SumOverPieces(ctx, du);
-    if (MaskOf(ctx, a)) AddInputGrad(ctx, v, a, du, dx);
+    if (MaskOf(ctx, a)) AddInputGrad(ctx, v, a, du, dx, p.rank());
     ctx.ops().LinearBackward(du, AdapterX(ctx, a, x), v.param(a.a), Tensor(), v.grad(a.a),
                              Tensor());
   }
@@ -298,18 +304,22 @@ Tensor Linear::AdapterX(const LayerContext& ctx, const Adapter& a, const Tensor&
 }
 
 void Linear::AddInputGrad(LayerContext& ctx, const ParamViews& v, const Adapter& a,
-                          const Tensor& du, const Tensor& dx) const {
+                          const Tensor& du, const Tensor& dx, int piece) const {
   kernels::Ops& ops = ctx.ops();
   const std::optional<kernels::DropoutMask> mask = MaskOf(ctx, a);
-  if (!mask) {
+  const int64_t rows = dx.size(0), cols = dx.size(1);
+  if (!mask && rows == du.size(0)) {
     ops.Gemm(false, false, 1.0f, du, v.param(a.a), 1.0f, dx);  // dx += du A
     return;
   }
-  const Buffer hold(ctx.allocator(), dx.dtype(), dx.shape(), MemoryCategory::kWorkspace);
-  const Tensor t = hold.AsTensor(dx.dtype(), dx.shape());
+  // Every row's term (masked as the input was: the mask is of the whole micro-batch's rows),
+  // then this piece's rows of it when dx holds only those.
+  const Shape whole{du.size(0), cols};
+  const Buffer hold(ctx.allocator(), dx.dtype(), whole, MemoryCategory::kWorkspace);
+  const Tensor t = hold.AsTensor(dx.dtype(), whole);
   ops.Gemm(false, false, 1.0f, du, v.param(a.a), 0.0f, t);
-  ops.Dropout(t, *mask, t);
-  ops.AddInPlace(dx, t);
+  if (mask) ops.Dropout(t, *mask, t);
+  ops.AddInPlace(dx, rows == du.size(0) ? t : t.Flat(piece * rows * cols, {rows, cols}));
 }
 
 Tensor Linear::AdapterInput(LayerContext& ctx, const LinearProvider* p, const ParamViews& v,

@@ -165,9 +165,10 @@ class Linear {
   std::optional<kernels::DropoutMask> MaskOf(const LayerContext& ctx, const Adapter& a) const;
   // The adapter's input: x, or its dropped copy saved in forward.
   Tensor AdapterX(const LayerContext& ctx, const Adapter& a, const Tensor& x) const;
-  // dx += du A, masked as the adapter's input was.
+  // dx += du A, masked as the adapter's input was. A dx of fewer rows than du is the rows of
+  // piece `piece` (Note [Sequence parallelism]).
   void AddInputGrad(LayerContext& ctx, const ParamViews& v, const Adapter& a, const Tensor& du,
-                    const Tensor& dx) const;
+                    const Tensor& dx, int piece = 0) const;
   // u = scaling x A^T in fp32 (summed over the pieces when row-parallel), saved.
   Tensor AdapterInput(LayerContext& ctx, const LinearProvider* p, const ParamViews& v,
                       const Adapter& a, const Tensor& x) const;
