@@ -467,7 +467,8 @@ void Attention::Forward(LayerContext& ctx, const LinearProvider& p, const ParamV
   qkv_.Forward(ctx, v, x, qkv);
   const Tensor qkv3 = qkv.View({batch, t, width});
   if (!inv_freq_.empty()) {
-    ops.RopeForward(qkv3, heads_, InvFreq(ctx, t), 0, rope_scale_, positions);
+    ops.RopeForward(qkv3, heads_, InvFreq(ctx, RopeLength(positions, t)), 0, rope_scale_,
+                    positions);
   }
   const Tensor att = ctx.Save("att", ctx.dtype(), {n, heads_.q_width()});
   const Tensor lse = ctx.Save("lse", DType::kF32, {batch, heads_.num_heads, t});
@@ -540,7 +541,7 @@ void Attention::Backward(LayerContext& ctx, const LinearProvider& p, const Param
                         ctx.Saved("att").View({batch, t, qw}), ctx.Saved("lse"), heads_,
                         Mask(positions), dqkv3);
   if (!inv_freq_.empty()) {
-    ops.RopeBackward(dqkv3, heads_, InvFreq(ctx, t), rope_scale_, positions);
+    ops.RopeBackward(dqkv3, heads_, InvFreq(ctx, RopeLength(positions, t)), rope_scale_, positions);
   }
   std::vector<LinearGrad> g;
   qkv_.Grads(ctx, v, dqkv, g);
@@ -552,6 +553,12 @@ void Attention::Adapt(const AdapterPlan& plan, int block, const LinearProvider& 
                       ParamTable& table) {
   qkv_.Adapt(plan, block, provider, table);
   o_.Adapt(plan, block, provider, table);
+}
+
+int64_t Attention::RopeLength(const Tensor& positions, int64_t seq_len) const {
+  if (!rope_for_length_ || !positions.defined() || !positions.device().is_cpu()) return seq_len;
+  const int32_t* p = positions.data<int32_t>();
+  return int64_t{*std::max_element(p, p + positions.numel())} + 1;
 }
 
 kernels::AttentionMask Attention::Mask(const Tensor& positions) const {

@@ -231,6 +231,9 @@ class Attention {
  private:
   // RoPE's frequencies for a sequence of `seq_len` positions, on the op's device.
   Tensor InvFreq(LayerContext& ctx, int64_t seq_len) const;
+  // The length dynamic NTK scales for: the sequence's, or with packed documents (host
+  // positions) the longest document's, max(position_ids) + 1 as transformers takes it.
+  int64_t RopeLength(const Tensor& positions, int64_t seq_len) const;
   // The keys each query sees: the window, and the documents of packed `positions`.
   kernels::AttentionMask Mask(const Tensor& positions) const;
   kernels::AttentionHeads heads_;  // this piece's

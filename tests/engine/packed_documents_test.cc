@@ -133,16 +133,20 @@ TEST_P(PackedDocumentsTest, PackedSampleTrainsItsDocumentsOneByOne) {
 }
 
 // GPT-2: each token takes the position table's row of its document position.
-INSTANTIATE_TEST_SUITE_P(Models, PackedDocumentsTest,
-                         ::testing::Values(nlohmann::json::object(),
-                                           nlohmann::json{{"type", "gpt2"}},
-                                           nlohmann::json{{"sliding_window", 3}},
-                                           nlohmann::json{{"n_kv_head", 1},
-                                                          {"rope_scaling",
-                                                           {{"rope_type", "yarn"},
-                                                            {"factor", 2.0},
-                                                            {"original_max_position_embeddings",
-                                                             8}}}}));
+INSTANTIATE_TEST_SUITE_P(
+    Models, PackedDocumentsTest,
+    ::testing::Values(
+        nlohmann::json::object(), nlohmann::json{{"type", "gpt2"}},
+        // dynamic NTK scales for the longest document
+        // (7 < 8: none), not the window's 16 positions
+        nlohmann::json{
+            {"rope_scaling",
+             {{"rope_type", "dynamic"}, {"factor", 2.0}, {"original_max_position_embeddings", 8}}}},
+        nlohmann::json{{"sliding_window", 3}},
+        nlohmann::json{
+            {"n_kv_head", 1},
+            {"rope_scaling",
+             {{"rope_type", "yarn"}, {"factor", 2.0}, {"original_max_position_embeddings", 8}}}}));
 
 // One step over two micro-batches of one sample each, with 4 and 1 document starts, against
 // one micro-batch of both samples: the same loss, documents and update.
