@@ -285,8 +285,10 @@ Config ConfigFrom(const json& t, int world_size) {
   c.pipeline_schedule = schedule;
   c.tensor_parallel_size = At(t, "tensor_parallel.size");
   c.sequence_parallel = At(t, "tensor_parallel.sequence_parallel");
+  c.context_parallel_size = At(t, "context_parallel.size");
+  c.context_parallel_algorithm = At(t, "context_parallel.algorithm");
   c.world_size = world_size;
-  c.dp_size = world_size / (c.pipeline_stages * c.tensor_parallel_size);
+  c.dp_size = world_size / (c.pipeline_stages * c.tensor_parallel_size * c.context_parallel_size);
   c.resolved = t;
   return c;
 }
@@ -299,23 +301,27 @@ void ResolveAioThreadCount(const json& input, json& tree) {
   At(tree, "aio.intra_op_parallelism") = At(tree, "aio.thread_count");
 }
 
-// The data-parallel size: world_size / (pipeline.stages x tensor_parallel.size). A world that
-// does not divide is an error; the batch is then resolved for the whole world so that the
-// other checks still run.
+// The data-parallel size: world_size / (pipeline.stages x tensor_parallel.size x
+// context_parallel.size). A world that does not divide is an error; the batch is then
+// resolved for the whole world so that the other checks still run.
 int DataParallelSize(const json& tree, int world_size, detail::ConfigErrors& errors) {
   const json& pp = At(tree, "pipeline.stages");
   const json& tp = At(tree, "tensor_parallel.size");
-  if (!pp.is_number_integer() || !tp.is_number_integer() || pp.get<int64_t>() < 1 ||
-      tp.get<int64_t>() < 1 || world_size < 1) {
-    return world_size;  // the range checks name the bad value
+  const json& cp = At(tree, "context_parallel.size");
+  for (const json* size : {&pp, &tp, &cp}) {
+    if (!size->is_number_integer() || size->get<int64_t>() < 1) {
+      return world_size;  // the range checks name the bad value
+    }
   }
-  const int64_t model_parallel = pp.get<int64_t>() * tp.get<int64_t>();
+  if (world_size < 1) return world_size;
+  const int64_t model_parallel = pp.get<int64_t>() * tp.get<int64_t>() * cp.get<int64_t>();
   if (world_size % model_parallel != 0) {
     errors.Add(
         "pipeline.stages",
         detail::StrCat("the world of ", world_size, " ranks does not divide into pipeline.stages ",
                        pp.get<int64_t>(), " x tensor_parallel.size ", tp.get<int64_t>(),
-                       "; launch a multiple of ", model_parallel, " ranks (dp x pp x tp)"));
+                       " x context_parallel.size ", cp.get<int64_t>(), "; launch a multiple of ",
+                       model_parallel, " ranks (dp x cp x pp x tp)"));
     return world_size;
   }
   return static_cast<int>(world_size / model_parallel);

@@ -326,7 +326,12 @@ struct Config {
   std::string pipeline_schedule = "1f1b";         // "1f1b" | "gpipe" (lower case)
   int tensor_parallel_size = 1;
   bool sequence_parallel = false;  // tensor_parallel.sequence_parallel
-  int world_size = 1;       // ranks in all: dp_size x pipeline_stages x tensor_parallel_size
+  // context_parallel.size and .algorithm ("ulysses" | "ring"): Note [Context parallelism]
+  // (nn/context_parallel.h).
+  int context_parallel_size = 1;
+  std::string context_parallel_algorithm = "ulysses";
+  // ranks in all: dp_size x context_parallel_size x pipeline_stages x tensor_parallel_size
+  int world_size = 1;
   int dp_size = 1;          // data-parallel ranks, the size the batch triple was resolved for
   int ranks_on_node = 1;    // this run's ranks on this node (set by the Trainer from the launcher)
   nlohmann::json resolved;  // the full config with every default and "auto" filled in

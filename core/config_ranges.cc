@@ -259,6 +259,48 @@ void CheckSequenceParallel(const json& t, ConfigErrors& errors) {
   }
 }
 
+// Note [Context parallelism] (nn/context_parallel.h): every sample's tokens split evenly over
+// the cp ranks, and under Ulysses each rank's query heads (of its tensor-parallel piece) a
+// whole group, its key/value heads a group too or one head it shares.
+void CheckContextParallel(const json& t, ConfigErrors& errors) {
+  const int64_t cp = ClampedInt(At(t, "context_parallel.size"));
+  if (cp <= 1) return;
+  const int64_t tp = std::max<int64_t>(1, ClampedInt(At(t, "tensor_parallel.size")));
+  const int64_t seq = ClampedInt(At(t, "data.seq_len"));
+  if (seq >= 1 && seq % cp != 0) {
+    errors.Add("context_parallel.size",
+               StrCat("context_parallel.size ", cp, " does not divide data.seq_len ", seq,
+                      "; use a seq_len that is a multiple of ", cp));
+  } else if (seq >= 1 && At(t, "tensor_parallel.sequence_parallel") == true &&
+             (seq / cp) % tp != 0) {
+    errors.Add("tensor_parallel.sequence_parallel",
+               StrCat("data.seq_len ", seq, " / context_parallel.size ", cp, " = ", seq / cp,
+                      " tokens per rank do not divide over tensor_parallel.size ", tp,
+                      "; use a seq_len that is a multiple of ", cp * tp));
+  }
+  const int64_t heads = ClampedInt(At(t, "model.n_head"));
+  const int64_t kv_given = ClampedInt(At(t, "model.n_kv_head"));
+  const int64_t kv = kv_given > 0 ? kv_given : heads;
+  if (heads < 1 || heads % tp != 0 || kv < 1 || kv % tp != 0) return;  // named elsewhere
+  if ((heads / tp) % cp != 0) {
+    errors.Add("context_parallel.size",
+               StrCat("context_parallel.size ", cp, " does not divide the ", heads / tp,
+                      " query heads of each tensor-parallel rank (model.n_head ", heads,
+                      " / tensor_parallel.size ", tp,
+                      "): Ulysses gives each rank a group of whole heads; use a size that "
+                      "divides ",
+                      heads / tp));
+  } else if ((kv / tp) % cp != 0 && cp % (kv / tp) != 0) {
+    errors.Add("context_parallel.size",
+               StrCat("context_parallel.size ", cp, " and the ", kv / tp,
+                      " key/value heads of each tensor-parallel rank (model.n_kv_head ", kv,
+                      " / tensor_parallel.size ", tp,
+                      ") neither divide each other: Ulysses gives each rank a group of them or "
+                      "one it shares; use a size that divides or is a multiple of ",
+                      kv / tp));
+  }
+}
+
 void CheckParallelAndIo(const json& t, ConfigErrors& errors) {
   const int64_t stage = Int(t, "zero_optimization.stage");
   if (stage < 0 || stage > 3) {
@@ -273,15 +315,17 @@ void CheckParallelAndIo(const json& t, ConfigErrors& errors) {
   }
   NumInRange(t, "zero_optimization.offload_optimizer.ratio", 0.0, 1.0, errors);
   CheckOffload(t, stage, errors);
-  for (const char* key : {"aio.block_size", "aio.queue_depth", "aio.intra_op_parallelism",
-                          "aio.thread_count", "pipeline.stages", "tensor_parallel.size",
-                          "tensor_parallel.tp.tp_size", "tensor_parallel.tp.tp_grain_size"}) {
+  for (const char* key :
+       {"aio.block_size", "aio.queue_depth", "aio.intra_op_parallelism", "aio.thread_count",
+        "pipeline.stages", "tensor_parallel.size", "context_parallel.size",
+        "tensor_parallel.tp.tp_size", "tensor_parallel.tp.tp_grain_size"}) {
     IntAtLeast(t, key, 1, errors);
   }
   CheckAio(t, errors);
   IntAtLeast(t, "tensor_parallel.autotp_size", 0, errors);
   IntAtLeast(t, "pipeline.activation_checkpoint_interval", 0, errors);
   CheckSequenceParallel(t, errors);
+  CheckContextParallel(t, errors);
 }
 
 // Note [Mixed precision config] (config_resolve.cc). DeepSpeed's pydantic model checks the

@@ -183,6 +183,20 @@ std::vector<ConfigKey> CheckpointAndParallelKeys() {
       Key("tensor_parallel.tp.tp_grain_size", T::kInt, 1, "Split granularity."),
       Key("tensor_parallel.keep_module_on_host", T::kBool, false,
           "Keep checkpoint weights on the host while loading."),
+      Key("context_parallel", T::kSection, nullptr,
+          "Context parallelism: each sequence split over ranks (Megatron's "
+          "`--context-parallel-size`; docs/long_context.md, \"Context parallelism\")."),
+      Key("context_parallel.size", T::kInt, 1,
+          "Ranks each sequence is split over: each holds `data.seq_len / size` tokens of every "
+          "sample through the whole model, attention exchanging what it needs; gradients are "
+          "reduced over dp x size. `data.seq_len` and the query heads per tensor-parallel rank "
+          "must divide by it."),
+      Key("context_parallel.algorithm", T::kString, "ulysses",
+          "`ulysses` (DeepSpeed-Ulysses, Megatron's `--cp-comm-type a2a`: an all-to-all turns "
+          "sequence pieces into head groups around attention; the key/value heads per "
+          "tensor-parallel rank divide `size` or are replicated) or `ring` (ring attention, "
+          "`p2p`; not built yet).")
+          .Choices({"ulysses", "ring"}),
   };
 }
 

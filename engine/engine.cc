@@ -58,6 +58,16 @@ EngineImpl::EngineImpl(Config config, std::vector<std::unique_ptr<nn::Layer>> la
       schedule_(optim::MakeLrSchedule(config_.scheduler, config_.optimizer.lr)),
       param_groups_(config_.optimizer) {
   ZTRAIN_CHECK(!layers.empty(), "the model has no layers");
+  if (groups.cp != nullptr && groups.cp->size() > 1) {
+    cp_ = groups.cp;
+    cp_size_ = groups.cp->size();
+    cp_rank_ = groups.cp->rank();
+    ZTRAIN_CHECK(dp_->size() % cp_size_ == 0 && dp_->rank() % cp_size_ == cp_rank_,
+                 "the gradient group (", dp_->size(),
+                 " ranks) is not the dp x cp group of the "
+                 "cp group (",
+                 cp_size_, " ranks)");
+  }
   SelectStage(std::move(layers));
   CheckParamGroups();
   SetUpCheckpointing();
@@ -318,9 +328,16 @@ double EngineImpl::MeanOverDp(double value) {
   return static_cast<double>(AllReduceScalar(*dp_, static_cast<float>(value))) / dp_->size();
 }
 
+// Row (b, t) of this rank's micro-batch is row b' T + t' of the single process's, b' counting
+// the samples of the data-parallel ranks before this one, t' the tokens of the cp pieces before
+// this one (Note [Context parallelism]).
 nn::LayerContext::Dropout EngineImpl::DropoutFor(const nn::MicroBatch& mb, int micro_batch) const {
-  return {kernels::DropoutKey(static_cast<uint64_t>(config_.training.seed), step_ + 1, micro_batch),
-          static_cast<int64_t>(dp_->rank()) * mb.B() * mb.T()};
+  const int64_t t = mb.T(), whole = t * cp_size_, data_rank = dp_->rank() / cp_size_;
+  return {.key = kernels::DropoutKey(static_cast<uint64_t>(config_.training.seed), step_ + 1,
+                                     micro_batch),
+          .row_offset = data_rank * mb.B() * whole + cp_rank_ * t,
+          .run = cp_size_ > 1 ? t : 0,
+          .whole_run = cp_size_ > 1 ? whole : 0};
 }
 
 }  // namespace ztrain

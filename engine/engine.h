@@ -114,9 +114,15 @@ struct StepStats {
 
 // The groups a rank trains in (not owned; they must outlive the engine). Null: a group of one.
 struct ParallelGroups {
-  comm::Communicator* dp = nullptr;  // the ranks holding the same layers (data parallel)
+  // The ranks holding the same layers, whose gradients are reduced together: data parallel,
+  // or with context parallelism the dp x cp group (GridCommunicators::gradients()).
+  comm::Communicator* dp = nullptr;
   comm::Communicator* pp = nullptr;  // the rank's pipeline: stage s is pp rank s
   comm::Communicator* tp = nullptr;  // the ranks splitting each layer (tensor parallel)
+  // The ranks splitting each sequence (Note [Context parallelism], nn/context_parallel.h), a
+  // subgroup of dp in which group rank = data-parallel index x cp size + cp rank; null: none.
+  // The layers exchange over it themselves; the engine reads its rank and size.
+  comm::Communicator* cp = nullptr;
 };
 
 // How the engine's parameters start.
@@ -159,7 +165,8 @@ class Engine {
   // targets (Note [Loss over real targets], engine_step.cc).
   StepStats TrainStep(std::span<const nn::MicroBatch> micro_batches);
   // Mean per-token loss of one micro-batch without touching gradients or parameters (every
-  // stage of a pipeline calls it and gets the loss).
+  // stage of a pipeline calls it and gets the loss). Under context parallelism every rank of
+  // the cp group calls it with its piece and gets the whole sequences' mean.
   double EvalLoss(const nn::MicroBatch& mb);
 
   // Building blocks of TrainStep, for tests and custom loops (one pipeline stage only).

@@ -75,7 +75,7 @@ EngineImpl::StagedBatches EngineImpl::StageBatches(std::span<const nn::MicroBatc
   // A copy from pageable host memory returns once the source has been read: the caller's
   // token arrays may change as soon as this returns.
   for (nn::MicroBatch& mb : staged.batches) {
-    for (Tensor* t : {&mb.tokens, &mb.targets, &mb.positions}) {
+    for (Tensor* t : {&mb.tokens, &mb.targets, &mb.positions, &mb.whole_positions}) {
       if (!t->defined()) continue;
       Buffer& b = staged.buffers.emplace_back(memory_.activations(), DType::kI32, t->shape(),
                                               MemoryCategory::kActivations);

@@ -235,6 +235,8 @@ class EngineImpl {
   comm::Communicator* pp_;
   std::unique_ptr<comm::Communicator> self_tp_;  // the tp group when none is given
   comm::Communicator* tp_;
+  comm::Communicator* cp_ = nullptr;  // ParallelGroups::cp, when larger than one rank
+  int cp_size_ = 1, cp_rank_ = 0;
   // The whole model as this pipeline stage holds it: its boundaries, the weights it shares
   // with another stage, every layer's parameters (Note [Pipeline in the engine]).
   std::unique_ptr<pipeline::StageModel> pipeline_;

@@ -240,9 +240,15 @@ double EngineImpl::EvalLoss(const nn::MicroBatch& host_mb) {
   double loss = 0.0;
   if (stage < stages - 1) {
     WaitFor(*pp_->Send(run.out_views.back(), stage + 1, ActivationTag(0)));
-  } else {
+  } else if (cp_ == nullptr) {
     loss =
         SumOf(ToHost(run.out_views.back())) / static_cast<double>(LossDivisor(host_mb, computes_));
+  } else {  // the whole sequences' mean: each piece holds its own targets (packed: unequal)
+    const float sum = AllReduceScalar(*cp_, static_cast<float>(SumOf(ToHost(run.out_views.back()))),
+                                      comm::ReduceOp::kSum);
+    const float count = AllReduceScalar(*cp_, static_cast<float>(LossDivisor(host_mb, computes_)),
+                                        comm::ReduceOp::kSum);
+    loss = static_cast<double>(sum) / static_cast<double>(count);
   }
   return SumOverPipeline(loss);
 }

@@ -99,19 +99,25 @@ void CopyPeaks(const MemoryTracker& t, std::array<int64_t, kNumMemoryCategories>
 // rank 0's optimizer range holds the weights tied across stages), from a shape-only engine's
 // construction, initialisation and one train step.
 MemoryEstimate EstimateStage(const Config& config, bool gpu, int stage) {
-  detail::ShapeOnlyGroup dp(config.dp_size, 0), tp(config.tensor_parallel_size, 0);
+  // Under context parallelism the gradients' group is dp x cp and each rank holds
+  // seq_len / cp tokens of every sample (Note [Context parallelism]).
+  const int cp = config.context_parallel_size;
+  detail::ShapeOnlyGroup dp(config.dp_size * cp, 0), tp(config.tensor_parallel_size, 0);
   detail::ShapeOnlyGroup pp(config.pipeline_stages, stage, SendPolls(config, stage));
+  detail::ShapeOnlyGroup cpg(cp, 0);
   nn::LayerList model = tensor::BuildParallelModel(config.model, tp, nn::AdapterPlan(config),
-                                                   config.sequence_parallel);
+                                                   config.sequence_parallel, &cpg);
   for (auto& layer : model) layer = detail::Measured(std::move(layer), GradAccumDType(config));
-  Engine engine(config, std::move(model), {&dp, &pp, &tp},
+  Engine engine(config, std::move(model), {&dp, &pp, &tp, cp > 1 ? &cpg : nullptr},
                 Engine::ShapeOnly{gpu ? Device::Cuda(0) : Device::Cpu()});
-  const int64_t b = config.train_micro_batch_size_per_gpu, t = config.data.seq_len;
+  const int64_t b = config.train_micro_batch_size_per_gpu, t = config.data.seq_len / cp;
+  // Per-token positions, as the trainer gives them (Note [Packed documents]).
+  const bool positions = cp > 1 || config.data.packed_documents;
   detail::ShapeOnlyAllocator host(Device::Cpu(), nullptr);
   const Buffer tokens(host, DType::kI32, {b, t}, MemoryCategory::kActivations);
   const Tensor view = tokens.AsTensor(DType::kI32, {b, t});
   const std::vector<nn::MicroBatch> micro(static_cast<size_t>(config.gradient_accumulation_steps),
-                                          nn::MicroBatch{view, view});
+                                          nn::MicroBatch{view, view, positions ? view : Tensor()});
   engine.TrainStep(micro);  // every step allocates the same: one is the steady state
 
   MemoryEstimate e;
@@ -123,10 +129,11 @@ MemoryEstimate EstimateStage(const Config& config, bool gpu, int stage) {
   e.dp = config.dp_size;
   e.pp = config.pipeline_stages;
   e.tp = config.tensor_parallel_size;
+  e.cp = cp;
   e.pp_stage = stage;
   e.zero_stage = config.zero.stage;
   e.micro_batch = b;
-  e.seq_len = t;
+  e.seq_len = config.data.seq_len;
   e.grad_accum = config.gradient_accumulation_steps;
   e.compute_dtype = ComputeDType(config);
   e.gpu = gpu;
@@ -134,7 +141,7 @@ MemoryEstimate EstimateStage(const Config& config, bool gpu, int stage) {
     e.model_parameters += NumElements(shape);
   e.rank_parameters = engine.NumParameters();
   e.padded_elements = engine.PaddedParameters();
-  e.shard_elements = e.padded_elements / e.dp;
+  e.shard_elements = e.padded_elements / (e.dp * e.cp);
   const std::vector<int>& blocks = config.activation_checkpointing.blocks;
   for (const auto& layer : engine.layers()) {
     const int block = layer->BlockIndex();

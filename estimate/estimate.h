@@ -65,6 +65,7 @@ struct MemoryEstimate {
 
   // The layout the numbers are for.
   int dp = 1, pp = 1, tp = 1, pp_stage = 0, zero_stage = 0;
+  int cp = 1;  // context_parallel.size: ZeRO shards over dp x cp
   int64_t micro_batch = 0, seq_len = 0, grad_accum = 0;
   DType compute_dtype = DType::kF32;
   bool gpu = true;

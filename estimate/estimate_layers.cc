@@ -70,34 +70,38 @@ class MeasuredLayer final : public nn::Layer {
  private:
   const LayerEvents& EventsFor(const nn::MicroBatch& mb, const Tensor& input,
                                const nn::LayerContext& ctx);
-  LayerEvents Measure(const Shape& input_shape, bool first, int64_t seq_len,
+  // `positions`: the micro-batch carries per-token positions (packed documents, context
+  // parallelism), which some layers read through workspace of their own.
+  LayerEvents Measure(const Shape& input_shape, bool first, int64_t seq_len, bool positions,
                       const nn::LayerContext& ctx);
   // `training`: the probe context is marked as the engine marks a training forward's (LoRA
   // dropout saves the dropped input: Note [LoRA dropout] in nn/modules.h).
   LayerEvents MeasureOn(kernels::Ops& ops, const Shape& input_shape, bool first, int64_t seq_len,
-                        DType act, bool training);
+                        bool positions, DType act, bool training);
   static void Replay(const std::vector<AllocEvent>& events, nn::LayerContext& ctx);
 
   std::unique_ptr<nn::Layer> layer_;
   DType grad_dtype_;
-  std::map<std::tuple<Shape, DType, bool>, LayerEvents> measured_;
+  std::map<std::tuple<Shape, DType, bool, bool>, LayerEvents> measured_;
 };
 
 const LayerEvents& MeasuredLayer::EventsFor(const nn::MicroBatch& mb, const Tensor& input,
                                             const nn::LayerContext& ctx) {
-  const auto key = std::make_tuple(input.shape(), ctx.dtype(), ctx.dropout().has_value());
+  const bool positions = mb.positions.defined();
+  const auto key =
+      std::make_tuple(input.shape(), ctx.dtype(), ctx.dropout().has_value(), positions);
   auto it = measured_.find(key);
   if (it != measured_.end()) return it->second;
   const bool first = input.dtype() == DType::kI32;  // the model's first layer takes tokens
   const int64_t b = input.shape()[0];
   Shape shape = input.shape();
-  if (b <= 2) return measured_[key] = Measure(shape, first, mb.T(), ctx);
+  if (b <= 2) return measured_[key] = Measure(shape, first, mb.T(), positions, ctx);
   shape[0] = 1;
-  const LayerEvents one = Measure(shape, first, mb.T(), ctx);
+  const LayerEvents one = Measure(shape, first, mb.T(), positions, ctx);
   shape[0] = 2;
-  LayerEvents two = Measure(shape, first, mb.T(), ctx);
+  LayerEvents two = Measure(shape, first, mb.T(), positions, ctx);
   if (!SameEvents(one.forward, two.forward) || !SameEvents(one.backward, two.backward)) {
-    return measured_[key] = Measure(input.shape(), first, mb.T(), ctx);
+    return measured_[key] = Measure(input.shape(), first, mb.T(), positions, ctx);
   }
   for (size_t i = 0; i < two.forward.size(); ++i) {
     two.forward[i].bytes = Extrapolate(one.forward[i].bytes, two.forward[i].bytes, b);
@@ -113,9 +117,9 @@ const LayerEvents& MeasuredLayer::EventsFor(const nn::MicroBatch& mb, const Tens
 // tensor parallelism, the vocabulary-parallel layers loop on the host) is measured on the
 // CPU backend, which allocates the same but for the device copies of small host tables.
 LayerEvents MeasuredLayer::Measure(const Shape& input_shape, bool first, int64_t seq_len,
-                                   const nn::LayerContext& ctx) {
+                                   bool positions, const nn::LayerContext& ctx) {
   try {
-    return MeasureOn(ctx.ops(), input_shape, first, seq_len, ctx.dtype(),
+    return MeasureOn(ctx.ops(), input_shape, first, seq_len, positions, ctx.dtype(),
                      ctx.dropout().has_value());
   } catch (const ConfigError&) {
     throw;
@@ -124,14 +128,15 @@ LayerEvents MeasuredLayer::Measure(const Shape& input_shape, bool first, int64_t
   } catch (const Error&) {
     if (ctx.ops().device().is_cpu()) throw;
     ShapeOps cpu(Device::Cpu());
-    return MeasureOn(cpu, input_shape, first, seq_len, ctx.dtype(), ctx.dropout().has_value());
+    return MeasureOn(cpu, input_shape, first, seq_len, positions, ctx.dtype(),
+                     ctx.dropout().has_value());
   }
 }
 
 // Its parameters (laid out as BuildStorage lays them, so packed runs are contiguous), input,
 // output and their gradients are the engine's and are not recorded.
 LayerEvents MeasuredLayer::MeasureOn(kernels::Ops& ops, const Shape& input_shape, bool first,
-                                     int64_t seq_len, DType act, bool training) {
+                                     int64_t seq_len, bool positions, DType act, bool training) {
   const Device device = ops.device();
   ShapeOnlyAllocator untraced(device, nullptr, ShapeOnlyAllocator::Backing::kMapped);
   std::vector<Buffer> keep;
@@ -161,6 +166,7 @@ LayerEvents MeasuredLayer::MeasureOn(kernels::Ops& ops, const Shape& input_shape
   nn::MicroBatch mb;
   mb.tokens = tensor(DType::kI32, {input_shape[0], seq_len});
   mb.targets = tensor(DType::kI32, {input_shape[0], seq_len});
+  if (positions) mb.positions = tensor(DType::kI32, {input_shape[0], seq_len});
   const DType out_dtype = layer_->OutputDType(act);
   const Shape out_shape = layer_->OutputShape(input_shape);
   const Tensor input = first ? mb.tokens : tensor(act, input_shape);

@@ -20,6 +20,11 @@ struct DropoutMask {
   float p = 0.0f;          // the probability of dropping an element, [0, 1)
   int64_t row_offset = 0;  // the tensor's first row in the whole one
   int64_t col_offset = 0;  // its first column in the whole one
+  // Rows in runs (context parallelism's pieces of sequences, Note [Context parallelism] in
+  // nn/context_parallel.h): with run > 0, row r of the tensor is row
+  // (r / run) * whole_run + r % run + row_offset of the whole one.
+  int64_t run = 0;
+  int64_t whole_run = 0;
 };
 
 // SplitMix64's finaliser (Steele, Lea, Flood 2014): a bijection of 64-bit words whose every
@@ -39,7 +44,8 @@ inline uint64_t DropoutKey(uint64_t seed, int64_t step, int64_t micro_batch) {
 
 // Whether element (row, col) of the tensor `mask` describes is kept.
 ZTRAIN_DROPOUT_HD inline bool DropoutKeeps(const DropoutMask& mask, int64_t row, int64_t col) {
-  const uint64_t r = static_cast<uint64_t>(mask.row_offset + row);
+  const int64_t whole = mask.run > 0 ? (row / mask.run) * mask.whole_run + row % mask.run : row;
+  const uint64_t r = static_cast<uint64_t>(mask.row_offset + whole);
   const uint64_t c = static_cast<uint64_t>(mask.col_offset + col);
   const uint64_t h = MixBits(mask.key + MixBits((r << 32) ^ c));
   return (h >> 40) >= static_cast<uint64_t>(mask.p * 16777216.0f);

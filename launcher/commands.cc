@@ -184,10 +184,14 @@ void PrintEstimateHeader(const Config& c, const MemoryEstimate& e) {
       m.n_embd, heads.c_str(), static_cast<long long>(m.mlp_hidden()),
       static_cast<long long>(m.vocab_size), static_cast<long long>(m.padded_vocab_size),
       static_cast<long long>(m.max_seq_len));
+  const std::string cp =
+      e.cp > 1 ? " x cp " + std::to_string(e.cp) + " (" + c.context_parallel_algorithm + ", " +
+                     std::to_string(e.seq_len / e.cp) + " tokens of each sample per rank)"
+               : "";
   std::printf(
-      "layout: %d rank%s = dp %d x pp %d x tp %d, %d per node; micro-batch %lld x %lld "
+      "layout: %d rank%s = dp %d x pp %d x tp %d%s, %d per node; micro-batch %lld x %lld "
       "tokens, %lld per step; %s on %s\n",
-      c.world_size, c.world_size == 1 ? "" : "s", e.dp, e.pp, e.tp, e.ranks_per_node,
+      c.world_size, c.world_size == 1 ? "" : "s", e.dp, e.pp, e.tp, cp.c_str(), e.ranks_per_node,
       static_cast<long long>(e.micro_batch), static_cast<long long>(e.seq_len),
       static_cast<long long>(e.grad_accum), std::string(DTypeName(e.compute_dtype)).c_str(),
       e.gpu ? "GPUs" : "the CPU backend");

@@ -99,7 +99,12 @@ struct MicroBatch {
   // Packed documents (Note [Packed documents], data/documents.h): int32 [B,T], each token's
   // position within its document (Hugging Face's position_ids); attention stays within a
   // document and RoPE turns by these positions. Undefined: one document per row, 0 .. T-1.
+  // Under context parallelism (Note [Context parallelism], nn/context_parallel.h) always
+  // defined: the global positions of this rank's piece of each sequence.
   Tensor positions = {};
+  // Under context parallelism with packed documents: int32 [B, T x cp], the positions of the
+  // whole sequences, which attention's mask needs. Undefined otherwise.
+  Tensor whole_positions = {};
   int64_t B() const { return tokens.size(0); }
   int64_t T() const { return tokens.size(1); }
 };

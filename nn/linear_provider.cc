@@ -109,8 +109,9 @@ void WholeLinears::HeadLossBackward(LayerContext& ctx, const MicroBatch& mb, con
   ops.LinearBackward(logits, h, weight, dh, dweight, Tensor());
 }
 
-std::shared_ptr<const LinearProvider> MakeWholeLinears() {
-  return std::make_shared<const WholeLinears>();
+std::shared_ptr<const LinearProvider> MakeWholeLinears(
+    std::shared_ptr<const ContextGroup> context) {
+  return std::make_shared<const WholeLinears>(std::move(context));
 }
 
 }  // namespace ztrain::nn

@@ -51,6 +51,7 @@
 #include <span>
 
 #include "core/buffer.h"
+#include "nn/context_parallel.h"
 #include "nn/layer.h"
 #include "nn/layer_context.h"
 
@@ -68,7 +69,16 @@ struct LinearGrad {
 
 class LinearProvider {
  public:
+  // `context`: the group each sequence is split over (Note [Context parallelism],
+  // nn/context_parallel.h), or null.
+  explicit LinearProvider(std::shared_ptr<const ContextGroup> context = nullptr)
+      : context_(std::move(context)) {}
   virtual ~LinearProvider() = default;
+  // The context-parallel group attention exchanges heads over, or null (no context
+  // parallelism, or a group of one).
+  const ContextGroup* context() const {
+    return context_ != nullptr && context_->size() > 1 ? context_.get() : nullptr;
+  }
   // Pieces every split parameter is cut into, and this process's piece.
   virtual int size() const = 0;
   virtual int rank() const = 0;
@@ -120,11 +130,15 @@ class LinearProvider {
   virtual void HeadLossBackward(LayerContext& ctx, const MicroBatch& mb, const Tensor& h,
                                 const Tensor& weight, int64_t vocab, const Tensor& dlosses,
                                 const Tensor& dh, const Tensor& dweight) const = 0;
+
+ private:
+  std::shared_ptr<const ContextGroup> context_;
 };
 
 // The single-process provider: every parameter whole, every computation the plain op.
 class WholeLinears final : public LinearProvider {
  public:
+  using LinearProvider::LinearProvider;
   int size() const override { return 1; }
   int rank() const override { return 0; }
   void ColumnBackward(LayerContext& ctx, std::span<const LinearGrad> linears, const Tensor& x,
@@ -150,7 +164,8 @@ Tensor PositionRows(LayerContext& ctx, const MicroBatch& mb, const Tensor& wpe);
 void PositionRowsBackward(LayerContext& ctx, const MicroBatch& mb, const Tensor& dout,
                           const Tensor& dwpe);
 
-// A shared WholeLinears.
-std::shared_ptr<const LinearProvider> MakeWholeLinears();
+// A shared WholeLinears, with the context-parallel group when there is one.
+std::shared_ptr<const LinearProvider> MakeWholeLinears(
+    std::shared_ptr<const ContextGroup> context = nullptr);
 
 }  // namespace ztrain::nn

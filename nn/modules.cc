@@ -295,8 +295,9 @@ void Linear::FinishGrads(LayerContext& ctx, const LinearProvider& p, const Param
 std::optional<kernels::DropoutMask> Linear::MaskOf(const LayerContext& ctx,
                                                    const Adapter& a) const {
   if (a.dropout <= 0.0f || !ctx.dropout()) return std::nullopt;
-  return kernels::DropoutMask{kernels::MixBits(ctx.dropout()->key ^ a.id), a.dropout,
-                              ctx.dropout()->row_offset, a.col_offset};
+  const LayerContext::Dropout& d = *ctx.dropout();
+  return kernels::DropoutMask{
+      kernels::MixBits(d.key ^ a.id), a.dropout, d.row_offset, a.col_offset, d.run, d.whole_run};
 }
 
 Tensor Linear::AdapterX(const LayerContext& ctx, const Adapter& a, const Tensor& x) const {
@@ -439,6 +440,7 @@ Attention::Attention(const AttentionSpec& s, int64_t channels, const LinearProvi
   o_ = Linear({{s.o, int64_t{s.n_head} * s.head_dim, channels, s.o_bias, s.o_std}},
               LinearSplit::kRow, provider, table);
   heads_ = {s.n_head / provider.size(), s.n_kv_head / provider.size(), s.head_dim};
+  if (const ContextGroup* cp = provider.context()) ulysses_.emplace(heads_, cp->size());
 }
 
 Tensor Attention::InvFreq(LayerContext& ctx, int64_t seq_len) const {
@@ -459,20 +461,42 @@ Tensor Attention::InvFreq(LayerContext& ctx, int64_t seq_len) const {
 }
 
 void Attention::Forward(LayerContext& ctx, const LinearProvider& p, const ParamViews& v,
-                        int64_t batch, const Tensor& positions, const Tensor& x,
-                        const Tensor& residual, const Tensor& y) const {
+                        const MicroBatch& mb, const Tensor& x, const Tensor& residual,
+                        const Tensor& y) const {
   kernels::Ops& ops = ctx.ops();
-  const int64_t n = x.size(0), t = n / batch, width = heads_.qkv_width();
-  const Tensor qkv = ctx.Save("qkv", ctx.dtype(), {n, width});
+  const int64_t batch = mb.B(), n = x.size(0), t = n / batch, width = heads_.qkv_width();
+  const ContextGroup* cp = p.context();
+  // Under context parallelism this rank's q/k/v go to the head groups at once: held only
+  // until then (Note [Context parallelism]).
+  Buffer local;
+  const Tensor qkv =
+      cp == nullptr
+          ? ctx.Save("qkv", ctx.dtype(), {n, width})
+          : (local = Buffer(ctx.allocator(), ctx.dtype(), {n, width}, MemoryCategory::kWorkspace))
+                .AsTensor(ctx.dtype(), {n, width});
   qkv_.Forward(ctx, v, x, qkv);
   const Tensor qkv3 = qkv.View({batch, t, width});
   if (!inv_freq_.empty()) {
-    ops.RopeForward(qkv3, heads_, InvFreq(ctx, RopeLength(positions, t)), 0, rope_scale_,
-                    positions);
+    ops.RopeForward(qkv3, heads_, InvFreq(ctx, RopeLength(p, mb, t)), 0, rope_scale_, mb.positions);
   }
   const Tensor att = ctx.Save("att", ctx.dtype(), {n, heads_.q_width()});
-  const Tensor lse = ctx.Save("lse", DType::kF32, {batch, heads_.num_heads, t});
-  ops.AttentionForward(qkv3, heads_, Mask(positions), att.View({batch, t, heads_.q_width()}), lse);
+  if (cp == nullptr) {
+    const Tensor lse = ctx.Save("lse", DType::kF32, {batch, heads_.num_heads, t});
+    ops.AttentionForward(qkv3, heads_, Mask(mb.positions), att.View({batch, t, heads_.q_width()}),
+                         lse);
+  } else {  // the whole sequence of this rank's head group
+    const kernels::AttentionHeads& group = ulysses_->group();
+    const int64_t whole = t * cp->size();
+    const Tensor group_qkv = ctx.Save("qkv", ctx.dtype(), {batch * whole, group.qkv_width()});
+    cp->SequenceToHeads(ctx, *ulysses_, /*with_kv=*/true, batch, qkv, group_qkv);
+    local = Buffer();
+    const Tensor group_att = ctx.Save("group_att", ctx.dtype(), {batch * whole, group.q_width()});
+    const Tensor lse = ctx.Save("lse", DType::kF32, {batch, group.num_heads, whole});
+    ops.AttentionForward(group_qkv.View({batch, whole, group.qkv_width()}), group,
+                         Mask(mb.whole_positions), group_att.View({batch, whole, group.q_width()}),
+                         lse);
+    cp->HeadsToSequence(ctx, *ulysses_, /*with_kv=*/false, batch, group_att, att);
+  }
   o_.ForwardAdd(ctx, p, v, att, residual, y);
 }
 
@@ -528,20 +552,34 @@ void Attention::Decode(LayerContext& ctx, const LinearProvider& p, const ParamVi
 }
 
 void Attention::Backward(LayerContext& ctx, const LinearProvider& p, const ParamViews& v,
-                         int64_t batch, const Tensor& positions, const Tensor& dy, const Tensor& x,
+                         const MicroBatch& mb, const Tensor& dy, const Tensor& x,
                          const Tensor& dx) const {
   kernels::Ops& ops = ctx.ops();
-  const int64_t n = x.size(0), t = n / batch, width = heads_.qkv_width();
+  const int64_t batch = mb.B(), n = x.size(0), t = n / batch, width = heads_.qkv_width();
   const int64_t qw = heads_.q_width();
+  const ContextGroup* cp = p.context();
   const Tensor datt = ctx.Scratch(ctx.dtype(), {n, qw});
   o_.BackwardRow(ctx, v, dy, ctx.Saved("att"), datt);
   const Tensor dqkv = ctx.Scratch(ctx.dtype(), {n, width});
   const Tensor dqkv3 = dqkv.View({batch, t, width});
-  ops.AttentionBackward(datt.View({batch, t, qw}), ctx.Saved("qkv").View({batch, t, width}),
-                        ctx.Saved("att").View({batch, t, qw}), ctx.Saved("lse"), heads_,
-                        Mask(positions), dqkv3);
+  if (cp == nullptr) {
+    ops.AttentionBackward(datt.View({batch, t, qw}), ctx.Saved("qkv").View({batch, t, width}),
+                          ctx.Saved("att").View({batch, t, qw}), ctx.Saved("lse"), heads_,
+                          Mask(mb.positions), dqkv3);
+  } else {  // Note [Context parallelism]: the exchanges of Forward, mirrored
+    const kernels::AttentionHeads& group = ulysses_->group();
+    const int64_t whole = t * cp->size(), gw = group.qkv_width(), gq = group.q_width();
+    const Tensor group_datt = ctx.Scratch(ctx.dtype(), {batch * whole, gq});
+    cp->SequenceToHeads(ctx, *ulysses_, /*with_kv=*/false, batch, datt, group_datt);
+    const Tensor group_dqkv = ctx.Scratch(ctx.dtype(), {batch * whole, gw});
+    ops.AttentionBackward(group_datt.View({batch, whole, gq}),
+                          ctx.Saved("qkv").View({batch, whole, gw}),
+                          ctx.Saved("group_att").View({batch, whole, gq}), ctx.Saved("lse"), group,
+                          Mask(mb.whole_positions), group_dqkv.View({batch, whole, gw}));
+    cp->HeadsToSequence(ctx, *ulysses_, /*with_kv=*/true, batch, group_dqkv, dqkv);
+  }
   if (!inv_freq_.empty()) {
-    ops.RopeBackward(dqkv3, heads_, InvFreq(ctx, RopeLength(positions, t)), rope_scale_, positions);
+    ops.RopeBackward(dqkv3, heads_, InvFreq(ctx, RopeLength(p, mb, t)), rope_scale_, mb.positions);
   }
   std::vector<LinearGrad> g;
   qkv_.Grads(ctx, v, dqkv, g);
@@ -555,10 +593,16 @@ void Attention::Adapt(const AdapterPlan& plan, int block, const LinearProvider& 
   o_.Adapt(plan, block, provider, table);
 }
 
-int64_t Attention::RopeLength(const Tensor& positions, int64_t seq_len) const {
-  if (!rope_for_length_ || !positions.defined() || !positions.device().is_cpu()) return seq_len;
-  const int32_t* p = positions.data<int32_t>();
-  return int64_t{*std::max_element(p, p + positions.numel())} + 1;
+int64_t Attention::RopeLength(const LinearProvider& p, const MicroBatch& mb,
+                              int64_t seq_len) const {
+  // Under context parallelism the sequence is the cp group's pieces together, and the
+  // documents are the whole sequence's.
+  const ContextGroup* cp = p.context();
+  const int64_t length = cp == nullptr ? seq_len : seq_len * cp->size();
+  const Tensor& positions = cp == nullptr ? mb.positions : mb.whole_positions;
+  if (!rope_for_length_ || !positions.defined() || !positions.device().is_cpu()) return length;
+  const int32_t* pos = positions.data<int32_t>();
+  return int64_t{*std::max_element(pos, pos + positions.numel())} + 1;
 }
 
 kernels::AttentionMask Attention::Mask(const Tensor& positions) const {

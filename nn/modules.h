@@ -211,14 +211,15 @@ class Attention {
   Attention() = default;
   Attention(const AttentionSpec& spec, int64_t channels, const LinearProvider& provider,
             ParamTable& table);
-  // y = residual + o(attention(qkv(x))): x is the normed input [B,T,C] as [N,C]. `positions`:
-  // the micro-batch's packed-document positions (MicroBatch::positions), or undefined.
-  void Forward(LayerContext& ctx, const LinearProvider& p, const ParamViews& v, int64_t batch,
-               const Tensor& positions, const Tensor& x, const Tensor& residual,
+  // y = residual + o(attention(qkv(x))): x is the normed input [B,T,C] of micro-batch `mb`
+  // as [N,C] (its positions: packed documents', Note [Packed documents]; under context
+  // parallelism this rank's piece of the sequences, Note [Context parallelism]).
+  void Forward(LayerContext& ctx, const LinearProvider& p, const ParamViews& v,
+               const MicroBatch& mb, const Tensor& x, const Tensor& residual,
                const Tensor& y) const;
-  // dx (overwritten) from dy, the gradient of y; x and positions are Forward's.
-  void Backward(LayerContext& ctx, const LinearProvider& p, const ParamViews& v, int64_t batch,
-                const Tensor& positions, const Tensor& dy, const Tensor& x, const Tensor& dx) const;
+  // dx (overwritten) from dy, the gradient of y; mb and x are Forward's.
+  void Backward(LayerContext& ctx, const LinearProvider& p, const ParamViews& v,
+                const MicroBatch& mb, const Tensor& dy, const Tensor& x, const Tensor& dx) const;
   // Forward of T new positions starting at `first` over `cache` (Note [KV cache],
   // nn/decoder.h): appends their keys and values, attends over the cache. fp32, batch 1. With a
   // sliding window the cache holds only the window (Note [Windowed KV cache]).
@@ -231,12 +232,14 @@ class Attention {
  private:
   // RoPE's frequencies for a sequence of `seq_len` positions, on the op's device.
   Tensor InvFreq(LayerContext& ctx, int64_t seq_len) const;
-  // The length dynamic NTK scales for: the sequence's, or with packed documents (host
-  // positions) the longest document's, max(position_ids) + 1 as transformers takes it.
-  int64_t RopeLength(const Tensor& positions, int64_t seq_len) const;
+  // The length dynamic NTK scales for: the sequence's (the whole one's under context
+  // parallelism), or with packed documents (host positions) the longest document's,
+  // max(position_ids) + 1 as transformers takes it.
+  int64_t RopeLength(const LinearProvider& p, const MicroBatch& mb, int64_t seq_len) const;
   // The keys each query sees: the window, and the documents of packed `positions`.
   kernels::AttentionMask Mask(const Tensor& positions) const;
   kernels::AttentionHeads heads_;  // this piece's
+  std::optional<UlyssesHeads> ulysses_;  // under context parallelism: the head groups
   Linear qkv_, o_;
   std::vector<float> inv_freq_;
   float rope_scale_ = 1.0f;

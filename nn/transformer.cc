@@ -118,8 +118,7 @@ void TransformerBlock::Forward(const MicroBatch& mb, const Tensor& input, const 
   const Tensor res = ctx.Save("res", ctx.dtype(), {n, c_});
   {  // under sequence parallelism the linears read every piece's rows: gathered, then freed
     Buffer whole;
-    attention_.Forward(ctx, *provider_, v, b, mb.positions, WholeRows(ctx, *provider_, ln1, whole),
-                       x, res);
+    attention_.Forward(ctx, *provider_, v, mb, WholeRows(ctx, *provider_, ln1, whole), x, res);
   }
   const Tensor ln2 = norm2_.Forward(ctx, v, "ln2", res);
   Buffer whole;
@@ -164,7 +163,7 @@ void TransformerBlock::Backward(const MicroBatch& mb, const Tensor& input, const
   const Tensor dln1 = ctx.Scratch(ctx.dtype(), {n, c_});
   {
     Buffer whole_dres, whole_ln1;
-    attention_.Backward(ctx, p, v, b, mb.positions, WholeRows(ctx, p, dres, whole_dres),
+    attention_.Backward(ctx, p, v, mb, WholeRows(ctx, p, dres, whole_dres),
                         WholeRows(ctx, p, ctx.Saved("ln1"), whole_ln1), dln1);
   }
   const Tensor dx = dinput.View({n, c_});

@@ -137,6 +137,11 @@ Trainer::Trainer(Config config, comm::Communicator* world, const LaunchEnv& laun
                  config_.device,
                  "'s kernels (the CPU has it); "
                  "train with \"device\": \"cpu\", or without the window");
+  ZTRAIN_CHECK_T(ConfigError, device_.device.is_cpu() || config_.context_parallel_size == 1,
+                 "context_parallel.size ", config_.context_parallel_size,
+                 ": context parallelism has not run on ", config_.device,
+                 " yet (its exchanges are built for the CPU and checked there; no GPU was at "
+                 "hand to check them); train with \"device\": \"cpu\", or without it");
   if (config_.data.packed_documents) {
     ZTRAIN_CHECK_T(ConfigError, device_.device.is_cpu(),
                    "data.packed_documents: attention "
@@ -155,16 +160,17 @@ Trainer::Trainer(Config config, comm::Communicator* world, const LaunchEnv& laun
     if (config_.precision.bf16 && (!world_ || world_->rank() == 0)) WarnIfBf16IsSlower(config_);
   }
   const int world_size = world ? world->size() : 1;
+  const int cp = config_.context_parallel_size;
   grid_ = std::make_unique<ProcessGrid>(
-      world_size, world_size / (config_.pipeline_stages * config_.tensor_parallel_size),
-      config_.pipeline_stages, config_.tensor_parallel_size);
+      world_size, world_size / (config_.pipeline_stages * config_.tensor_parallel_size * cp),
+      config_.pipeline_stages, config_.tensor_parallel_size, cp);
   const ParallelGroups groups = MakeGroups();
   const nn::AdapterPlan plan(config_);
   engine_ = std::make_unique<Engine>(
       config_,
-      groups.tp != nullptr
-          ? tensor::BuildParallelModel(config_.model, *groups.tp, plan, config_.sequence_parallel)
-          : nn::BuildModel(config_.model, nn::MakeWholeLinears(), plan),
+      groups.tp != nullptr ? tensor::BuildParallelModel(config_.model, *groups.tp, plan,
+                                                        config_.sequence_parallel, groups.cp)
+                           : nn::BuildModel(config_.model, nn::MakeWholeLinears(), plan),
       groups,
       config_.model.init_from.empty() ? InitialParameters::kRandom : InitialParameters::kZero);
   if (device_.device.is_cpu() && !config_.precision.bf16) {
@@ -204,7 +210,9 @@ Trainer::Trainer(Config config, comm::Communicator* world, const LaunchEnv& laun
        {std::tuple{data::Split::kTrain, "data.train", &train_loader_},
         std::tuple{data::Split::kVal, "data.val", &val_loader_}}) {
     try {
-      *loader = MakeLoader(config_, split, engine_->dp_rank(), engine_->dp_size());
+      // The ranks of a cp group read the same samples (Note [Context parallelism]).
+      *loader = MakeLoader(config_, split, grid_->Coord(world_ ? world_->rank() : 0).dp,
+                           grid_->dp_size());
     } catch (const Error& e) {
       throw InvalidConfig({detail::StrCat(key, ": ", e.what())});
     }
@@ -314,9 +322,11 @@ ParallelGroups Trainer::MakeGroups() {
     nccl_world_ = comm::MakeNcclCommunicator(*world_, device_.device.index, timeout);
     base = nccl_world_.get();
   }
-  if (base && (config_.pipeline_stages > 1 || config_.tensor_parallel_size > 1)) {
+  if (base && (config_.pipeline_stages > 1 || config_.tensor_parallel_size > 1 ||
+               config_.context_parallel_size > 1)) {
     groups_ = MakeGridCommunicators(*base, *grid_);
-    return ParallelGroups{groups_.dp.get(), groups_.pp.get(), groups_.tp.get()};
+    return ParallelGroups{&groups_.gradients(), groups_.pp.get(), groups_.tp.get(),
+                          groups_.cp.get()};
   }
   return ParallelGroups{base, nullptr, nullptr};
 }
@@ -353,7 +363,7 @@ double Trainer::Evaluate() {
       data::MarkDocuments(*documents_, mb.B(), mb.T(), tokens.data(), targets.data(),
                           positions.data());
     }
-    sum += engine_->EvalLoss(mb);
+    sum += engine_->EvalLoss(Pieces({&mb, 1})[0]);
   }
   return engine_->MeanOverDp(sum / static_cast<double>(config_.training.eval_batches));
 }
@@ -384,17 +394,26 @@ void Trainer::LogStart() const {
       "batch: {} x {} tokens per micro-batch, {} micro-batches per step, {} data-parallel "
       "ranks (ZeRO stage {}), {} steps",
       config_.train_micro_batch_size_per_gpu, config_.data.seq_len,
-      config_.gradient_accumulation_steps, engine_->dp_size(), config_.zero.stage,
+      config_.gradient_accumulation_steps, grid_->dp_size(), config_.zero.stage,
       config_.training.steps);
-  if (grid_->pp_size() > 1 || grid_->tp_size() > 1) {
-    Log().info("layout: dp {} x pp {} x tp {} = {} ranks; pipeline schedule {}, partition {}{}",
-               grid_->dp_size(), grid_->pp_size(), grid_->tp_size(), grid_->world(),
-               config_.pipeline_schedule, config_.pipeline_partition,
-               config_.sequence_parallel && grid_->tp_size() > 1
-                   ? fmt::format("; sequence parallel: {} tokens of each sample per tp rank "
-                                 "between the linears",
-                                 config_.data.seq_len / grid_->tp_size())
-                   : std::string());
+  if (grid_->cp_size() > 1) {
+    Log().info(
+        "context parallel: each sample's {} tokens split over {} ranks ({} each), "
+        "attention by {} (all-to-all of heads); gradients reduced over dp {} x cp {}",
+        config_.data.seq_len, grid_->cp_size(), config_.data.seq_len / grid_->cp_size(),
+        config_.context_parallel_algorithm, grid_->dp_size(), grid_->cp_size());
+  }
+  if (grid_->pp_size() > 1 || grid_->tp_size() > 1 || grid_->cp_size() > 1) {
+    Log().info(
+        "layout: dp {} x cp {} x pp {} x tp {} = {} ranks; pipeline schedule {}, "
+        "partition {}{}",
+        grid_->dp_size(), grid_->cp_size(), grid_->pp_size(), grid_->tp_size(), grid_->world(),
+        config_.pipeline_schedule, config_.pipeline_partition,
+        config_.sequence_parallel && grid_->tp_size() > 1
+            ? fmt::format("; sequence parallel: {} tokens of each sample per tp rank "
+                          "between the linears",
+                          config_.data.seq_len / grid_->tp_size())
+            : std::string());
   }
   if (config_.sequence_parallel && grid_->tp_size() == 1) {
     Log().warn(
@@ -448,9 +467,33 @@ void Trainer::LogStart() const {
              FormatBytes(mem.Current(MemoryCategory::kOptimizerState)));
 }
 
+int64_t Trainer::CommBytes() const {
+  return engine_->dp().stats().TotalBytes() +
+         (engine_->pp_size() > 1 ? engine_->pp().stats().TotalBytes() : 0) +
+         (groups_.cp ? groups_.cp->stats().TotalBytes() : 0);
+}
+
+std::vector<nn::MicroBatch> Trainer::Pieces(std::span<const nn::MicroBatch> whole) {
+  if (grid_->cp_size() == 1) return {whole.begin(), whole.end()};
+  const int rank = grid_->Coord(world_ ? world_->rank() : 0).cp;
+  pieces_.clear();
+  std::vector<nn::MicroBatch> out;
+  for (const nn::MicroBatch& mb : whole) {
+    out.push_back(
+        pieces_.emplace_back(std::make_unique<nn::ContextMicroBatch>(mb, rank, grid_->cp_size()))
+            ->mb);
+  }
+  return out;
+}
+
 std::string Trainer::RankName(int rank) const {
-  if (grid_->pp_size() == 1 && grid_->tp_size() == 1) return fmt::format("r{}", rank);
+  if (grid_->pp_size() == 1 && grid_->tp_size() == 1 && grid_->cp_size() == 1) {
+    return fmt::format("r{}", rank);
+  }
   const GridCoord c = grid_->Coord(rank);
+  if (grid_->cp_size() > 1) {
+    return fmt::format("r{} (dp {}, cp {}, pp {}, tp {})", rank, c.dp, c.cp, c.pp, c.tp);
+  }
   return fmt::format("r{} (dp {}, pp {}, tp {})", rank, c.dp, c.pp, c.tp);
 }
 
@@ -541,12 +584,9 @@ TrainSummary Trainer::Run(const std::atomic<bool>* stop) {
                             targets_.data() + i * b * t, positions_.data() + i * b * t);
       }
     }
-    const int64_t comm_before = engine_->dp().stats().TotalBytes() +
-                                (engine_->pp_size() > 1 ? engine_->pp().stats().TotalBytes() : 0);
-    const StepStats s = engine_->TrainStep(micro_batches_);
-    comm_bytes_per_step_.push_back(
-        engine_->dp().stats().TotalBytes() +
-        (engine_->pp_size() > 1 ? engine_->pp().stats().TotalBytes() : 0) - comm_before);
+    const int64_t comm_before = CommBytes();
+    const StepStats s = engine_->TrainStep(Pieces(micro_batches_));
+    comm_bytes_per_step_.push_back(CommBytes() - comm_before);
     if (step == first) summary.first_loss = s.loss;
     summary.final_loss = s.loss;
     summary.steps = step;
@@ -601,14 +641,18 @@ void Trainer::WriteReports() const {
                          {"dp_rank", coord.dp},
                          {"pp_rank", coord.pp},
                          {"tp_rank", coord.tp},
-                         {"dp_size", engine_->dp_size()},
+                         {"cp_rank", coord.cp},
+                         {"dp_size", grid_->dp_size()},
+                         {"cp_size", grid_->cp_size()},
                          {"pp_size", engine_->pp_size()},
                          {"bytes_per_step", comm_bytes_per_step_}};
   const comm::CommStats dp = engine_->dp().stats();
   const comm::CommStats pp = engine_->pp_size() > 1 ? engine_->pp().stats() : comm::CommStats{};
+  const comm::CommStats cp = groups_.cp ? groups_.cp->stats() : comm::CommStats{};
   for (int k = 0; k < comm::kNumOpKinds; ++k) {
     comm["ops"][comm::OpKindName(static_cast<comm::OpKind>(k))] = {
-        {"bytes", dp.bytes[k] + pp.bytes[k]}, {"count", dp.ops[k] + pp.ops[k]}};
+        {"bytes", dp.bytes[k] + pp.bytes[k] + cp.bytes[k]},
+        {"count", dp.ops[k] + pp.ops[k] + cp.ops[k]}};
   }
   // By category, and where it lives: the device (all of it on the CPU backend), host memory
   // and the page-locked part of that.

@@ -20,6 +20,7 @@
 #include "data/data_loader.h"
 #include "data/documents.h"
 #include "engine/engine.h"
+#include "nn/context_parallel.h"
 #include "parallel/launch_env.h"
 #include "parallel/process_grid.h"
 #include "run/checkpointer.h"
@@ -91,7 +92,8 @@ class Trainer {
   std::unique_ptr<ProcessGrid> grid_;
   // Declared before the groups split from it and the engine using them: destroyed after.
   std::unique_ptr<comm::Communicator> nccl_world_;  // on CUDA with several ranks
-  GridCommunicators groups_;   // set when the grid has a pipeline or tensor parallelism
+  // set when the grid has a pipeline, tensor or context parallelism
+  GridCommunicators groups_;
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<Checkpointer> checkpointer_;  // with checkpoint.dir
   bool resumed_ = false;                         // Resume was called
@@ -104,7 +106,14 @@ class Trainer {
   // positions, with data.packed_documents.
   std::optional<data::DocumentBoundary> documents_;
   std::vector<int32_t> positions_;
-  std::vector<nn::MicroBatch> micro_batches_;
+  std::vector<nn::MicroBatch> micro_batches_;  // whole sequences, as the loaders give them
+  // Note [Context parallelism] (nn/context_parallel.h): this rank's pieces of `whole`, the
+  // micro-batches its engine trains on (`whole` itself without context parallelism); the
+  // pieces live in pieces_ until the next call.
+  std::vector<nn::MicroBatch> Pieces(std::span<const nn::MicroBatch> whole);
+  std::vector<std::unique_ptr<nn::ContextMicroBatch>> pieces_;
+  // Bytes this rank's groups (dp, or dp x cp, pp and cp) have moved so far.
+  int64_t CommBytes() const;
   std::vector<int64_t> comm_bytes_per_step_;  // dp-group bytes moved by this rank, per step
 };
 

@@ -3,6 +3,7 @@
 #include "parallel/tensor/megatron_linears.h"
 
 #include "core/error.h"
+#include "parallel/context_group.h"
 #include "parallel/tensor/tp_common.h"
 
 namespace ztrain::tensor {
@@ -62,14 +63,16 @@ void MegatronLinears::GatherRows(nn::LayerContext&, const Tensor& local,
 }
 
 std::shared_ptr<const nn::LinearProvider> MakeLinears(comm::Communicator& tp,
-                                                      bool sequence_parallel) {
-  if (tp.size() == 1) return nn::MakeWholeLinears();
-  return std::make_shared<const MegatronLinears>(tp, sequence_parallel);
+                                                      bool sequence_parallel,
+                                                      comm::Communicator* cp) {
+  if (tp.size() == 1) return nn::MakeWholeLinears(MakeContextGroup(cp));
+  return std::make_shared<const MegatronLinears>(tp, sequence_parallel, MakeContextGroup(cp));
 }
 
 nn::LayerList BuildParallelModel(const ModelConfig& model, comm::Communicator& tp,
-                                 const nn::AdapterPlan& plan, bool sequence_parallel) {
-  return nn::BuildModel(model, MakeLinears(tp, sequence_parallel), plan);
+                                 const nn::AdapterPlan& plan, bool sequence_parallel,
+                                 comm::Communicator* cp) {
+  return nn::BuildModel(model, MakeLinears(tp, sequence_parallel, cp), plan);
 }
 
 void MegatronLinears::SumOverPieces(nn::LayerContext&, const Tensor& t) const {

@@ -53,9 +53,11 @@ namespace ztrain::tensor {
 
 class MegatronLinears final : public nn::LinearProvider {
  public:
-  // With `sequence_parallel`, Note [Sequence parallelism] (nn/linear_provider.h).
-  explicit MegatronLinears(comm::Communicator& tp, bool sequence_parallel = false)
-      : tp_(tp), sequence_parallel_(sequence_parallel) {}
+  // With `sequence_parallel`, Note [Sequence parallelism] (nn/linear_provider.h); `context`:
+  // Note [Context parallelism] (nn/context_parallel.h).
+  explicit MegatronLinears(comm::Communicator& tp, bool sequence_parallel = false,
+                           std::shared_ptr<const nn::ContextGroup> context = nullptr)
+      : LinearProvider(std::move(context)), tp_(tp), sequence_parallel_(sequence_parallel) {}
   int size() const override { return tp_.size(); }
   int rank() const override { return tp_.rank(); }
   bool sequence_parallel() const override { return sequence_parallel_; }
@@ -96,15 +98,18 @@ class MegatronLinears final : public nn::LinearProvider {
 };
 
 // The provider for a tp group: MegatronLinears, or nn::WholeLinears for a group of one
-// (sequence parallelism is nothing then).
+// (sequence parallelism is nothing then); attention's context-parallel exchanges over `cp`
+// when it is given and larger than one rank.
 std::shared_ptr<const nn::LinearProvider> MakeLinears(comm::Communicator& tp,
-                                                      bool sequence_parallel = false);
+                                                      bool sequence_parallel = false,
+                                                      comm::Communicator* cp = nullptr);
 
 // `model` built over the tp group (nn::BuildModel with MakeLinears(tp)): the single-process
 // model's layers, names and order, each parameter the rank's slice, adapted as `plan` says;
-// with `sequence_parallel`, Note [Sequence parallelism].
+// with `sequence_parallel`, Note [Sequence parallelism]; with a cp group, Note [Context
+// parallelism].
 nn::LayerList BuildParallelModel(const ModelConfig& model, comm::Communicator& tp,
                                  const nn::AdapterPlan& plan = nn::AdapterPlan(),
-                                 bool sequence_parallel = false);
+                                 bool sequence_parallel = false, comm::Communicator* cp = nullptr);
 
 }  // namespace ztrain::tensor

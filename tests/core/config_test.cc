@@ -549,11 +549,84 @@ TEST(ConfigLayoutTest, PipelineAndTensorSizesDivideTheWorld) {
 
   const std::string e = testing::ConfigErrorOf(j, 5);
   EXPECT_NE(e.find("pipeline.stages: the world of 5 ranks does not divide into pipeline.stages 2 "
-                   "x tensor_parallel.size 1; launch a multiple of 2 ranks"),
+                   "x tensor_parallel.size 1 x context_parallel.size 1; launch a multiple of 2 "
+                   "ranks"),
             std::string::npos)
       << e;
   j["pipeline"]["partition"] = "type:transformer";
   EXPECT_NE(testing::ConfigErrorOf(j, 8).find("pipeline.partition"), std::string::npos);
+}
+
+// Note [Context parallelism]: dp = world / (pp x tp x cp), the batch resolved for it; the
+// sequence and the heads of each tensor-parallel rank must split over cp; ring is refused.
+TEST(ConfigLayoutTest, ContextParallelSizeDividesTheWorldTheSequenceAndTheHeads) {
+  json j = DefaultConfigJson();
+  j["model"]["n_head"] = 8;
+  j["model"]["n_kv_head"] = 2;
+  j["model"]["n_embd"] = 64;
+  j["data"]["seq_len"] = 64;
+  j["context_parallel"] = {{"size", 4}};
+  j["train_micro_batch_size_per_gpu"] = 2;
+  j["gradient_accumulation_steps"] = 1;
+  j.erase("train_batch_size");
+  const Config c = ParseConfig(j, 8);
+  EXPECT_EQ(c.context_parallel_size, 4);
+  EXPECT_EQ(c.context_parallel_algorithm, "ulysses");
+  EXPECT_EQ(c.dp_size, 2);
+  EXPECT_EQ(c.train_batch_size, 2 * 2);
+  EXPECT_EQ(ParseConfig(DefaultConfigJson(), 1).context_parallel_size, 1);
+
+  const auto only_problem = [&](const json& config, int world, const std::string& message) {
+    const std::string e = testing::ConfigErrorOf(config, world);
+    EXPECT_NE(e.find("(1 problem):\n  " + message), std::string::npos) << e;
+  };
+  only_problem(j, 6,
+               "pipeline.stages: the world of 6 ranks does not divide into pipeline.stages 1 x "
+               "tensor_parallel.size 1 x context_parallel.size 4; launch a multiple of 4 ranks "
+               "(dp x cp x pp x tp)");
+  json seq = j;
+  seq["data"]["seq_len"] = 62;
+  only_problem(seq, 4,
+               "context_parallel.size: context_parallel.size 4 does not divide data.seq_len 62; "
+               "use a seq_len that is a multiple of 4");
+  json heads = j;
+  heads["context_parallel"]["size"] = 3;
+  heads["data"]["seq_len"] = 63;
+  only_problem(heads, 3,
+               "context_parallel.size: context_parallel.size 3 does not divide the 8 query heads "
+               "of each tensor-parallel rank (model.n_head 8 / tensor_parallel.size 1)");
+  json kv = j;
+  kv["model"]["n_kv_head"] = 8;
+  kv["model"]["n_head"] = 24;
+  kv["model"]["n_embd"] = 96;
+  kv["context_parallel"]["size"] = 6;
+  kv["data"]["seq_len"] = 60;
+  only_problem(kv, 6,
+               "context_parallel.size: context_parallel.size 6 and the 8 key/value heads of each "
+               "tensor-parallel rank (model.n_kv_head 8 / tensor_parallel.size 1) neither divide "
+               "each other");
+  json tp = j;
+  tp["tensor_parallel"] = {{"size", 2}};
+  tp["model"]["n_kv_head"] = 4;
+  EXPECT_EQ(ParseConfig(tp, 8).dp_size, 1);  // 4 heads per tp rank over cp 4; kv 2 replicated
+  tp["context_parallel"]["size"] = 8;
+  only_problem(tp, 16,
+               "context_parallel.size: context_parallel.size 8 does not divide the 4 query heads "
+               "of each tensor-parallel rank (model.n_head 8 / tensor_parallel.size 2)");
+  tp["context_parallel"]["size"] = 4;
+  tp["tensor_parallel"]["sequence_parallel"] = true;
+  tp["data"]["seq_len"] = 36;
+  only_problem(tp, 8,
+               "tensor_parallel.sequence_parallel: data.seq_len 36 / context_parallel.size 4 = 9 "
+               "tokens per rank do not divide over tensor_parallel.size 2");
+  json ring = j;
+  ring["context_parallel"]["algorithm"] = "ring";
+  only_problem(ring, 4, "context_parallel.algorithm: ring attention is not built yet");
+  json bad = j;
+  bad["context_parallel"]["algorithm"] = "a2a";
+  EXPECT_NE(testing::ConfigErrorOf(bad, 4).find("context_parallel.algorithm"), std::string::npos);
+  bad["context_parallel"] = {{"size", 0}};
+  EXPECT_NE(testing::ConfigErrorOf(bad, 4).find("context_parallel.size"), std::string::npos);
 }
 
 }  // namespace

@@ -6,10 +6,12 @@
 
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "engine/engine.h"
+#include "nn/context_parallel.h"
 #include "test_model.h"
 #include "tests/rounding_model.h"
 
@@ -18,6 +20,20 @@ namespace ztrain::testing {
 inline nn::MicroBatch Rows(const nn::MicroBatch& mb, int64_t begin, int64_t end) {
   return {mb.tokens.Slice(begin, end), mb.targets.Slice(begin, end),
           mb.positions.defined() ? mb.positions.Slice(begin, end) : Tensor()};
+}
+
+// Context parallelism (Note [Context parallelism]): piece `cp_rank` of `cp_size` of each
+// micro-batch, kept alive in `hold`; the micro-batches themselves for one piece.
+inline std::vector<nn::MicroBatch> Pieces(
+    const std::vector<nn::MicroBatch>& whole, int cp_rank, int cp_size,
+    std::vector<std::unique_ptr<nn::ContextMicroBatch>>& hold) {
+  if (cp_size == 1) return whole;
+  std::vector<nn::MicroBatch> out;
+  for (const nn::MicroBatch& mb : whole) {
+    out.push_back(
+        hold.emplace_back(std::make_unique<nn::ContextMicroBatch>(mb, cp_rank, cp_size))->mb);
+  }
+  return out;
 }
 
 // The model of Note [Equivalence tolerances] for `single`'s config training `steps` steps of
@@ -32,9 +48,11 @@ inline EquivalenceCheck CheckFor(const Engine& single, int64_t rows, int gas, in
 // `parallel` trains rows [rank*b, (rank+1)*b) of each, `single` all of them. Every step's
 // loss and gradient norm go to `check`, and the token counts must agree exactly. Returns the
 // sum of the steps' learning rates. With `packed` the batches are packed documents, each
-// starting at token kPackedStart (OwnedBatch::Pack).
+// starting at token kPackedStart (OwnedBatch::Pack). Under context parallelism `parallel` trains
+// piece `cp_rank` of `cp_size` of each of its rows.
 inline double TrainSideBySide(Engine& parallel, Engine& single, int steps, int gas, int64_t b,
-                              int ranks, int rank, EquivalenceCheck& check, bool packed = false) {
+                              int ranks, int rank, EquivalenceCheck& check, bool packed = false,
+                              int cp_rank = 0, int cp_size = 1) {
   double lr_sum = 0.0;
   for (int step = 0; step < steps; ++step) {
     std::vector<OwnedBatch> global;
@@ -45,7 +63,8 @@ inline double TrainSideBySide(Engine& parallel, Engine& single, int steps, int g
       mine.push_back(Rows(g.mb, rank * b, (rank + 1) * b));
       all.push_back(g.mb);
     }
-    const StepStats p = parallel.TrainStep(mine);
+    std::vector<std::unique_ptr<nn::ContextMicroBatch>> hold;
+    const StepStats p = parallel.TrainStep(Pieces(mine, cp_rank, cp_size, hold));
     const StepStats s = single.TrainStep(all);
     check.Step(step + 1, p.loss, s.loss, p.grad_norm, s.grad_norm, lr_sum);
     EXPECT_EQ(p.tokens, s.tokens) << "step " << step + 1;

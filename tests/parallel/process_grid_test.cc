@@ -59,6 +59,30 @@ TEST(ProcessGridTest, CoordAndRankAreInverse) {
   EXPECT_EQ(grid.DpGroup(13), (std::vector<int>{13, 17, 21}));
 }
 
+// Context parallelism in Megatron's order "tp-cp-ep-dp-pp" (parallel_state.RankGenerator):
+// 16 ranks of tp 2 x cp 2 x dp 2 x pp 2. The gradients' group is dp x cp.
+TEST(ProcessGridTest, ContextParallelFollowsMegatronOrder) {
+  const ProcessGrid grid(16, 2, 2, 2, 2);
+  EXPECT_EQ(AllGroups(grid, [&](int r) { return grid.TpGroup(r); }),
+            (Groups{{0, 1}, {2, 3}, {4, 5}, {6, 7}, {8, 9}, {10, 11}, {12, 13}, {14, 15}}));
+  EXPECT_EQ(AllGroups(grid, [&](int r) { return grid.CpGroup(r); }),
+            (Groups{{0, 2}, {1, 3}, {4, 6}, {5, 7}, {8, 10}, {9, 11}, {12, 14}, {13, 15}}));
+  EXPECT_EQ(AllGroups(grid, [&](int r) { return grid.DpGroup(r); }),
+            (Groups{{0, 4}, {1, 5}, {2, 6}, {3, 7}, {8, 12}, {9, 13}, {10, 14}, {11, 15}}));
+  EXPECT_EQ(AllGroups(grid, [&](int r) { return grid.PpGroup(r); }),
+            (Groups{{0, 8}, {1, 9}, {2, 10}, {3, 11}, {4, 12}, {5, 13}, {6, 14}, {7, 15}}));
+  EXPECT_EQ(AllGroups(grid, [&](int r) { return grid.DpCpGroup(r); }),
+            (Groups{{0, 2, 4, 6}, {1, 3, 5, 7}, {8, 10, 12, 14}, {9, 11, 13, 15}}));
+  for (int r = 0; r < 16; ++r) {
+    const GridCoord c = grid.Coord(r);
+    EXPECT_EQ(grid.Rank(c), r);
+    EXPECT_EQ(grid.CpGroup(r).at(c.cp), r);
+    // The engine reads the data-parallel index and cp rank off its gradient-group rank.
+    EXPECT_EQ(grid.DpCpGroup(r).at(c.dp * 2 + c.cp), r);
+  }
+  EXPECT_EQ(grid.Coord(6), (GridCoord{.dp = 1, .pp = 0, .tp = 0, .cp = 1}));
+}
+
 TEST(ProcessGridTest, PureDataParallel) {
   const ProcessGrid grid(4, 4, 1, 1);
   EXPECT_EQ(grid.DpGroup(2), (std::vector<int>{0, 1, 2, 3}));
@@ -71,7 +95,7 @@ TEST(ProcessGridTest, RefusesSizesThatDoNotMultiplyToTheWorld) {
     ProcessGrid(8, 2, 3, 1);
     FAIL() << "expected an error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("dp=2 x pp=3 x tp=1 has 6 ranks but the job has 8"),
+    EXPECT_NE(std::string(e.what()).find("dp=2 x cp=1 x pp=3 x tp=1 has 6 ranks but the job has 8"),
               std::string::npos)
         << e.what();
   }
