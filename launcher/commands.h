@@ -38,6 +38,9 @@ struct EstimateArgs {
   int heads = 0;
   int64_t vocab = 0;
   int64_t seq = 0;
+  // --seq-len: train at this many tokens per sample (data.seq_len, model.max_seq_len raised to
+  // it), and print the context-parallel plan (Note [Context-parallel plan]); 0: the config's.
+  int64_t seq_len = 0;
   int64_t micro_batch = 0;  // 0: the config's
   std::string device;       // "", "cpu" or "gpu": where the ranks would train
   std::string gpu_memory;   // "80GiB": also the nodes of gpus_per_node GPUs each row needs

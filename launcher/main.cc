@@ -66,6 +66,10 @@ int Main(int argc, char** argv) {
   est->add_option("--seq", estimate.seq, "its context and sequence length")->check(kPositive);
   est->add_option("--micro-batch", estimate.micro_batch, "train_micro_batch_size_per_gpu")
       ->check(kPositive);
+  est->add_option("--seq-len", estimate.seq_len,
+                  "train at this many tokens per sample (data.seq_len; model.max_seq_len raised "
+                  "to it), and print which context_parallel sizes fit (with --gpu-memory)")
+      ->check(kPositive);
   est->add_option("--gpu-memory", estimate.gpu_memory,
                   "memory of one GPU (80GiB, 40GB): also print the nodes of --gpus-per-node "
                   "GPUs each stage and offload choice needs");

@@ -186,6 +186,71 @@ TEST_F(CliTest, EstimateFindsTheNodesEachChoiceNeeds) {
   EXPECT_EQ(bad.code, 2) << bad.out;
 }
 
+// `ztrain estimate --seq-len`: the context-parallel plan (Note [Context-parallel plan]). A small
+// Llama (8 query heads over 2 key/value heads) at 16384 tokens on 12 ranks: cp 1, 2, 4 are
+// estimated, each peak what the estimate of that size says, falling as cp grows; 3, 6 and 12
+// are refused naming the heads; with --gpu-memory between cp 2's and cp 1's peaks the plan is
+// cp 2.
+TEST_F(CliTest, EstimatePlansContextParallelism) {
+  nlohmann::json j = DefaultConfigJson();
+  j["model"] = {{"type", "llama"},          {"n_layer", 2},       {"n_head", 8},
+                {"n_kv_head", 2},           {"head_dim", 32},     {"n_embd", 256},
+                {"intermediate_size", 512}, {"vocab_size", 1024}, {"max_seq_len", 1024}};
+  j["train_micro_batch_size_per_gpu"] = 1;
+  j["gradient_accumulation_steps"] = 1;
+  j.erase("train_batch_size");
+  const std::string config = WriteConfig(j);
+  const std::string base = "estimate --config " + config + " --world-size 12 --seq-len 16384";
+  const Result r = RunZtrain(base);
+  ASSERT_EQ(r.code, 0) << r.out;
+  const std::string table = "context parallelism for 16384 tokens per sample on 12 ranks";
+  ASSERT_NE(r.out.find(table), std::string::npos) << r.out;
+  std::map<int, double> peaks;
+  for (const int cp : {1, 2, 4}) {
+    std::istringstream cells(LineAfter(r.out, table, "  " + std::to_string(cp) + " "));
+    int size = 0, dp = 0;
+    int64_t tokens = 0;
+    std::string v, u, activations, peak;
+    cells >> size >> dp >> tokens >> v >> u;
+    activations = v + " " + u;
+    cells >> v >> u;
+    peak = v + " " + u;
+    EXPECT_EQ(dp, 12 / cp) << r.out;
+    EXPECT_EQ(tokens, 16384 / cp) << r.out;
+    peaks[cp] = ParseFormatted(peak);
+    nlohmann::json at = j;
+    at["context_parallel"] = {{"size", cp}};
+    at["data"]["seq_len"] = 16384;
+    at["model"]["max_seq_len"] = 16384;
+    const Result there =
+        RunZtrain("estimate --config " + WriteConfig(at, "cp" + std::to_string(cp) + ".json") +
+                  " --world-size 12");
+    ASSERT_EQ(there.code, 0) << there.out;
+    EXPECT_NE(LineAfter(there.out, "per rank, peak by category", "  total").find(peak),
+              std::string::npos)
+        << peak << "\n"
+        << there.out;
+  }
+  EXPECT_GT(peaks[1], peaks[2]);
+  EXPECT_GT(peaks[2], peaks[4]);
+  for (const int cp : {3, 6, 12}) {
+    const std::string line = LineAfter(r.out, table, "  " + std::to_string(cp) + " ");
+    EXPECT_NE(line.find("refused: context_parallel.size: context_parallel.size " +
+                        std::to_string(cp) + " does not divide"),
+              std::string::npos)
+        << r.out;
+  }
+  const auto memory = static_cast<int64_t>((peaks[1] + peaks[2]) / 2);
+  const Result plan = RunZtrain(base + " --gpu-memory " + std::to_string(memory));
+  ASSERT_EQ(plan.code, 0) << plan.out;
+  EXPECT_NE(plan.out.find("plan: \"context_parallel\": {\"size\": 2, \"algorithm\": \"ulysses\"}"),
+            std::string::npos)
+      << plan.out;
+  const Result none = RunZtrain(base + " --gpu-memory 1MiB");
+  ASSERT_EQ(none.code, 0) << none.out;
+  EXPECT_NE(none.out.find("plan: no context_parallel size fits"), std::string::npos) << none.out;
+}
+
 // `ztrain tune`: the largest micro-batch under a budget, confirmed by a real step; a budget
 // that fits nothing exits 1 saying what to do; a bad budget exits 2.
 TEST_F(CliTest, TuneFindsTheLargestMicroBatchOrSaysNothingFits) {
