@@ -7,7 +7,8 @@
 # vs fio, checkpoint save/resume vs fio, the ZeRO-3 step with NVMe offload vs in memory, the
 # per-op timings, tokenization vs js-tiktoken, generation's per-token time against the prompt
 # length, and (when the build has MPI) data-parallel scaling on 2 ranks against the 1-rank
-# step, the pipeline bubble and the tensor-parallel step.
+# step, the pipeline bubble, the tensor-parallel step and context parallelism's ring against
+# Ulysses.
 #   bash bench/run_cpu_benchmarks.sh [build-dir]
 set -euo pipefail
 build=${1:-build}
@@ -58,4 +59,6 @@ if [ -x "$build/bench/dp_bench" ]; then
     env -u OMP_NUM_THREADS mpirun --allow-run-as-root --bind-to none --mca mpi_yield_when_idle 1 \
       --mca btl self,vader -np 2 "$build/bench/layout_bench" $layout
   done
+  # Context parallelism on 2 ranks: ring attention's step against Ulysses' on the same shape.
+  bash "$(dirname "$0")/context_parallel_bench.sh" "$build"
 fi

@@ -267,7 +267,14 @@ void CheckContextParallel(const json& t, ConfigErrors& errors) {
   if (cp <= 1) return;
   const int64_t tp = std::max<int64_t>(1, ClampedInt(At(t, "tensor_parallel.size")));
   const int64_t seq = ClampedInt(At(t, "data.seq_len"));
-  if (seq >= 1 && seq % cp != 0) {
+  const bool ring = At(t, "context_parallel.algorithm") == "ring";
+  if (ring && seq >= 1 && seq % (2 * cp) != 0) {
+    errors.Add(
+        "context_parallel.size",
+        StrCat("ring attention cuts data.seq_len ", seq,
+               " into 2 x context_parallel.size = ", 2 * cp,
+               " chunks, which do not divide it; use a seq_len that is a multiple of ", 2 * cp));
+  } else if (seq >= 1 && seq % cp != 0) {
     errors.Add("context_parallel.size",
                StrCat("context_parallel.size ", cp, " does not divide data.seq_len ", seq,
                       "; use a seq_len that is a multiple of ", cp));
@@ -281,7 +288,8 @@ void CheckContextParallel(const json& t, ConfigErrors& errors) {
   const int64_t heads = ClampedInt(At(t, "model.n_head"));
   const int64_t kv_given = ClampedInt(At(t, "model.n_kv_head"));
   const int64_t kv = kv_given > 0 ? kv_given : heads;
-  if (heads < 1 || heads % tp != 0 || kv < 1 || kv % tp != 0) return;  // named elsewhere
+  // Ring attention keeps every head; tp's own checks name heads it does not divide.
+  if (ring || heads < 1 || heads % tp != 0 || kv < 1 || kv % tp != 0) return;
   if ((heads / tp) % cp != 0) {
     errors.Add("context_parallel.size",
                StrCat("context_parallel.size ", cp, " does not divide the ", heads / tp,

@@ -129,14 +129,6 @@ std::vector<ConfigRefusal> BuildRefusals() {
       R("tensor_parallel.tp.tp_size", "> 1",
         "DeepSpeed's AutoTP" + not_built + "; use tensor_parallel.size (Megatron-style splits)",
         GreaterThan(1)),
-      R("context_parallel.algorithm", "ring",
-        "ring attention" + not_built +
-            "; use \"ulysses\" (the same split of the sequence, with "
-            "an all-to-all of heads around attention)",
-        [](const json& v) -> std::optional<std::string> {
-          if (v == "ring") return "";
-          return std::nullopt;
-        }),
       R("checkpoint.load_universal", "true", "loading DeepSpeed universal checkpoints" + not_built,
         IsTrue()),
       R("flops_profiler.enabled", "true", "the FLOPs profiler" + not_built, IsTrue()),

@@ -195,7 +195,9 @@ std::vector<ConfigKey> CheckpointAndParallelKeys() {
           "`ulysses` (DeepSpeed-Ulysses, Megatron's `--cp-comm-type a2a`: an all-to-all turns "
           "sequence pieces into head groups around attention; the key/value heads per "
           "tensor-parallel rank divide `size` or are replicated) or `ring` (ring attention, "
-          "`p2p`; not built yet).")
+          "Megatron's `p2p`: keys and values travel around the ranks while each attends its "
+          "zigzag chunks, rank r holding chunks r and 2 size - 1 - r of 2 size; any head count, "
+          "`data.seq_len` a multiple of 2 size).")
           .Choices({"ulysses", "ring"}),
   };
 }

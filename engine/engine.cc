@@ -333,11 +333,22 @@ double EngineImpl::MeanOverDp(double value) {
 // this one (Note [Context parallelism]).
 nn::LayerContext::Dropout EngineImpl::DropoutFor(const nn::MicroBatch& mb, int micro_batch) const {
   const int64_t t = mb.T(), whole = t * cp_size_, data_rank = dp_->rank() / cp_size_;
-  return {.key = kernels::DropoutKey(static_cast<uint64_t>(config_.training.seed), step_ + 1,
-                                     micro_batch),
-          .row_offset = data_rank * mb.B() * whole + cp_rank_ * t,
-          .run = cp_size_ > 1 ? t : 0,
-          .whole_run = cp_size_ > 1 ? whole : 0};
+  nn::LayerContext::Dropout d{
+      .key =
+          kernels::DropoutKey(static_cast<uint64_t>(config_.training.seed), step_ + 1, micro_batch),
+      .row_offset = data_rank * mb.B() * whole};
+  if (cp_size_ == 1) return d;
+  d.whole_run = whole;
+  if (config_.context_parallel_algorithm == "ring") {  // chunks r and 2P - 1 - r of T / 2P
+    d.run = t / 2;
+    d.runs = 2;
+    d.row_offset += cp_rank_ * d.run;
+    d.second_run = (2 * cp_size_ - 1 - 2 * cp_rank_) * d.run;
+  } else {
+    d.run = t;
+    d.row_offset += cp_rank_ * t;
+  }
+  return d;
 }
 
 }  // namespace ztrain

@@ -105,8 +105,9 @@ MemoryEstimate EstimateStage(const Config& config, bool gpu, int stage) {
   detail::ShapeOnlyGroup dp(config.dp_size * cp, 0), tp(config.tensor_parallel_size, 0);
   detail::ShapeOnlyGroup pp(config.pipeline_stages, stage, SendPolls(config, stage));
   detail::ShapeOnlyGroup cpg(cp, 0);
-  nn::LayerList model = tensor::BuildParallelModel(config.model, tp, nn::AdapterPlan(config),
-                                                   config.sequence_parallel, &cpg);
+  nn::LayerList model = tensor::BuildParallelModel(
+      config.model, tp, nn::AdapterPlan(config), config.sequence_parallel, &cpg,
+      nn::ParseContextAlgorithm(config.context_parallel_algorithm));
   for (auto& layer : model) layer = detail::Measured(std::move(layer), GradAccumDType(config));
   Engine engine(config, std::move(model), {&dp, &pp, &tp, cp > 1 ? &cpg : nullptr},
                 Engine::ShapeOnly{gpu ? Device::Cuda(0) : Device::Cpu()});

@@ -88,6 +88,7 @@ class ShapeOps final : public kernels::Ops {
   Device device() const override { return device_; }
   void Gemm(bool, bool, float, const Tensor&, const Tensor&, float, const Tensor&) override {}
   void LinearForward(const Tensor&, const Tensor&, const Tensor&, const Tensor&) override {}
+  void MergeAttention(const Tensor&, const Tensor&, const Tensor&, const Tensor&) override {}
   void LinearBackward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                       const Tensor&) override {}
   using Ops::EmbeddingBackward;

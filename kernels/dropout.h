@@ -21,10 +21,14 @@ struct DropoutMask {
   int64_t row_offset = 0;  // the tensor's first row in the whole one
   int64_t col_offset = 0;  // its first column in the whole one
   // Rows in runs (context parallelism's pieces of sequences, Note [Context parallelism] in
-  // nn/context_parallel.h): with run > 0, row r of the tensor is row
-  // (r / run) * whole_run + r % run + row_offset of the whole one.
+  // nn/context_parallel.h): with run > 0, each sample's `runs` runs of `run` rows (1, or 2 for
+  // ring attention's zigzag chunks) come from a sample of `whole_run` rows, the second run
+  // starting `second_run` rows after the first: row r of the tensor is row
+  // (r / (run runs)) whole_run + (its run is the second ? second_run : 0) + r % run + row_offset.
   int64_t run = 0;
   int64_t whole_run = 0;
+  int64_t runs = 1;
+  int64_t second_run = 0;
 };
 
 // SplitMix64's finaliser (Steele, Lea, Flood 2014): a bijection of 64-bit words whose every
@@ -44,7 +48,12 @@ inline uint64_t DropoutKey(uint64_t seed, int64_t step, int64_t micro_batch) {
 
 // Whether element (row, col) of the tensor `mask` describes is kept.
 ZTRAIN_DROPOUT_HD inline bool DropoutKeeps(const DropoutMask& mask, int64_t row, int64_t col) {
-  const int64_t whole = mask.run > 0 ? (row / mask.run) * mask.whole_run + row % mask.run : row;
+  int64_t whole = row;
+  if (mask.run > 0) {
+    const int64_t run = row / mask.run;
+    whole = run / mask.runs * mask.whole_run + (run % mask.runs == 1 ? mask.second_run : 0) +
+            row % mask.run;
+  }
   const uint64_t r = static_cast<uint64_t>(mask.row_offset + whole);
   const uint64_t c = static_cast<uint64_t>(mask.col_offset + col);
   const uint64_t h = MixBits(mask.key + MixBits((r << 32) ^ c));

@@ -11,6 +11,11 @@ void Ops::AttentionDecode(const Tensor&, const Tensor&, const Tensor&, const Att
                              "; generation runs on the CPU"));
 }
 
+void Ops::MergeAttention(const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
+  throw Error(detail::StrCat("MergeAttention (ring attention) is not implemented on ",
+                             device().ToString(), "; context parallelism runs on the CPU"));
+}
+
 GemmShape CheckGemmShapes(bool trans_a, bool trans_b, const Tensor& a, const Tensor& b,
                           const Tensor& c, const char* op) {
   ZTRAIN_CHECK(a.dim() == 2 && b.dim() == 2 && c.dim() == 2, op, ": a, b and c must be 2-D, got a ",

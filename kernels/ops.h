@@ -80,10 +80,17 @@ struct AttentionHeads {
 // 0 at each document's first token and counting up by one (Hugging Face's padding-free
 // position_ids, DataCollatorWithFlattening), and query i sees only keys of its own document,
 // j >= i - positions[b][i]. The default is plain causal attention.
+// With offset != 0 the queries and keys of the qkv rows are different pieces of one sequence
+// (ring attention's blocks, Note [Ring attention] in nn/context_parallel.h): query row i sits
+// at key index i + offset, so it sees keys j <= i + offset, its window and its document
+// (positions are the query rows') counted back from there; a row that sees no key gets a zero
+// output and a log-sum-exp of -infinity. The first row's position may be above 0 (a document
+// that began before these rows).
 struct AttentionMask {
   int64_t window = 0;
   Tensor positions;
-  bool causal_only() const { return window <= 0 && !positions.defined(); }
+  int64_t offset = 0;
+  bool causal_only() const { return window <= 0 && !positions.defined() && offset == 0; }
 };
 
 // The ids a table (or logit columns) holds: ids [begin, begin + rows) of a vocabulary of ids
@@ -274,6 +281,15 @@ class Ops {
   void RopeBackward(const Tensor& dqkv, const AttentionHeads& heads, const Tensor& inv_freq) {
     RopeBackward(dqkv, heads, inv_freq, 1.0f, Tensor());
   }
+
+  // Ring attention's merge (Note [Ring attention] in nn/context_parallel.h): a block's partial
+  // attention `part` [B,T,NH*HS] with its log-sum-exp `part_lse` [B,NH,T] (fp32; -infinity
+  // where a row saw no key of the block) folded into the running `out` (fp32, same shape) and
+  // `lse` (fp32), in fp32: lse' = log(exp(lse) + exp(part_lse)),
+  // out' = out exp(lse - lse') + part exp(part_lse - lse'). part is fp32 or 16-bit. The
+  // default throws naming the device.
+  virtual void MergeAttention(const Tensor& out, const Tensor& lse, const Tensor& part,
+                              const Tensor& part_lse);
 
   // Attention of T new positions over a KV cache (Note [KV cache], nn/decoder.h). qkv
   // [T,(NH+2*NKV)*HS]: the new positions' projections in the layout above (only q is read);

@@ -349,13 +349,14 @@ void PrintNodesNeeded(const EstimateArgs& args, const Config& config,
 
 // Note [Context-parallel plan]
 // `ztrain estimate --seq-len T`: the config at T tokens per sample under every
-// context_parallel.size c that divides the ranks left by pp x tp (dp = world / (pp tp c)),
-// each estimated as configured and with every block checkpointed (the shape-only engine runs
-// the context-parallel code, so each figure is exact). A size the config refuses (heads or
-// T that do not divide) is listed with the reason. With --gpu-memory M the plan is the
-// smallest c whose peak fits in M as configured, else with every block checkpointed: a larger
-// c only adds all-to-all traffic, and keeps fewer data-parallel replicas. Ulysses is the only
-// algorithm built.
+// context_parallel.size c that divides the ranks left by pp x tp (dp = world / (pp tp c)) and
+// both algorithms, each estimated as configured and with every block checkpointed (the
+// shape-only engine runs the context-parallel code, so each figure is exact). A size and
+// algorithm the config refuses (heads or T that do not divide) are listed with the reason.
+// With --gpu-memory M the plan is the smallest c whose peak fits in M as configured (Ulysses
+// when both fit: two all-to-alls a layer against P - 1 ring steps; ring when Ulysses is
+// refused or does not fit), else the same with every block checkpointed: a larger c only adds
+// traffic and leaves fewer data-parallel replicas.
 void PrintContextPlan(const EstimateArgs& args, const Config& config,
                       const EstimateOptions& options) {
   const int64_t memory = args.gpu_memory.empty() ? 0 : ParseBytes(args.gpu_memory, "--gpu-memory");
@@ -363,59 +364,66 @@ void PrintContextPlan(const EstimateArgs& args, const Config& config,
   const int free_ranks = config.world_size / model_parallel;
   std::printf(
       "\ncontext parallelism for %lld tokens per sample on %d ranks (pp %d x tp %d; "
-      "Note [Context-parallel plan]; algorithm ulysses, ring is not built yet%s):\n",
+      "Note [Context-parallel plan]%s):\n",
       static_cast<long long>(config.data.seq_len), config.world_size, config.pipeline_stages,
       config.tensor_parallel_size,
       options.gpu.value_or(true) ? "; on GPUs context parallelism is not run yet, so these are "
                                    "what it would take"
                                  : "");
-  std::printf("  %-4s %-4s %12s %12s %12s %12s%s\n", "cp", "dp", "tokens/rank", "activations",
-              "peak", "peak, ckpt", memory > 0 ? "  fits" : "");
+  std::printf("  %-4s %-9s %-4s %12s %12s %12s %12s%s\n", "cp", "algorithm", "dp", "tokens/rank",
+              "activations", "peak", "peak, ckpt", memory > 0 ? "  fits" : "");
   EstimateOptions all = options;
   all.checkpointed_blocks = std::vector<int>(static_cast<size_t>(config.model.n_layer));
   std::iota(all.checkpointed_blocks->begin(), all.checkpointed_blocks->end(), 0);
   struct Fit {
     int cp = 0;
+    std::string algorithm;
     bool checkpointed = false;
     int64_t peak = 0;
   };
   std::optional<Fit> plain_fit, ckpt_fit;
   for (int cp = 1; cp <= free_ranks; ++cp) {
     if (free_ranks % cp != 0) continue;
-    nlohmann::json j = config.resolved;
-    j["context_parallel"]["size"] = cp;
-    j.erase("train_batch_size");  // resolved again for this cp's dp
-    Config c;
-    try {
-      c = ParseConfig(j, config.world_size);
-    } catch (const ConfigError& e) {
-      // The problems, one per line after the header, on one line.
-      std::string why;
-      const std::string text = e.what();
-      for (size_t at = text.find("\n  "); at != std::string::npos; at = text.find("\n  ", at + 3)) {
-        const size_t end = text.find('\n', at + 3);
-        why += (why.empty() ? "" : "; ") + text.substr(at + 3, end - at - 3);
+    for (const std::string algorithm : {"ulysses", "ring"}) {
+      if (cp == 1 && algorithm == "ring") continue;  // one rank: no exchange at all
+      nlohmann::json j = config.resolved;
+      j["context_parallel"] = {{"size", cp}, {"algorithm", algorithm}};
+      j.erase("train_batch_size");  // resolved again for this cp's dp
+      Config c;
+      try {
+        c = ParseConfig(j, config.world_size);
+      } catch (const ConfigError& e) {
+        // The problems, one per line after the header, on one line.
+        std::string why;
+        const std::string text = e.what();
+        for (size_t at = text.find("\n  "); at != std::string::npos;
+             at = text.find("\n  ", at + 3)) {
+          const size_t line_end = text.find('\n', at + 3);
+          why += (why.empty() ? "" : "; ") + text.substr(at + 3, line_end - at - 3);
+        }
+        std::printf("  %-4d %-9s refused: %s\n", cp, cp == 1 ? "-" : algorithm.c_str(),
+                    why.empty() ? text.c_str() : why.c_str());
+        continue;
       }
-      std::printf("  %-4d refused: %s\n", cp, why.empty() ? text.c_str() : why.c_str());
-      continue;
+      const MemoryEstimate as_is = EstimateMemory(c, options), ckpt = EstimateMemory(c, all);
+      const auto peak = [&](const MemoryEstimate& e) {
+        return e.gpu ? e.device_total_peak : e.total_peak;
+      };
+      std::string fits;
+      if (memory > 0) {
+        fits = peak(as_is) <= memory ? "  yes" : peak(ckpt) <= memory ? "  with ckpt" : "  no";
+        if (peak(as_is) <= memory && !plain_fit) plain_fit = Fit{cp, algorithm, false, peak(as_is)};
+        if (peak(ckpt) <= memory && !ckpt_fit) ckpt_fit = Fit{cp, algorithm, true, peak(ckpt)};
+      }
+      const MemoryCategory act = MemoryCategory::kActivations;
+      std::printf("  %-4d %-9s %-4d %12lld %12s %12s %12s%s\n", cp,
+                  cp == 1 ? "-" : algorithm.c_str(), c.dp_size,
+                  static_cast<long long>(c.data.seq_len / cp),
+                  FormatBytes(as_is.gpu ? as_is.device_peak[static_cast<int>(act)]
+                                        : as_is.peak[static_cast<int>(act)])
+                      .c_str(),
+                  FormatBytes(peak(as_is)).c_str(), FormatBytes(peak(ckpt)).c_str(), fits.c_str());
     }
-    const MemoryEstimate as_is = EstimateMemory(c, options), ckpt = EstimateMemory(c, all);
-    const auto peak = [&](const MemoryEstimate& e) {
-      return e.gpu ? e.device_total_peak : e.total_peak;
-    };
-    std::string fits;
-    if (memory > 0) {
-      fits = peak(as_is) <= memory ? "  yes" : peak(ckpt) <= memory ? "  with ckpt" : "  no";
-      if (peak(as_is) <= memory && !plain_fit) plain_fit = Fit{cp, false, peak(as_is)};
-      if (peak(ckpt) <= memory && !ckpt_fit) ckpt_fit = Fit{cp, true, peak(ckpt)};
-    }
-    std::printf(
-        "  %-4d %-4d %12lld %12s %12s %12s%s\n", cp, c.dp_size,
-        static_cast<long long>(c.data.seq_len / cp),
-        FormatBytes(as_is.gpu ? as_is.device_peak[static_cast<int>(MemoryCategory::kActivations)]
-                              : as_is.peak[static_cast<int>(MemoryCategory::kActivations)])
-            .c_str(),
-        FormatBytes(peak(as_is)).c_str(), FormatBytes(peak(ckpt)).c_str(), fits.c_str());
   }
   if (memory == 0) return;
   const std::optional<Fit>& best = plain_fit ? plain_fit : ckpt_fit;
@@ -427,9 +435,9 @@ void PrintContextPlan(const EstimateArgs& args, const Config& config,
     return;
   }
   std::printf(
-      "plan: \"context_parallel\": {\"size\": %d, \"algorithm\": \"ulysses\"}%s: %s per "
-      "rank of %s (the smallest size that fits)\n",
-      best->cp,
+      "plan: \"context_parallel\": {\"size\": %d, \"algorithm\": \"%s\"}%s: %s per rank of %s "
+      "(the smallest size that fits)\n",
+      best->cp, best->algorithm.c_str(),
       best->checkpointed ? " with every block checkpointed "
                            "(\"activation_checkpointing\": {\"enabled\": true})"
                          : "",
@@ -437,7 +445,7 @@ void PrintContextPlan(const EstimateArgs& args, const Config& config,
   if (plain_fit && ckpt_fit && ckpt_fit->cp < plain_fit->cp) {
     std::printf(
         "  or size %d with every block checkpointed: %s per rank (about a third more "
-        "compute for the recomputed forwards, no all-to-all of %d ranks)\n",
+        "compute for the recomputed forwards, no exchange over %d ranks)\n",
         ckpt_fit->cp, FormatBytes(ckpt_fit->peak).c_str(), plain_fit->cp);
   }
 }

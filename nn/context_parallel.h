@@ -28,8 +28,27 @@
 // Per layer and micro-batch each rank sends (P-1)/P of its q/k/v and of its attention output
 // in forward, the same of their gradients in backward. A ContextGroup must be used by one
 // thread at a time, as layers are; its collectives fail as its communicator's do.
+//
+// Note [Ring attention]
+// The other algorithm (Megatron's `--cp-comm-type p2p`, zhuzilin/ring-flash-attention's zigzag):
+// the sequence is cut into 2P chunks of c = T/(2P) tokens and rank r keeps chunks r and
+// 2P-1-r of every sample (ContextSlice), so that under the causal mask every rank has the same
+// work. Attention keeps every head; the keys and values travel the ring instead: at step s
+// (0 .. P-1) rank r holds those of rank r - s, sends them on to r + 1 while it computes
+// (StartShift), and attends each of its query chunks X over each held key chunk Y that lies
+// before it (Y = X on the diagonal, causal): the single-process kernel on the pair's rows, the
+// queries of X beside the keys and values of Y, with the mask's offset (kernels::AttentionMask:
+// X's row i is at Y's key index i + (X - Y) c, its window and document counted back from
+// there, positions the whole sequence's). Each pair's output and log-sum-exp are merged into
+// the chunk's running ones in fp32 (Ops::MergeAttention). The backward runs the ring again with
+// the final output and log-sum-exp: each pair's kernel backward adds to the chunk's dq (fp32)
+// and to the dk/dv of the key chunk, which travel with the keys (fp32) and come home after the
+// last step. Only the rank's own q/k/v, output and log-sum-exp are saved; the others' keys
+// come again in backward. Any head count works; T must divide by 2P.
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "core/tensor.h"
@@ -62,10 +81,20 @@ class UlyssesHeads {
   int size_;
 };
 
+enum class ContextAlgorithm {
+  kUlysses,  // all-to-all of heads (Note [Context parallelism])
+  kRing,     // keys and values around a ring, zigzag chunks (Note [Ring attention])
+};
+// "ulysses" or "ring" (context_parallel.algorithm); throws ConfigError otherwise.
+ContextAlgorithm ParseContextAlgorithm(const std::string& name);
+
 // The collective a context-parallel layout runs attention with: the cp group.
 class ContextGroup {
  public:
+  explicit ContextGroup(ContextAlgorithm algorithm = ContextAlgorithm::kUlysses)
+      : algorithm_(algorithm) {}
   virtual ~ContextGroup() = default;
+  ContextAlgorithm algorithm() const { return algorithm_; }
   virtual int size() const = 0;
   virtual int rank() const = 0;
   // `in` and `out` hold size() equal chunks: chunk j of `in` goes to rank j, where it becomes
@@ -80,14 +109,34 @@ class ContextGroup {
   // send (a replicated key/value head's gradient) are summed.
   void HeadsToSequence(LayerContext& ctx, const UlyssesHeads& heads, bool with_kv, int64_t batch,
                        const Tensor& group, const Tensor& local) const;
+
+  // Note [Ring attention]. Starts sending `send` to rank() + 1 and receiving `recv` (the same
+  // shape and dtype) from rank() - 1, around the group; the returned function waits for both.
+  virtual std::function<void()> StartShift(const Tensor& send, const Tensor& recv) const = 0;
+  // Attention of this rank's chunks: qkv [B*T/P, W] (its two chunks of each sample, after RoPE;
+  // `heads` this tensor-parallel piece's) -> out [B*T/P, NH*HS] and lse (fp32, B*2*NH*c
+  // elements in the ring's own layout, for RingBackward). `positions`: with packed documents
+  // this rank's rows' document positions [B, T/P], else undefined; `window` the sliding window.
+  void RingForward(LayerContext& ctx, const kernels::AttentionHeads& heads, int64_t window,
+                   const Tensor& positions, int64_t batch, const Tensor& qkv, const Tensor& out,
+                   const Tensor& lse) const;
+  // dqkv [B*T/P, W] (overwritten) from dout and Forward's qkv, out and lse.
+  void RingBackward(LayerContext& ctx, const kernels::AttentionHeads& heads, int64_t window,
+                    const Tensor& positions, int64_t batch, const Tensor& dout, const Tensor& qkv,
+                    const Tensor& out, const Tensor& lse, const Tensor& dqkv) const;
+
+ private:
+  ContextAlgorithm algorithm_;
 };
 
 // Rank `rank` of `size`'s piece of each of `rows` sequences of `seq` tokens (row-major
 // [rows, seq] arrays): tokens and targets [rows, seq/size], and positions, the pieces' global
-// ones (`whole_positions`' when given, packed documents', else t). `seq` % `size` == 0.
-void ContextSlice(int rank, int size, int64_t rows, int64_t seq, const int32_t* tokens,
-                  const int32_t* targets, const int32_t* whole_positions, int32_t* slice_tokens,
-                  int32_t* slice_targets, int32_t* slice_positions);
+// ones (`whole_positions`' when given, packed documents', else t). Ulysses' piece is tokens
+// [rank seq/size, (rank+1) seq/size); the ring's is chunks rank and 2 size - 1 - rank of
+// seq / (2 size) tokens (Note [Ring attention]). `seq` divides by size (ring: 2 size).
+void ContextSlice(ContextAlgorithm algorithm, int rank, int size, int64_t rows, int64_t seq,
+                  const int32_t* tokens, const int32_t* targets, const int32_t* whole_positions,
+                  int32_t* slice_tokens, int32_t* slice_targets, int32_t* slice_positions);
 
 // A micro-batch's pieces under context parallelism, with the storage they live in.
 struct ContextMicroBatch {
@@ -95,7 +144,8 @@ struct ContextMicroBatch {
   MicroBatch mb;
   // `whole`'s piece for rank `rank` of `size` (whole.positions, when defined, are packed
   // documents': kept whole in mb.whole_positions for the attention mask).
-  ContextMicroBatch(const MicroBatch& whole, int rank, int size);
+  ContextMicroBatch(const MicroBatch& whole, int rank, int size,
+                    ContextAlgorithm algorithm = ContextAlgorithm::kUlysses);
   ContextMicroBatch(const ContextMicroBatch&) = delete;
   ContextMicroBatch& operator=(const ContextMicroBatch&) = delete;
 };

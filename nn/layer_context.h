@@ -45,10 +45,14 @@ class LayerContext {
   struct Dropout {
     uint64_t key = 0;
     int64_t row_offset = 0;
-    // Under context parallelism the rows are runs of `run` tokens, each a piece of a sequence
-    // of `whole_run` (kernels::DropoutMask); 0: one run.
+    // Under context parallelism the rows are runs of `run` tokens, pieces of sequences of
+    // `whole_run` (kernels::DropoutMask: `runs` per sample, the second `second_run` rows after
+    // the first);
+    // run 0: one run.
     int64_t run = 0;
     int64_t whole_run = 0;
+    int64_t runs = 1;
+    int64_t second_run = 0;
   };
   void set_dropout(const Dropout& d) { dropout_ = d; }
   const std::optional<Dropout>& dropout() const { return dropout_; }

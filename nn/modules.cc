@@ -296,8 +296,14 @@ std::optional<kernels::DropoutMask> Linear::MaskOf(const LayerContext& ctx,
                                                    const Adapter& a) const {
   if (a.dropout <= 0.0f || !ctx.dropout()) return std::nullopt;
   const LayerContext::Dropout& d = *ctx.dropout();
-  return kernels::DropoutMask{
-      kernels::MixBits(d.key ^ a.id), a.dropout, d.row_offset, a.col_offset, d.run, d.whole_run};
+  return kernels::DropoutMask{kernels::MixBits(d.key ^ a.id),
+                              a.dropout,
+                              d.row_offset,
+                              a.col_offset,
+                              d.run,
+                              d.whole_run,
+                              d.runs,
+                              d.second_run};
 }
 
 Tensor Linear::AdapterX(const LayerContext& ctx, const Adapter& a, const Tensor& x) const {
@@ -440,7 +446,10 @@ Attention::Attention(const AttentionSpec& s, int64_t channels, const LinearProvi
   o_ = Linear({{s.o, int64_t{s.n_head} * s.head_dim, channels, s.o_bias, s.o_std}},
               LinearSplit::kRow, provider, table);
   heads_ = {s.n_head / provider.size(), s.n_kv_head / provider.size(), s.head_dim};
-  if (const ContextGroup* cp = provider.context()) ulysses_.emplace(heads_, cp->size());
+  const ContextGroup* cp = provider.context();
+  if (cp != nullptr && cp->algorithm() == ContextAlgorithm::kUlysses) {
+    ulysses_.emplace(heads_, cp->size());
+  }
 }
 
 Tensor Attention::InvFreq(LayerContext& ctx, int64_t seq_len) const {
@@ -466,11 +475,12 @@ void Attention::Forward(LayerContext& ctx, const LinearProvider& p, const ParamV
   kernels::Ops& ops = ctx.ops();
   const int64_t batch = mb.B(), n = x.size(0), t = n / batch, width = heads_.qkv_width();
   const ContextGroup* cp = p.context();
-  // Under context parallelism this rank's q/k/v go to the head groups at once: held only
-  // until then (Note [Context parallelism]).
+  const bool ring = cp != nullptr && cp->algorithm() == ContextAlgorithm::kRing;
+  // Under Ulysses this rank's q/k/v go to the head groups at once: held only until then (Note
+  // [Context parallelism]).
   Buffer local;
   const Tensor qkv =
-      cp == nullptr
+      cp == nullptr || ring
           ? ctx.Save("qkv", ctx.dtype(), {n, width})
           : (local = Buffer(ctx.allocator(), ctx.dtype(), {n, width}, MemoryCategory::kWorkspace))
                 .AsTensor(ctx.dtype(), {n, width});
@@ -484,6 +494,9 @@ void Attention::Forward(LayerContext& ctx, const LinearProvider& p, const ParamV
     const Tensor lse = ctx.Save("lse", DType::kF32, {batch, heads_.num_heads, t});
     ops.AttentionForward(qkv3, heads_, Mask(mb.positions), att.View({batch, t, heads_.q_width()}),
                          lse);
+  } else if (ring) {  // Note [Ring attention]
+    const Tensor lse = ctx.Save("lse", DType::kF32, {batch * heads_.num_heads * t});
+    cp->RingForward(ctx, heads_, window_, DocumentPositions(mb), batch, qkv, att, lse);
   } else {  // the whole sequence of this rank's head group
     const kernels::AttentionHeads& group = ulysses_->group();
     const int64_t whole = t * cp->size();
@@ -566,6 +579,9 @@ void Attention::Backward(LayerContext& ctx, const LinearProvider& p, const Param
     ops.AttentionBackward(datt.View({batch, t, qw}), ctx.Saved("qkv").View({batch, t, width}),
                           ctx.Saved("att").View({batch, t, qw}), ctx.Saved("lse"), heads_,
                           Mask(mb.positions), dqkv3);
+  } else if (cp->algorithm() == ContextAlgorithm::kRing) {  // Note [Ring attention]
+    cp->RingBackward(ctx, heads_, window_, DocumentPositions(mb), batch, datt, ctx.Saved("qkv"),
+                     ctx.Saved("att"), ctx.Saved("lse"), dqkv);
   } else {  // Note [Context parallelism]: the exchanges of Forward, mirrored
     const kernels::AttentionHeads& group = ulysses_->group();
     const int64_t whole = t * cp->size(), gw = group.qkv_width(), gq = group.q_width();
@@ -603,6 +619,12 @@ int64_t Attention::RopeLength(const LinearProvider& p, const MicroBatch& mb,
   if (!rope_for_length_ || !positions.defined() || !positions.device().is_cpu()) return length;
   const int32_t* pos = positions.data<int32_t>();
   return int64_t{*std::max_element(pos, pos + positions.numel())} + 1;
+}
+
+// Under context parallelism with packed documents (whole_positions defined) this rank's rows'
+// document positions; otherwise none (the ring's offsets make the mask causal).
+Tensor Attention::DocumentPositions(const MicroBatch& mb) {
+  return mb.whole_positions.defined() ? mb.positions : Tensor();
 }
 
 kernels::AttentionMask Attention::Mask(const Tensor& positions) const {

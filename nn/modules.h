@@ -238,6 +238,9 @@ class Attention {
   int64_t RopeLength(const LinearProvider& p, const MicroBatch& mb, int64_t seq_len) const;
   // The keys each query sees: the window, and the documents of packed `positions`.
   kernels::AttentionMask Mask(const Tensor& positions) const;
+  // Under context parallelism with packed documents this rank's rows' document positions
+  // (what ring attention's mask reads), else undefined.
+  static Tensor DocumentPositions(const MicroBatch& mb);
   kernels::AttentionHeads heads_;  // this piece's
   std::optional<UlyssesHeads> ulysses_;  // under context parallelism: the head groups
   Linear qkv_, o_;

@@ -168,9 +168,11 @@ Trainer::Trainer(Config config, comm::Communicator* world, const LaunchEnv& laun
   const nn::AdapterPlan plan(config_);
   engine_ = std::make_unique<Engine>(
       config_,
-      groups.tp != nullptr ? tensor::BuildParallelModel(config_.model, *groups.tp, plan,
-                                                        config_.sequence_parallel, groups.cp)
-                           : nn::BuildModel(config_.model, nn::MakeWholeLinears(), plan),
+      groups.tp != nullptr
+          ? tensor::BuildParallelModel(
+                config_.model, *groups.tp, plan, config_.sequence_parallel, groups.cp,
+                nn::ParseContextAlgorithm(config_.context_parallel_algorithm))
+          : nn::BuildModel(config_.model, nn::MakeWholeLinears(), plan),
       groups,
       config_.model.init_from.empty() ? InitialParameters::kRandom : InitialParameters::kZero);
   if (device_.device.is_cpu() && !config_.precision.bf16) {
@@ -399,9 +401,12 @@ void Trainer::LogStart() const {
   if (grid_->cp_size() > 1) {
     Log().info(
         "context parallel: each sample's {} tokens split over {} ranks ({} each), "
-        "attention by {} (all-to-all of heads); gradients reduced over dp {} x cp {}",
+        "attention by {}; gradients reduced over dp {} x cp {}",
         config_.data.seq_len, grid_->cp_size(), config_.data.seq_len / grid_->cp_size(),
-        config_.context_parallel_algorithm, grid_->dp_size(), grid_->cp_size());
+        config_.context_parallel_algorithm == "ring"
+            ? "ring (keys and values around the ranks, zigzag chunks)"
+            : "ulysses (all-to-all of heads)",
+        grid_->dp_size(), grid_->cp_size());
   }
   if (grid_->pp_size() > 1 || grid_->tp_size() > 1 || grid_->cp_size() > 1) {
     Log().info(
@@ -479,9 +484,11 @@ std::vector<nn::MicroBatch> Trainer::Pieces(std::span<const nn::MicroBatch> whol
   pieces_.clear();
   std::vector<nn::MicroBatch> out;
   for (const nn::MicroBatch& mb : whole) {
-    out.push_back(
-        pieces_.emplace_back(std::make_unique<nn::ContextMicroBatch>(mb, rank, grid_->cp_size()))
-            ->mb);
+    out.push_back(pieces_
+                      .emplace_back(std::make_unique<nn::ContextMicroBatch>(
+                          mb, rank, grid_->cp_size(),
+                          nn::ParseContextAlgorithm(config_.context_parallel_algorithm)))
+                      ->mb);
   }
   return out;
 }

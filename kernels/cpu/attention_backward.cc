@@ -73,19 +73,22 @@ void HeadBackward(const cpu::AttentionDims& d, const cpu::KeyBounds& keys, const
     const int nk = static_cast<int>(std::min<int64_t>(kBlocks.kv, d.seq - j0));
     cpu::PackTransposed(h.k + j0 * stride, stride, nk, hs, kBlocks.kv, w.kt);
     cpu::PackTransposed(h.v + j0 * stride, stride, nk, hs, kBlocks.kv, w.vt);
-    // The query blocks that see some of these keys (Note [Attention masks]).
-    for (int64_t i0 = j0 / kBlocks.q * kBlocks.q; i0 < d.seq && keys.First(i0) < j0 + nk;
-         i0 += kBlocks.q) {
+    // The query blocks that see some of these keys (Note [Attention masks]): from the one
+    // holding the first row whose last key (i + offset) reaches the block.
+    for (int64_t i0 = std::max<int64_t>(0, j0 - keys.offset) / kBlocks.q * kBlocks.q;
+         i0 < d.seq && keys.First(i0) < j0 + nk; i0 += kBlocks.q) {
       const int nq = static_cast<int>(std::min<int64_t>(kBlocks.q, d.seq - i0));
-      const int n = static_cast<int>(std::min<int64_t>(nk, i0 + nq - j0));  // keys seen
+      const int n =  // keys seen
+          static_cast<int>(std::min<int64_t>(nk, i0 + nq + keys.offset - j0));
+      if (n <= 0) continue;
       const int cols = static_cast<int>(cpu::RoundUpToVec(n));
       cpu::TileScores(h.q + i0 * stride, stride, nq, w.kt, kBlocks.kv, cols, hs, scale, w.p,
                       kBlocks.kv);
       cpu::TileScores(h.dout + i0 * ch, ch, nq, w.vt, kBlocks.kv, cols, hs, 1.0f, w.ds, kBlocks.kv);
       for (int i = 0; i < nq; ++i) {  // P = exp(S - lse) under the mask, dS = P (dP - D) scale
-        cpu::ProbabilitiesAndGradRow(
-            w.p + i * kBlocks.kv, w.ds + i * kBlocks.kv, keys.BlockLo(i0 + i, j0, n),
-            cpu::KeyBounds::BlockHi(i0 + i, j0, n), cols, h.lse[i0 + i], w.delta[i0 + i], scale);
+        cpu::ProbabilitiesAndGradRow(w.p + i * kBlocks.kv, w.ds + i * kBlocks.kv,
+                                     keys.BlockLo(i0 + i, j0, n), keys.BlockHi(i0 + i, j0, n), cols,
+                                     h.lse[i0 + i], w.delta[i0 + i], scale);
       }
       // dV_j += sum_i P_ij dO_i;  dK_j += sum_i dS_ij Q_i;  dQ_i += sum_j dS_ij K_j.
       cpu::AccumulateWeightedRows(h.dv + j0 * gs, gs, n, nullptr, w.p, 1, kBlocks.kv, nq,

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kernels/cpu/attention_tile.h"
+#include "kernels/cpu/check.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/widen.h"
 
@@ -39,22 +40,28 @@ void ForwardQueryBlock(const cpu::AttentionDims& d, const cpu::AttentionBlocks& 
   for (int i = 0; i < nq; ++i) std::fill(out + (i0 + i) * qw, out + (i0 + i) * qw + hs, 0.0f);
   std::fill(w.max, w.max + nq, -std::numeric_limits<float>::infinity());
   std::fill(w.sum, w.sum + nq, 0.0f);
-  for (int64_t j0 = keys.First(i0) / bl.kv * bl.kv; j0 <= i_last; j0 += bl.kv) {
-    // Only the columns up to the block's last row are computed (Note [Attention tiles]).
-    const int n = static_cast<int>(std::min<int64_t>(bl.kv, i_last - j0 + 1));
+  const int64_t key_last = std::min(i_last + keys.offset, d.seq - 1);  // the block's last key
+  for (int64_t j0 = keys.First(i0) / bl.kv * bl.kv; j0 <= key_last; j0 += bl.kv) {
+    // Only the columns up to the block's last row's last key are computed (Note [Attention
+    // tiles]).
+    const int n = static_cast<int>(std::min<int64_t>(bl.kv, key_last - j0 + 1));
     const int cols = static_cast<int>(cpu::RoundUpToVec(n));
     cpu::TileScores(q + i0 * stride, stride, nq, kt + j0 * hs, bl.kv, cols, hs, scale, w.s, bl.kv);
     for (int i = 0; i < nq; ++i) {
-      w.alpha[i] =
-          cpu::OnlineSoftmaxRow(w.s + int64_t{i} * bl.kv, keys.BlockLo(i0 + i, j0, n),
-                                cpu::KeyBounds::BlockHi(i0 + i, j0, n), cols, &w.max[i], &w.sum[i]);
+      w.alpha[i] = cpu::OnlineSoftmaxRow(w.s + int64_t{i} * bl.kv, keys.BlockLo(i0 + i, j0, n),
+                                         keys.BlockHi(i0 + i, j0, n), cols, &w.max[i], &w.sum[i]);
     }
     cpu::AccumulateWeightedRows(out + i0 * qw, qw, nq, w.alpha, w.s, bl.kv, 1, n, v + j0 * stride,
                                 stride, hs);
   }
   for (int i = 0; i < nq; ++i) {
-    const float inv = 1.0f / w.sum[i];
     float* o = out + (i0 + i) * qw;
+    if (w.sum[i] == 0.0f) {  // the row saw no key (an offset block): nothing, and lse -inf
+      std::fill(o, o + hs, 0.0f);
+      lse[i0 + i] = -std::numeric_limits<float>::infinity();
+      continue;
+    }
+    const float inv = 1.0f / w.sum[i];
 #pragma omp simd
     for (int64_t c = 0; c < hs; ++c) o[c] *= inv;
     lse[i0 + i] = w.max[i] + std::log(w.sum[i]);
@@ -110,6 +117,51 @@ void CpuOps::AttentionForward(const Tensor& qkv, const AttentionHeads& heads,
       ForwardQueryBlock(d, bl, cpu::KeyBounds(mask, b, d.seq), row0 + h * hs,
                         packed.data() + (b * d.kv_heads + g) * packed_head, row0 + d.v_col(g),
                         qb * bl.q, out_p + b * d.seq * d.q_width() + h * hs, lse_p + bh * d.seq, w);
+    }
+  }
+}
+
+// Row by row over (batch, head, position): the part's row (widened from 16 bits once) is
+// weighed into the running one.
+void CpuOps::MergeAttention(const Tensor& out, const Tensor& lse, const Tensor& part,
+                            const Tensor& part_lse) {
+  constexpr const char* kOp = "MergeAttention";
+  if (cpu::AnyHalf(part)) {  // Note [Widening adapter]
+    cpu::Widened w(scratch_);
+    MergeAttention(out, lse, w.In(part), part_lse);
+    return;
+  }
+  cpu::CheckCpu(out, kOp, "out");
+  ZTRAIN_CHECK(out.dim() == 3 && lse.dim() == 3 && lse.size(0) == out.size(0) &&
+                   lse.size(2) == out.size(1) && lse.size(1) > 0 && out.size(2) % lse.size(1) == 0,
+               kOp, ": out ", ShapeToString(out.shape()), " and lse ", ShapeToString(lse.shape()),
+               " are not [B,T,NH*HS] and [B,NH,T]");
+  cpu::CheckCpu(lse, lse.shape(), kOp, "lse");
+  cpu::CheckCpu(part, out.shape(), kOp, "part");
+  cpu::CheckCpu(part_lse, lse.shape(), kOp, "part_lse");
+  const int64_t batch = out.size(0), seq = out.size(1), heads = lse.size(1);
+  const int64_t hs = out.size(2) / heads;
+  float* o = out.data<float>();
+  float* l = lse.data<float>();
+  const float* p = part.data<float>();
+  const float* pl = part_lse.data<float>();
+#pragma omp parallel for schedule(static)
+  for (int64_t bh = 0; bh < batch * heads; ++bh) {
+    const int64_t b = bh / heads, h = bh % heads;
+    for (int64_t t = 0; t < seq; ++t) {
+      float& row_lse = l[bh * seq + t];
+      const float add = pl[bh * seq + t];
+      if (add == -std::numeric_limits<float>::infinity()) continue;  // nothing seen
+      const float merged =
+          row_lse == -std::numeric_limits<float>::infinity()
+              ? add
+              : std::max(row_lse, add) + std::log1p(std::exp(-std::abs(row_lse - add)));
+      const float keep = std::exp(row_lse - merged), take = std::exp(add - merged);
+      float* dst = o + (b * seq + t) * heads * hs + h * hs;
+      const float* src = p + (b * seq + t) * heads * hs + h * hs;
+#pragma omp simd
+      for (int64_t c = 0; c < hs; ++c) dst[c] = dst[c] * keep + src[c] * take;
+      row_lse = merged;
     }
   }
 }

@@ -29,8 +29,9 @@ void CheckAttentionMask(const AttentionMask& mask, const AttentionDims& d, const
   const int32_t* pos = mask.positions.data<int32_t>();
   for (int64_t b = 0; b < d.batch; ++b) {
     for (int64_t t = 0; t < d.seq; ++t) {
-      const int32_t p = pos[b * d.seq + t], prev = t > 0 ? pos[b * d.seq + t - 1] : -1;
-      ZTRAIN_CHECK(p == 0 || p == prev + 1, op, ": positions[", b, "][", t, "] = ", p,
+      // The first row may be inside a document that began before it (ring attention's pieces).
+      const int32_t p = pos[b * d.seq + t], prev = t > 0 ? pos[b * d.seq + t - 1] : p - 1;
+      ZTRAIN_CHECK(p >= 0 && (p == 0 || p == prev + 1), op, ": positions[", b, "][", t, "] = ", p,
                    t > 0 ? " after " + std::to_string(prev) : std::string(" at the start"),
                    ": a packed sequence's positions count up by one from 0 within each document "
                    "(Hugging Face's position_ids of DataCollatorWithFlattening)");

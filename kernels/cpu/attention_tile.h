@@ -46,20 +46,25 @@ AttentionDims CheckAttention(const Tensor& qkv, const AttentionHeads& heads, con
                              const Tensor& lse, const char* op);
 
 // Checks a mask against the call: window >= 0; positions, when defined, int32 [B, T] on the
-// host, each row a run of documents (0, 1, 2, ..., 0, 1, ...).
+// host, each row a run of documents (..., 0, 1, 2, ..., 0, 1, ...; the first may start above
+// 0).
 void CheckAttentionMask(const AttentionMask& mask, const AttentionDims& d, const char* op);
 
-// The first key each query of one batch row sees (Note [Attention masks]).
+// The first key each query of one batch row sees (Note [Attention masks]), and the last: query
+// i sits at key index i + offset (ops.h's AttentionMask::offset; 0 for self-attention).
 struct KeyBounds {
   int64_t window = 0;                  // 0: no window
   const int32_t* positions = nullptr;  // the row's positions within documents, or null
+  int64_t offset = 0;
 
   KeyBounds(const AttentionMask& mask, int64_t b, int64_t seq)
       : window(mask.window),
-        positions(mask.positions.defined() ? mask.positions.data<int32_t>() + b * seq : nullptr) {}
+        positions(mask.positions.defined() ? mask.positions.data<int32_t>() + b * seq : nullptr),
+        offset(mask.offset) {}
   int64_t First(int64_t i) const {
-    int64_t first = window > 0 ? std::max<int64_t>(0, i - window + 1) : 0;
-    if (positions != nullptr) first = std::max(first, i - positions[i]);
+    const int64_t at = i + offset;
+    int64_t first = window > 0 ? std::max<int64_t>(0, at - window + 1) : 0;
+    if (positions != nullptr) first = std::max(first, at - positions[i]);
     return first;
   }
   // Row i's visible keys within the block of n keys from j0, as [lo, hi) in the block (empty
@@ -67,8 +72,8 @@ struct KeyBounds {
   int BlockLo(int64_t i, int64_t j0, int n) const {
     return static_cast<int>(std::clamp<int64_t>(First(i) - j0, 0, n));
   }
-  static int BlockHi(int64_t i, int64_t j0, int n) {
-    return static_cast<int>(std::clamp<int64_t>(i - j0 + 1, 0, n));
+  int BlockHi(int64_t i, int64_t j0, int n) const {
+    return static_cast<int>(std::clamp<int64_t>(i + offset - j0 + 1, 0, n));
   }
 };
 

@@ -97,6 +97,8 @@ class CpuOps final : public Ops {
                    int64_t first_position, float scale, const Tensor& positions) override;
   void RopeBackward(const Tensor& dqkv, const AttentionHeads& heads, const Tensor& inv_freq,
                     float scale, const Tensor& positions) override;
+  void MergeAttention(const Tensor& out, const Tensor& lse, const Tensor& part,
+                      const Tensor& part_lse) override;
   void AttentionDecode(const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
                        const AttentionHeads& heads, const Tensor& out) override;
   void SwiGluForward(const Tensor& gate, const Tensor& up, const Tensor& h) override;

@@ -64,15 +64,17 @@ void MegatronLinears::GatherRows(nn::LayerContext&, const Tensor& local,
 
 std::shared_ptr<const nn::LinearProvider> MakeLinears(comm::Communicator& tp,
                                                       bool sequence_parallel,
-                                                      comm::Communicator* cp) {
-  if (tp.size() == 1) return nn::MakeWholeLinears(MakeContextGroup(cp));
-  return std::make_shared<const MegatronLinears>(tp, sequence_parallel, MakeContextGroup(cp));
+                                                      comm::Communicator* cp,
+                                                      nn::ContextAlgorithm algorithm) {
+  if (tp.size() == 1) return nn::MakeWholeLinears(MakeContextGroup(cp, algorithm));
+  return std::make_shared<const MegatronLinears>(tp, sequence_parallel,
+                                                 MakeContextGroup(cp, algorithm));
 }
 
 nn::LayerList BuildParallelModel(const ModelConfig& model, comm::Communicator& tp,
                                  const nn::AdapterPlan& plan, bool sequence_parallel,
-                                 comm::Communicator* cp) {
-  return nn::BuildModel(model, MakeLinears(tp, sequence_parallel, cp), plan);
+                                 comm::Communicator* cp, nn::ContextAlgorithm algorithm) {
+  return nn::BuildModel(model, MakeLinears(tp, sequence_parallel, cp, algorithm), plan);
 }
 
 void MegatronLinears::SumOverPieces(nn::LayerContext&, const Tensor& t) const {

@@ -100,9 +100,9 @@ class MegatronLinears final : public nn::LinearProvider {
 // The provider for a tp group: MegatronLinears, or nn::WholeLinears for a group of one
 // (sequence parallelism is nothing then); attention's context-parallel exchanges over `cp`
 // when it is given and larger than one rank.
-std::shared_ptr<const nn::LinearProvider> MakeLinears(comm::Communicator& tp,
-                                                      bool sequence_parallel = false,
-                                                      comm::Communicator* cp = nullptr);
+std::shared_ptr<const nn::LinearProvider> MakeLinears(
+    comm::Communicator& tp, bool sequence_parallel = false, comm::Communicator* cp = nullptr,
+    nn::ContextAlgorithm algorithm = nn::ContextAlgorithm::kUlysses);
 
 // `model` built over the tp group (nn::BuildModel with MakeLinears(tp)): the single-process
 // model's layers, names and order, each parameter the rank's slice, adapted as `plan` says;
@@ -110,6 +110,7 @@ std::shared_ptr<const nn::LinearProvider> MakeLinears(comm::Communicator& tp,
 // parallelism].
 nn::LayerList BuildParallelModel(const ModelConfig& model, comm::Communicator& tp,
                                  const nn::AdapterPlan& plan = nn::AdapterPlan(),
-                                 bool sequence_parallel = false, comm::Communicator* cp = nullptr);
+                                 bool sequence_parallel = false, comm::Communicator* cp = nullptr,
+                                 nn::ContextAlgorithm algorithm = nn::ContextAlgorithm::kUlysses);
 
 }  // namespace ztrain::tensor

@@ -558,7 +558,7 @@ TEST(ConfigLayoutTest, PipelineAndTensorSizesDivideTheWorld) {
 }
 
 // Note [Context parallelism]: dp = world / (pp x tp x cp), the batch resolved for it; the
-// sequence and the heads of each tensor-parallel rank must split over cp; ring is refused.
+// sequence and (Ulysses) the heads of each tensor-parallel rank must split over cp.
 TEST(ConfigLayoutTest, ContextParallelSizeDividesTheWorldTheSequenceAndTheHeads) {
   json j = DefaultConfigJson();
   j["model"]["n_head"] = 8;
@@ -619,9 +619,18 @@ TEST(ConfigLayoutTest, ContextParallelSizeDividesTheWorldTheSequenceAndTheHeads)
   only_problem(tp, 8,
                "tensor_parallel.sequence_parallel: data.seq_len 36 / context_parallel.size 4 = 9 "
                "tokens per rank do not divide over tensor_parallel.size 2");
+  // Ring attention keeps every head (3 does not divide 8 heads: fine) and cuts the sequence
+  // into 2 x size chunks.
   json ring = j;
-  ring["context_parallel"]["algorithm"] = "ring";
-  only_problem(ring, 4, "context_parallel.algorithm: ring attention is not built yet");
+  ring["model"]["max_seq_len"] = 66;
+  ring["context_parallel"] = {{"size", 3}, {"algorithm", "ring"}};
+  ring["data"]["seq_len"] = 66;
+  EXPECT_EQ(ParseConfig(ring, 3).context_parallel_algorithm, "ring");
+  ring["data"]["seq_len"] = 63;
+  only_problem(ring, 3,
+               "context_parallel.size: ring attention cuts data.seq_len 63 into 2 x "
+               "context_parallel.size = 6 chunks, which do not divide it; use a seq_len that is a "
+               "multiple of 6");
   json bad = j;
   bad["context_parallel"]["algorithm"] = "a2a";
   EXPECT_NE(testing::ConfigErrorOf(bad, 4).find("context_parallel.algorithm"), std::string::npos);

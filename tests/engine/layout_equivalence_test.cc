@@ -14,7 +14,8 @@
 // --staging stages a CPU run's collectives the same way, which checks the staging itself.
 // --packed trains on packed documents (Note [Packed documents]) in both runs; --sp turns on
 // sequence parallelism (Note [Sequence parallelism]) in the parallel run. --cp C splits every
-// sequence over C ranks (Note [Context parallelism]); dp is then world / (pp x tp x cp).
+// sequence over C ranks (Note [Context parallelism]; with --ring by ring attention, Note [Ring
+// attention]); dp is then world / (pp x tp x cp).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -54,6 +55,7 @@ std::string g_device = "cpu";  // the parallel engine's; the single process is o
 bool g_staging = false;
 bool g_packed = false;
 bool g_sequence_parallel = false;  // --sp: tensor_parallel.sequence_parallel (with --tp)
+bool g_ring = false;               // --ring: context_parallel.algorithm "ring" (with --cp)
 std::string g_family = "gpt2";  // --family llama: the tiny Llama of test_model.h
 // --lora: LoRA on every linear of the blocks (PEFT's start: B = 0), every bias trained, the
 // rest of the base frozen (Note [Adapters and frozen parameters]) — in both runs.
@@ -101,7 +103,7 @@ Config MakeConfig(int world_size, int64_t micro, bool reference, int gas = g_gas
     if (g_device == "cuda") j["device"] = "cuda:0";
     j["pipeline"] = {{"stages", g_pp}, {"schedule", schedule}, {"partition", g_partition}};
     j["tensor_parallel"] = {{"size", g_tp}, {"sequence_parallel", g_sequence_parallel}};
-    j["context_parallel"] = {{"size", g_cp}};
+    j["context_parallel"] = {{"size", g_cp}, {"algorithm", g_ring ? "ring" : "ulysses"}};
     if (g_checkpointing != "none") {
       j["activation_checkpointing"] = {{"enabled", true},
                                        {"partition_activations", g_checkpointing == "partition"}};
@@ -136,14 +138,18 @@ struct Layout {
   // over the cp group under cp.
   std::vector<std::unique_ptr<nn::Layer>> Layers(const Config& c) {
     const nn::AdapterPlan plan(c);
-    return g_tp > 1 || g_cp > 1 ? tensor::BuildParallelModel(c.model, *comms.tp, plan,
-                                                             c.sequence_parallel, comms.cp.get())
-                                : nn::BuildModel(c.model, nn::MakeWholeLinears(), plan);
+    return g_tp > 1 || g_cp > 1
+               ? tensor::BuildParallelModel(c.model, *comms.tp, plan, c.sequence_parallel,
+                                            comms.cp.get(), Algorithm())
+               : nn::BuildModel(c.model, nn::MakeWholeLinears(), plan);
   }
   // This rank's pieces of `whole` (Note [Context parallelism]), alive in `hold`.
   std::vector<nn::MicroBatch> Pieces(const std::vector<nn::MicroBatch>& whole,
                                      std::vector<std::unique_ptr<nn::ContextMicroBatch>>& hold) {
-    return testing::Pieces(whole, coord.cp, g_cp, hold);
+    return testing::Pieces(whole, coord.cp, g_cp, hold, Algorithm());
+  }
+  static nn::ContextAlgorithm Algorithm() {
+    return g_ring ? nn::ContextAlgorithm::kRing : nn::ContextAlgorithm::kUlysses;
   }
 };
 
@@ -179,8 +185,9 @@ TEST(LayoutEquivalenceTest, LossesAndWeightsMatchOneProcess) {
   });
   constexpr int kSteps = 12;
   testing::EquivalenceCheck check = testing::CheckFor(single, b * n_dp, g_gas, kSteps);
-  const double lr_sum = testing::TrainSideBySide(parallel, single, kSteps, g_gas, b, n_dp, d, check,
-                                                 g_packed, layout.coord.cp, g_cp);
+  const double lr_sum =
+      testing::TrainSideBySide(parallel, single, kSteps, g_gas, b, n_dp, d, check, g_packed,
+                               layout.coord.cp, g_cp, Layout::Algorithm());
   // Every parameter this stage holds, the copy of a tied weight included, equals the single
   // process's (Note [Equivalence tolerances]); together the stages hold the whole model.
   const std::map<std::string, std::vector<float>> trained = WholeValues(single);
@@ -294,6 +301,7 @@ int main(int argc, char** argv) {
     if (std::string(argv[i]) == "--staging") ztrain::g_staging = true;
     if (std::string(argv[i]) == "--packed") ztrain::g_packed = true;
     if (std::string(argv[i]) == "--sp") ztrain::g_sequence_parallel = true;
+    if (std::string(argv[i]) == "--ring") ztrain::g_ring = true;
   }
   auto world = ztrain::comm::MakeMpiWorld(std::chrono::seconds(120));
   ztrain::g_world = world.get();

@@ -26,12 +26,14 @@ inline nn::MicroBatch Rows(const nn::MicroBatch& mb, int64_t begin, int64_t end)
 // micro-batch, kept alive in `hold`; the micro-batches themselves for one piece.
 inline std::vector<nn::MicroBatch> Pieces(
     const std::vector<nn::MicroBatch>& whole, int cp_rank, int cp_size,
-    std::vector<std::unique_ptr<nn::ContextMicroBatch>>& hold) {
+    std::vector<std::unique_ptr<nn::ContextMicroBatch>>& hold,
+    nn::ContextAlgorithm algorithm = nn::ContextAlgorithm::kUlysses) {
   if (cp_size == 1) return whole;
   std::vector<nn::MicroBatch> out;
   for (const nn::MicroBatch& mb : whole) {
     out.push_back(
-        hold.emplace_back(std::make_unique<nn::ContextMicroBatch>(mb, cp_rank, cp_size))->mb);
+        hold.emplace_back(std::make_unique<nn::ContextMicroBatch>(mb, cp_rank, cp_size, algorithm))
+            ->mb);
   }
   return out;
 }
@@ -52,7 +54,8 @@ inline EquivalenceCheck CheckFor(const Engine& single, int64_t rows, int gas, in
 // piece `cp_rank` of `cp_size` of each of its rows.
 inline double TrainSideBySide(Engine& parallel, Engine& single, int steps, int gas, int64_t b,
                               int ranks, int rank, EquivalenceCheck& check, bool packed = false,
-                              int cp_rank = 0, int cp_size = 1) {
+                              int cp_rank = 0, int cp_size = 1,
+                              nn::ContextAlgorithm algorithm = nn::ContextAlgorithm::kUlysses) {
   double lr_sum = 0.0;
   for (int step = 0; step < steps; ++step) {
     std::vector<OwnedBatch> global;
@@ -64,7 +67,7 @@ inline double TrainSideBySide(Engine& parallel, Engine& single, int steps, int g
       all.push_back(g.mb);
     }
     std::vector<std::unique_ptr<nn::ContextMicroBatch>> hold;
-    const StepStats p = parallel.TrainStep(Pieces(mine, cp_rank, cp_size, hold));
+    const StepStats p = parallel.TrainStep(Pieces(mine, cp_rank, cp_size, hold, algorithm));
     const StepStats s = single.TrainStep(all);
     check.Step(step + 1, p.loss, s.loss, p.grad_norm, s.grad_norm, lr_sum);
     EXPECT_EQ(p.tokens, s.tokens) << "step " << step + 1;

@@ -20,12 +20,14 @@ using testing::View;
 
 // One attention shape: NH query heads, NKV key/value heads of HS features (ops.h's layout),
 // and the keys each query sees beyond causality (ops.h's AttentionMask): a sliding window of
-// `window` keys, and packed documents, `doc_lengths` laid end to end in each batch row.
+// `window` keys, and packed documents, `doc_lengths` laid end to end in each batch row; with an
+// `offset`, query row i sits at key index i + offset (ring attention's blocks).
 struct AttnCase {
   int64_t batch, seq;
   int heads, kv_heads, head_dim;
   int64_t window = 0;
   std::vector<int64_t> doc_lengths = {};
+  int64_t offset = 0;
   AttentionHeads Heads() const { return {heads, kv_heads, head_dim}; }
   // positions [B, T]: each row counts 0, 1, ... within each document (empty: no documents).
   std::vector<int32_t> Positions() const {
@@ -40,16 +42,18 @@ struct AttnCase {
     return pos;
   }
   // Whether query i sees key j, from the definitions (Hugging Face's masks), not the kernel's.
+  // Query i is the sequence's token i + offset.
   bool Visible(int64_t i, int64_t j) const {
-    if (j > i) return false;                            // causal_mask_function
-    if (window > 0 && !(j > i - window)) return false;  // sliding_window_overlay
+    const int64_t at = i + offset;
+    if (j > at) return false;                            // causal_mask_function
+    if (window > 0 && !(j > at - window)) return false;  // sliding_window_overlay
     if (doc_lengths.empty()) return true;
-    int64_t start = 0;  // the document holding i
+    int64_t start = 0;  // the document holding i, as many tokens back from `at` as from i
     for (int64_t len : doc_lengths) {
       if (i < start + len) break;
       start += len;
     }
-    return j >= start;
+    return j >= start + offset;
   }
   int64_t width() const { return Heads().qkv_width(); }    // qkv row
   int64_t out_width() const { return Heads().q_width(); }  // out row
@@ -63,6 +67,7 @@ struct AttnCase {
                        " HS=" + std::to_string(head_dim);
     if (window > 0) name.append(" window=").append(std::to_string(window));
     if (!doc_lengths.empty()) name.append(" documents=").append(std::to_string(doc_lengths.size()));
+    if (offset != 0) name.append(" offset=").append(std::to_string(offset));
     return name;
   }
 };
@@ -82,7 +87,7 @@ std::vector<double> RefProbs(const std::vector<double>& qkv, const AttnCase& tc,
   std::vector<double> p(T * T, 0.0);
   for (int64_t i = 0; i < T; ++i) {
     double mx = -INFINITY;
-    for (int64_t j = 0; j <= i; ++j) {
+    for (int64_t j = 0; j < T; ++j) {
       if (!tc.Visible(i, j)) continue;
       double s = 0.0;
       for (int64_t d = 0; d < hs; ++d) s += q[i * stride + d] * k[j * stride + d];
@@ -90,8 +95,8 @@ std::vector<double> RefProbs(const std::vector<double>& qkv, const AttnCase& tc,
       mx = std::max(mx, p[i * T + j]);
     }
     double sum = 0.0;
-    for (int64_t j = 0; j <= i; ++j) sum += tc.Visible(i, j) ? std::exp(p[i * T + j] - mx) : 0.0;
-    for (int64_t j = 0; j <= i; ++j) {
+    for (int64_t j = 0; j < T; ++j) sum += tc.Visible(i, j) ? std::exp(p[i * T + j] - mx) : 0.0;
+    for (int64_t j = 0; j < T; ++j) {
       p[i * T + j] = tc.Visible(i, j) ? std::exp(p[i * T + j] - mx) / sum : 0.0;
     }
     if (lse) (*lse)[(b * tc.heads + h) * T + i] = mx + std::log(sum);
@@ -108,7 +113,7 @@ std::vector<double> RefForward(const std::vector<double>& qkv, const AttnCase& t
       const std::vector<double> p = RefProbs(qkv, tc, b, h, lse);
       const double* v = qkv.data() + b * T * stride + tc.VCol(h);
       for (int64_t i = 0; i < T; ++i) {
-        for (int64_t j = 0; j <= i; ++j) {
+        for (int64_t j = 0; j < T; ++j) {
           for (int64_t d = 0; d < hs; ++d) {
             out[(b * T + i) * ow + h * hs + d] += p[i * T + j] * v[j * stride + d];
           }
@@ -136,13 +141,13 @@ std::vector<double> RefBackward(const std::vector<double>& qkv, const std::vecto
       auto v = [&](int64_t t, int64_t d) { return qkv[base + t * stride + vc + d]; };
       auto g = [&](int64_t t, int64_t d) { return double{dout[(b * T + t) * ow + h * hs + d]}; };
       for (int64_t i = 0; i < T; ++i) {
-        std::vector<double> dp(i + 1);
+        std::vector<double> dp(T);
         double row = 0.0;
-        for (int64_t j = 0; j <= i; ++j) {
+        for (int64_t j = 0; j < T; ++j) {
           for (int64_t d = 0; d < hs; ++d) dp[j] += g(i, d) * v(j, d);
           row += p[i * T + j] * dp[j];
         }
-        for (int64_t j = 0; j <= i; ++j) {
+        for (int64_t j = 0; j < T; ++j) {
           const double ds = p[i * T + j] * (dp[j] - row) * scale;
           for (int64_t d = 0; d < hs; ++d) {
             dqkv[base + i * stride + qc + d] += ds * k(j, d);
@@ -170,7 +175,7 @@ AttnRun RunAttention(Ops& ops, const AttnCase& tc, std::vector<float>& qkv,
   const Tensor out_t = View(r.out, {tc.batch, tc.seq, tc.out_width()});
   const Tensor lse_t = View(r.lse, {tc.batch, tc.heads, tc.seq});
   std::vector<int32_t> positions = tc.Positions();
-  AttentionMask mask{tc.window, {}};
+  AttentionMask mask{tc.window, {}, tc.offset};
   if (!positions.empty()) {
     mask.positions = Tensor(positions.data(), DType::kI32, {tc.batch, tc.seq});
   }
@@ -230,7 +235,14 @@ TEST(AttentionTest, ForwardMatchesNaiveReference) {
     const AttnRun r = RunAttention(*ops, tc, qkv, nullptr, int_form);
     std::vector<double> ref_lse(r.lse.size());
     ExpectClose(r.out, RefForward(testing::ToDouble(qkv), tc, &ref_lse), 1e-5, "out");
-    ExpectClose(r.lse, ref_lse, 1e-5, "lse");
+    // A row that sees no key (an offset past a window) has lse -infinity on both sides, and
+    // the rest are compared.
+    std::vector<float> lse = r.lse;
+    for (size_t i = 0; i < lse.size(); ++i) {
+      ASSERT_EQ(std::isinf(lse[i]), std::isinf(ref_lse[i])) << "lse " << i;
+      if (std::isinf(ref_lse[i])) lse[i] = 0.0f, ref_lse[i] = 0.0;
+    }
+    ExpectClose(lse, ref_lse, 1e-5, "lse");
   }
 }
 
@@ -282,7 +294,9 @@ TEST(AttentionTest, BackwardMatchesFiniteDifferences) {
 
 // Sliding windows and packed documents (Note [Attention masks]) across the blocks: windows of
 // one key, of fewer keys than a block and of more than T; documents of one token, documents
-// crossing block edges and ending on them; a window inside documents.
+// crossing block edges and ending on them; a window inside documents. Offsets (ring
+// attention's blocks, Note [Ring attention]): causal past the diagonal, every key (offset T),
+// with a window, with documents.
 std::vector<AttnCase> MaskedCases() {
   return {{1, 600, 4, 2, 16, 100},
           {2, 300, 2, 1, 20, 1},
@@ -290,7 +304,11 @@ std::vector<AttnCase> MaskedCases() {
           {1, 600, 4, 2, 16, 0, {5, 250, 1, 300, 44}},
           {2, 530, 2, 2, 64, 0, {256, 256, 18}},
           {1, 600, 3, 1, 24, 64, {100, 400, 100}},
-          {1, 40, 2, 1, 8, 0, std::vector<int64_t>(40, 1)}};
+          {1, 40, 2, 1, 8, 0, std::vector<int64_t>(40, 1)},
+          {1, 300, 4, 2, 16, 0, {}, 100},
+          {2, 130, 2, 1, 20, 50, {}, 64},
+          {1, 600, 3, 1, 24, 0, {}, 600},
+          {1, 200, 2, 2, 8, 0, {60, 140}, 40}};
 }
 
 TEST(AttentionTest, MaskedMatchesNaiveReference) {
@@ -302,7 +320,14 @@ TEST(AttentionTest, MaskedMatchesNaiveReference) {
     const AttnRun r = RunAttention(*ops, tc, qkv, &dout);
     std::vector<double> ref_lse(r.lse.size());
     ExpectClose(r.out, RefForward(testing::ToDouble(qkv), tc, &ref_lse), 1e-5, "out");
-    ExpectClose(r.lse, ref_lse, 1e-5, "lse");
+    // A row that sees no key (an offset past a window) has lse -infinity on both sides, and
+    // the rest are compared.
+    std::vector<float> lse = r.lse;
+    for (size_t i = 0; i < lse.size(); ++i) {
+      ASSERT_EQ(std::isinf(lse[i]), std::isinf(ref_lse[i])) << "lse " << i;
+      if (std::isinf(ref_lse[i])) lse[i] = 0.0f, ref_lse[i] = 0.0;
+    }
+    ExpectClose(lse, ref_lse, 1e-5, "lse");
     ExpectClose(r.dqkv, RefBackward(testing::ToDouble(qkv), dout, tc), 1e-5, "dqkv");
   }
 }
@@ -358,12 +383,14 @@ TEST(AttentionTest, RejectsBadMasks) {
         forward({0, Tensor(pos.data(), DType::kI32, {1, 4})});
       },
       {"AttentionForward", "positions[0][2] = 5 after 1", "count up by one"});
-  pos = {1, 2, 3, 4};
+  pos = {-1, 0, 1, 2};
   ExpectErrorMentions(
       [&] {
         forward({0, Tensor(pos.data(), DType::kI32, {1, 4})});
       },
-      {"positions[0][0] = 1 at the start"});
+      {"positions[0][0] = -1 at the start"});
+  pos = {1, 2, 3, 4};  // a document that began before these rows: fine
+  EXPECT_NO_THROW(forward({0, Tensor(pos.data(), DType::kI32, {1, 4})}));
   pos = {0, 1, 2, 3};
   ExpectErrorMentions(
       [&] {

@@ -3,7 +3,8 @@
 # and saves a checkpoint; `mpirun ztrain --resume` continues to step 20 in layout B. The 20
 # losses in train.csv and the saved final weights must equal one process training 20 steps
 # straight (within Note [Equivalence tolerances], tests/rounding_model.h). A layout is
-# np:zero_stage:pp:tp:offload[:cp] (offload none|nvme; cp: context_parallel.size, default 1);
+# np:zero_stage:pp:tp:offload[:cp[:algorithm]] (offload none|nvme; cp: context_parallel.size,
+# default 1; algorithm ulysses, the default, or ring);
 # every layout sees the same global batch (16 rows x 2 micro-batches). With family llama the model is a small Llama (grouped-query
 # attention, untied head) whose final weights are saved as Hugging Face directories; with
 # llama_lora, that Llama fine-tuned with LoRA adapters on every linear (its base from the seed,
@@ -16,8 +17,8 @@ ztrain=$1 mpiexec=$2 a=$3 b=$4 family=${5:-gpt2}
 work=$(mktemp -d /tmp/ztrain_ckpt_cli_XXXXXX)
 trap '[ -n "${KEEP:-}" ] || rm -rf "$work"' EXIT
 config() {  # layout, steps, job -> JSON
-  IFS=: read -r np stage pp tp offload cp <<< "$1"
-  cp=${cp:-1}
+  IFS=: read -r np stage pp tp offload cp algorithm <<< "$1"
+  cp=${cp:-1} algorithm=${algorithm:-ulysses}
   local dp=$((np / pp / tp / cp)) zero="{\"stage\": $stage}"
   if [ "$offload" = nvme ]; then
     local nvme="{\"device\": \"nvme\", \"nvme_path\": \"$work/nvme\"}"
@@ -41,7 +42,7 @@ config() {  # layout, steps, job -> JSON
 {"train_micro_batch_size_per_gpu": $((16 / dp)), "gradient_accumulation_steps": 2,
  "steps_per_print": 10, "gradient_clipping": 1.0, "zero_optimization": $zero,
  "pipeline": {"stages": $pp}, "tensor_parallel": {"size": $tp},
- "context_parallel": {"size": $cp},
+ "context_parallel": {"size": $cp, "algorithm": "$algorithm"},
  "optimizer": {"type": "AdamW", "params": {"lr": 0.003, "weight_decay": 0.1, "eps": 1e-6}},
  "scheduler": {"type": "WarmupCosineLR", "params": {"warmup_num_steps": 5, "total_num_steps": 20}},
  "model": $model,

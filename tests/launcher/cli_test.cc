@@ -187,10 +187,10 @@ TEST_F(CliTest, EstimateFindsTheNodesEachChoiceNeeds) {
 }
 
 // `ztrain estimate --seq-len`: the context-parallel plan (Note [Context-parallel plan]). A small
-// Llama (8 query heads over 2 key/value heads) at 16384 tokens on 12 ranks: cp 1, 2, 4 are
-// estimated, each peak what the estimate of that size says, falling as cp grows; 3, 6 and 12
-// are refused naming the heads; with --gpu-memory between cp 2's and cp 1's peaks the plan is
-// cp 2.
+// Llama (8 query heads over 2 key/value heads) at 16392 = 24 x 683 tokens on 12 ranks: cp 1,
+// 2 and 4 by Ulysses, 2, 3, 4, 6 and 12 by ring are estimated, each peak what the estimate of
+// that layout says, falling as cp grows; Ulysses at 3, 6 and 12 is refused naming the heads;
+// with --gpu-memory between cp 2's and cp 1's peaks the plan is cp 2 by Ulysses.
 TEST_F(CliTest, EstimatePlansContextParallelism) {
   nlohmann::json j = DefaultConfigJson();
   j["model"] = {{"type", "llama"},          {"n_layer", 2},       {"n_head", 8},
@@ -200,47 +200,61 @@ TEST_F(CliTest, EstimatePlansContextParallelism) {
   j["gradient_accumulation_steps"] = 1;
   j.erase("train_batch_size");
   const std::string config = WriteConfig(j);
-  const std::string base = "estimate --config " + config + " --world-size 12 --seq-len 16384";
+  const int64_t seq = 16392;  // 2 x cp divides it for every cp dividing 12
+  const std::string base =
+      "estimate --config " + config + " --world-size 12 --seq-len " + std::to_string(seq);
   const Result r = RunZtrain(base);
   ASSERT_EQ(r.code, 0) << r.out;
-  const std::string table = "context parallelism for 16384 tokens per sample on 12 ranks";
+  const std::string table = "context parallelism for 16392 tokens per sample on 12 ranks";
   ASSERT_NE(r.out.find(table), std::string::npos) << r.out;
-  std::map<int, double> peaks;
-  for (const int cp : {1, 2, 4}) {
-    std::istringstream cells(LineAfter(r.out, table, "  " + std::to_string(cp) + " "));
+  std::map<std::string, double> peaks;
+  for (const auto& [cp, algorithm] : std::vector<std::pair<int, std::string>>{{1, "-"},
+                                                                              {2, "ulysses"},
+                                                                              {4, "ulysses"},
+                                                                              {2, "ring"},
+                                                                              {3, "ring"},
+                                                                              {4, "ring"},
+                                                                              {6, "ring"},
+                                                                              {12, "ring"}}) {
+    char prefix[32];
+    std::snprintf(prefix, sizeof prefix, "  %-4d %-9s ", cp, algorithm.c_str());
+    std::istringstream cells(LineAfter(r.out, table, prefix));
     int size = 0, dp = 0;
     int64_t tokens = 0;
-    std::string v, u, activations, peak;
-    cells >> size >> dp >> tokens >> v >> u;
-    activations = v + " " + u;
-    cells >> v >> u;
+    std::string name, v, u, peak;
+    cells >> size >> name >> dp >> tokens >> v >> u >> v >> u;
     peak = v + " " + u;
-    EXPECT_EQ(dp, 12 / cp) << r.out;
-    EXPECT_EQ(tokens, 16384 / cp) << r.out;
-    peaks[cp] = ParseFormatted(peak);
+    EXPECT_EQ(dp, 12 / cp) << prefix << "\n" << r.out;
+    EXPECT_EQ(tokens, seq / cp) << prefix << "\n" << r.out;
+    peaks[std::to_string(cp) + algorithm] = ParseFormatted(peak);
     nlohmann::json at = j;
-    at["context_parallel"] = {{"size", cp}};
-    at["data"]["seq_len"] = 16384;
-    at["model"]["max_seq_len"] = 16384;
-    const Result there =
-        RunZtrain("estimate --config " + WriteConfig(at, "cp" + std::to_string(cp) + ".json") +
-                  " --world-size 12");
+    at["context_parallel"] = {{"size", cp}, {"algorithm", cp == 1 ? "ulysses" : algorithm}};
+    at["data"]["seq_len"] = seq;
+    at["model"]["max_seq_len"] = seq;
+    const Result there = RunZtrain(
+        "estimate --config " + WriteConfig(at, "cp" + std::to_string(cp) + algorithm + ".json") +
+        " --world-size 12");
     ASSERT_EQ(there.code, 0) << there.out;
     EXPECT_NE(LineAfter(there.out, "per rank, peak by category", "  total").find(peak),
               std::string::npos)
-        << peak << "\n"
+        << prefix << peak << "\n"
         << there.out;
   }
-  EXPECT_GT(peaks[1], peaks[2]);
-  EXPECT_GT(peaks[2], peaks[4]);
+  EXPECT_GT(peaks["1-"], peaks["2ulysses"]);
+  EXPECT_GT(peaks["2ulysses"], peaks["4ulysses"]);
+  EXPECT_GT(peaks["2ring"], peaks["3ring"]);
+  EXPECT_GT(peaks["4ring"], peaks["6ring"]);
   for (const int cp : {3, 6, 12}) {
-    const std::string line = LineAfter(r.out, table, "  " + std::to_string(cp) + " ");
-    EXPECT_NE(line.find("refused: context_parallel.size: context_parallel.size " +
-                        std::to_string(cp) + " does not divide"),
+    char prefix[32];
+    std::snprintf(prefix, sizeof prefix, "  %-4d %-9s ", cp, "ulysses");
+    EXPECT_NE(LineAfter(r.out, table, prefix)
+                  .find("refused: context_parallel.size: context_parallel.size " +
+                        std::to_string(cp) + " does not divide the 8 query heads"),
               std::string::npos)
         << r.out;
   }
-  const auto memory = static_cast<int64_t>((peaks[1] + peaks[2]) / 2);
+  EXPECT_GT(peaks["6ring"], peaks["12ring"]);
+  const auto memory = static_cast<int64_t>((peaks["1-"] + peaks["2ulysses"]) / 2);
   const Result plan = RunZtrain(base + " --gpu-memory " + std::to_string(memory));
   ASSERT_EQ(plan.code, 0) << plan.out;
   EXPECT_NE(plan.out.find("plan: \"context_parallel\": {\"size\": 2, \"algorithm\": \"ulysses\"}"),
