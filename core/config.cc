@@ -316,8 +316,9 @@ int DataParallelSize(const json& tree, int world_size, detail::ConfigErrors& err
   if (world_size < 1) return world_size;
   const int64_t model_parallel = pp.get<int64_t>() * tp.get<int64_t>() * cp.get<int64_t>();
   if (world_size % model_parallel != 0) {
+    // Named by the axis a user most likely just set: context parallelism when it is on.
     errors.Add(
-        "pipeline.stages",
+        cp.get<int64_t>() > 1 ? "context_parallel.size" : "pipeline.stages",
         detail::StrCat("the world of ", world_size, " ranks does not divide into pipeline.stages ",
                        pp.get<int64_t>(), " x tensor_parallel.size ", tp.get<int64_t>(),
                        " x context_parallel.size ", cp.get<int64_t>(), "; launch a multiple of ",

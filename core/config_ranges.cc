@@ -297,7 +297,7 @@ void CheckContextParallel(const json& t, ConfigErrors& errors) {
                       " / tensor_parallel.size ", tp,
                       "): Ulysses gives each rank a group of whole heads; use a size that "
                       "divides ",
-                      heads / tp));
+                      heads / tp, ", or \"algorithm\": \"ring\" (any head count)"));
   } else if ((kv / tp) % cp != 0 && cp % (kv / tp) != 0) {
     errors.Add("context_parallel.size",
                StrCat("context_parallel.size ", cp, " and the ", kv / tp,
@@ -305,7 +305,7 @@ void CheckContextParallel(const json& t, ConfigErrors& errors) {
                       " / tensor_parallel.size ", tp,
                       ") neither divide each other: Ulysses gives each rank a group of them or "
                       "one it shares; use a size that divides or is a multiple of ",
-                      kv / tp));
+                      kv / tp, ", or \"algorithm\": \"ring\" (any head count)"));
   }
 }
 

@@ -10,22 +10,16 @@
 
 namespace ztrain::nn {
 
-UlyssesHeads::UlyssesHeads(const kernels::AttentionHeads& heads, int size)
-    : whole_(heads), size_(size) {
+UlyssesHeads::UlyssesHeads(const kernels::AttentionHeads& heads, int size) : whole_(heads) {
   const int kv = heads.num_kv_heads;
-  ZTRAIN_CHECK_T(
-      ConfigError, size >= 1 && heads.num_heads % size == 0, "context parallelism over ", size,
-      " ranks needs query heads that divide by it, "
-      "got ",
-      heads.num_heads, "; choose a context_parallel.size that divides ", heads.num_heads);
-  ZTRAIN_CHECK_T(ConfigError, kv >= 1 && (kv % size == 0 || size % kv == 0),
-                 "context parallelism over ", size,
-                 " ranks needs key/value heads that divide by "
-                 "it or divide it, got ",
-                 kv,
-                 "; choose a context_parallel.size that divides or "
-                 "is a multiple of ",
-                 kv);
+  ZTRAIN_CHECK_T(ConfigError, size >= 1 && heads.num_heads % size == 0, "Ulysses over ", size,
+                 " ranks needs query heads that divide by it, got ", heads.num_heads,
+                 "; choose a context_parallel.size that divides ", heads.num_heads,
+                 ", or \"algorithm\": \"ring\" (any head count)");
+  ZTRAIN_CHECK_T(ConfigError, kv >= 1 && (kv % size == 0 || size % kv == 0), "Ulysses over ", size,
+                 " ranks needs key/value heads that divide by it or divide it, got ", kv,
+                 "; choose a context_parallel.size that divides or is a multiple of ", kv,
+                 ", or \"algorithm\": \"ring\" (any head count)");
   group_ = {heads.num_heads / size, kv % size == 0 ? kv / size : 1, heads.head_dim};
 }
 
@@ -286,13 +280,18 @@ void ContextGroup::RingBackward(LayerContext& ctx, const kernels::AttentionHeads
   const int64_t rows = qkv.size(0), c = rows / batch / 2;
   const int64_t qw = heads.q_width(), kvw = 2 * heads.kv_width(), width = heads.qkv_width();
   const DType dtype = qkv.dtype();
-  Buffer hold_kv, hold_next, hold_dkv, hold_dnext, hold_q, hold_dq, hold_pair, hold_dpair, hold_tq,
-      hold_tkv, hold_cast;
+  Buffer hold_kv, hold_next, hold_dkv, hold_sum, hold_mine, hold_q, hold_dq, hold_pair, hold_dpair,
+      hold_tq, hold_tkv, hold_cast;
   Tensor kv = RingBuffer(ctx, hold_kv, dtype, {rows, kvw}, MemoryCategory::kCommunication);
   Tensor next = RingBuffer(ctx, hold_next, dtype, {rows, kvw}, MemoryCategory::kCommunication);
-  Tensor dkv = RingBuffer(ctx, hold_dkv, DType::kF32, {rows, kvw}, MemoryCategory::kCommunication);
-  Tensor dnext =
-      RingBuffer(ctx, hold_dnext, DType::kF32, {rows, kvw}, MemoryCategory::kCommunication);
+  // The key/value gradients: what came from rank r - 1 for the keys held, this step's own
+  // contributions, and their sum, in flight to r + 1 while the next step computes.
+  const Tensor dkv =
+      RingBuffer(ctx, hold_dkv, DType::kF32, {rows, kvw}, MemoryCategory::kCommunication);
+  const Tensor sum =
+      RingBuffer(ctx, hold_sum, DType::kF32, {rows, kvw}, MemoryCategory::kCommunication);
+  const Tensor mine =
+      RingBuffer(ctx, hold_mine, DType::kF32, {rows, kvw}, MemoryCategory::kWorkspace);
   ops.CopyColumns(qkv, qw, kv);
   ops.Zero(dkv);
   const Tensor q = RingBuffer(ctx, hold_q, dtype, {rows, qw}, MemoryCategory::kWorkspace);
@@ -308,11 +307,13 @@ void ContextGroup::RingBackward(LayerContext& ctx, const kernels::AttentionHeads
     const int64_t n = heads.num_heads * c;
     return lse.Slice((2 * b + k) * n, (2 * b + k + 1) * n).View({1, heads.num_heads, c});
   };
+  std::function<void()> wait_dkv = [] {};
   for (int s = 0; s < p; ++s) {
     const int src = (r - s + p) % p;
-    // The keys go on while this step computes; their gradients follow once it is done.
+    // The keys go on while this step computes, and so do the previous step's key gradients.
     const std::function<void()> wait_kv =
         s + 1 < p ? StartShift(kv, next) : std::function<void()>([] {});
+    ops.Zero(mine);
     for (int64_t b = 0; b < batch; ++b) {
       for (int kx = 0; kx < 2; ++kx) {
         for (int ky = 0; ky < 2; ++ky) {
@@ -327,16 +328,17 @@ void ContextGroup::RingBackward(LayerContext& ctx, const kernels::AttentionHeads
           ops.CopyColumns(dpair, 0, tq);
           ops.AddInPlace(ChunkRows(dq, b, kx, c), tq);
           ops.CopyColumns(dpair, qw, tkv);
-          ops.AddInPlace(ChunkRows(dkv, b, ky, c), tkv);
+          ops.AddInPlace(ChunkRows(mine, b, ky, c), tkv);
         }
       }
     }
-    StartShift(dkv, dnext)();  // rank r - s's key gradients on to r + 1; r - s - 1's come in
+    wait_dkv();  // the gradients of rank r - s's keys so far are in dkv, and `sum` is free
+    ops.Add(dkv, mine, sum);
+    wait_dkv = StartShift(sum, dkv);  // on to r + 1; those of r - s - 1's keys come in
     wait_kv();
     std::swap(kv, next);
-    std::swap(dkv, dnext);
   }
-  // After P shifts the key gradients are this rank's own again.
+  wait_dkv();  // after P shifts the key gradients are this rank's own again
   ops.Zero(dqkv);
   const Tensor cast_q = dtype == DType::kF32 ? dq
                                              : RingBuffer(ctx, hold_cast, dtype, {rows, qw},

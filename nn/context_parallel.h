@@ -39,7 +39,7 @@
 // before it (Y = X on the diagonal, causal): the single-process kernel on the pair's rows, the
 // queries of X beside the keys and values of Y, with the mask's offset (kernels::AttentionMask:
 // X's row i is at Y's key index i + (X - Y) c, its window and document counted back from
-// there, positions the whole sequence's). Each pair's output and log-sum-exp are merged into
+// there, by X's rows' document positions). Each pair's output and log-sum-exp are merged into
 // the chunk's running ones in fp32 (Ops::MergeAttention). The backward runs the ring again with
 // the final output and log-sum-exp: each pair's kernel backward adds to the chunk's dq (fp32)
 // and to the dk/dv of the key chunk, which travel with the keys (fp32) and come home after the
@@ -78,7 +78,6 @@ class UlyssesHeads {
 
  private:
   kernels::AttentionHeads whole_, group_;
-  int size_;
 };
 
 enum class ContextAlgorithm {
@@ -101,8 +100,8 @@ class ContextGroup {
   // chunk rank() of `out` (comm::Communicator::AllToAll). Waits for it.
   virtual void AllToAll(const Tensor& in, const Tensor& out) const = 0;
 
-  // local [B*T/P, W] (this rank's tokens, whole heads) -> group [B*T, Wg] (the whole
-  // sequence, rank()'s head group), `columns(j)` naming group j's columns.
+  // local [B*T/P, W] (this rank's tokens, all of its heads) -> group [B*T, Wg] (the whole
+  // sequence, rank()'s head group: UlyssesHeads::Columns; `with_kv` false: q only).
   void SequenceToHeads(LayerContext& ctx, const UlyssesHeads& heads, bool with_kv, int64_t batch,
                        const Tensor& local, const Tensor& group) const;
   // The inverse: group [B*T, Wg] -> local [B*T/P, W], overwritten; columns that several groups

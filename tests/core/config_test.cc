@@ -581,9 +581,9 @@ TEST(ConfigLayoutTest, ContextParallelSizeDividesTheWorldTheSequenceAndTheHeads)
     EXPECT_NE(e.find("(1 problem):\n  " + message), std::string::npos) << e;
   };
   only_problem(j, 6,
-               "pipeline.stages: the world of 6 ranks does not divide into pipeline.stages 1 x "
-               "tensor_parallel.size 1 x context_parallel.size 4; launch a multiple of 4 ranks "
-               "(dp x cp x pp x tp)");
+               "context_parallel.size: the world of 6 ranks does not divide into "
+               "pipeline.stages 1 x tensor_parallel.size 1 x context_parallel.size 4; launch a "
+               "multiple of 4 ranks (dp x cp x pp x tp)");
   json seq = j;
   seq["data"]["seq_len"] = 62;
   only_problem(seq, 4,
