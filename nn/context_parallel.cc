@@ -170,6 +170,13 @@ Tensor ChunkRows(const Tensor& t, int64_t b, int k, int64_t c) {
   return t.Slice(row, row + c);
 }
 
+// The log-sum-exp of sample b's chunk k, [1, NH, c], in the ring's lse (B * 2 * NH * c).
+Tensor ChunkLse(const Tensor& lse, const kernels::AttentionHeads& heads, int64_t b, int k,
+                int64_t c) {
+  const int64_t n = heads.num_heads * c;
+  return lse.Slice((2 * b + k) * n, (2 * b + k + 1) * n).View({1, heads.num_heads, c});
+}
+
 // A ring buffer of ctx's allocator, freed with the Buffer.
 Tensor RingBuffer(LayerContext& ctx, Buffer& hold, DType dtype, const Shape& shape,
                   MemoryCategory category) {
@@ -181,7 +188,6 @@ Tensor RingBuffer(LayerContext& ctx, Buffer& hold, DType dtype, const Shape& sha
 // of Y), and its mask.
 struct RingPair {
   int64_t offset;  // (X - Y) c: query row i sits at key index i + offset
-  bool diagonal;   // X == Y
 };
 
 // Whether query chunk x sees anything of key chunk y: y before x, and within the window.
@@ -189,7 +195,7 @@ std::optional<RingPair> Pair(int64_t x, int64_t y, int64_t c, int64_t window) {
   if (y > x) return std::nullopt;
   const int64_t nearest = (x - y) * c - (c - 1);  // the closest query/key distance
   if (window > 0 && x != y && nearest >= window) return std::nullopt;
-  return RingPair{(x - y) * c, x == y};
+  return RingPair{(x - y) * c};
 }
 
 // The pair's q/k/v rows [c, W]: q (`q`, [c, q width]) beside k and v (`kv`, [c, kv widths]).
@@ -232,10 +238,7 @@ void ContextGroup::RingForward(LayerContext& ctx, const kernels::AttentionHeads&
   const Tensor acc = dtype == DType::kF32 ? out
                                           : RingBuffer(ctx, hold_acc, DType::kF32, {rows, qw},
                                                        MemoryCategory::kWorkspace);
-  const auto chunk_lse = [&](int64_t b, int k) {
-    const int64_t n = heads.num_heads * c;
-    return lse.Slice((2 * b + k) * n, (2 * b + k + 1) * n).View({1, heads.num_heads, c});
-  };
+  const auto chunk_lse = [&](int64_t b, int k) { return ChunkLse(lse, heads, b, k, c); };
   for (int s = 0; s < p; ++s) {
     const int src = (r - s + p) % p;
     const std::function<void()> wait =
@@ -303,10 +306,7 @@ void ContextGroup::RingBackward(LayerContext& ctx, const kernels::AttentionHeads
       RingBuffer(ctx, hold_dpair, DType::kF32, {c, width}, MemoryCategory::kWorkspace);
   const Tensor tq = RingBuffer(ctx, hold_tq, DType::kF32, {c, qw}, MemoryCategory::kWorkspace);
   const Tensor tkv = RingBuffer(ctx, hold_tkv, DType::kF32, {c, kvw}, MemoryCategory::kWorkspace);
-  const auto chunk_lse = [&](int64_t b, int k) {
-    const int64_t n = heads.num_heads * c;
-    return lse.Slice((2 * b + k) * n, (2 * b + k + 1) * n).View({1, heads.num_heads, c});
-  };
+  const auto chunk_lse = [&](int64_t b, int k) { return ChunkLse(lse, heads, b, k, c); };
   std::function<void()> wait_dkv = [] {};
   for (int s = 0; s < p; ++s) {
     const int src = (r - s + p) % p;
